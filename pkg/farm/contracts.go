@@ -1,0 +1,123 @@
+package farm
+
+import (
+	"context"
+	"time"
+)
+
+// Space names a part of the content store. Each space is content addressed;
+// drivers may keep them apart (S3 key prefixes, directories).
+type Space string
+
+const (
+	SpaceCatalogs Space = "catalogs" // catalog JSON and its gzip form
+	SpaceContent  Space = "content"  // file content referenced by catalogs and code
+	SpaceFacts    Space = "facts"    // fact documents
+	SpaceReports  Space = "reports"  // agent reports
+	SpaceCode     Space = "code"     // code manifests
+)
+
+// ContentStore keeps immutable blobs addressed by the SHA-256 of their bytes.
+//
+// Put is idempotent: storing bytes that are already there succeeds and returns
+// the same digest. Get verifies what it reads and returns ErrNotFound for an
+// unknown digest and ErrInvalid for a malformed one. All methods are safe for
+// concurrent use; a Put that returned is visible to every later Get.
+type ContentStore interface {
+	Put(ctx context.Context, space Space, data []byte) (Digest, error)
+	Get(ctx context.Context, space Space, d Digest) ([]byte, error)
+	Has(ctx context.Context, space Space, d Digest) (bool, error)
+}
+
+// NodeStore keeps one record per node.
+//
+// UpdateNode is an atomic read-modify-write: fn sees the current record (a
+// zero Node with Certname set when there is none) and changes it in place; if
+// fn returns an error nothing is written and UpdateNode returns that error.
+// Drivers with optimistic concurrency may call fn more than once, so fn must
+// not have side effects. This is how the farm moves a catalog pointer only
+// forward: fn returns ErrConflict when the stored sequence is newer.
+// GetNode returns ErrNotFound for an unknown node. Safe for concurrent use.
+type NodeStore interface {
+	GetNode(ctx context.Context, certname string) (Node, error)
+	ListNodes(ctx context.Context) ([]Node, error)
+	UpdateNode(ctx context.Context, certname string, fn func(*Node) error) (Node, error)
+}
+
+// EnvironmentStore records which code snapshot each environment runs.
+// GetEnvironment returns ErrNotFound for an environment never deployed.
+// PutEnvironment replaces the record. Safe for concurrent use.
+type EnvironmentStore interface {
+	GetEnvironment(ctx context.Context, name string) (Environment, error)
+	ListEnvironments(ctx context.Context) ([]Environment, error)
+	PutEnvironment(ctx context.Context, env Environment) error
+}
+
+// Delivery is one job handed to a worker.
+type Delivery struct {
+	Job
+	ID       string // the queue's identity for this delivery (receipt handle)
+	Attempts int    // how many times this job has been delivered, this one included
+}
+
+// QueueStats describes the backlog of one lane.
+type QueueStats struct {
+	Lane      Lane
+	Depth     int           // jobs waiting (not in flight)
+	InFlight  int           // jobs handed out and not yet acknowledged
+	OldestAge time.Duration // age of the oldest waiting job; 0 when empty
+}
+
+// Queue carries compile jobs from intake to workers, at least once.
+//
+// Enqueue stores a job durably before returning. Receive blocks until a job is
+// available (urgent lane first) or ctx ends. A delivery is finished by exactly
+// one of Ack (done, successfully or for good) or Retry (deliver again after a
+// delay); a delivery neither acked nor retried is delivered again after the
+// driver's visibility timeout. Drivers that can (the embedded queue) collapse a
+// waiting job with a newer job for the same node and never hand out two jobs of
+// one node at once; the others rely on the node store's sequence check.
+// Safe for concurrent use.
+type Queue interface {
+	Enqueue(ctx context.Context, job Job) error
+	Receive(ctx context.Context) (Delivery, error)
+	Ack(ctx context.Context, d Delivery) error
+	Retry(ctx context.Context, d Delivery, after time.Duration) error
+	Stats(ctx context.Context) ([]QueueStats, error)
+}
+
+// Certificate states in a CA.
+const (
+	CertRequested = "requested"
+	CertSigned    = "signed"
+	CertRevoked   = "revoked"
+)
+
+// CertStatus describes one certname known to a CA.
+type CertStatus struct {
+	Certname    string    `json:"name"`
+	State       string    `json:"state"`
+	Serial      string    `json:"serial,omitempty"` // hex
+	Fingerprint string    `json:"fingerprint"`      // SHA-256 of the DER, colon separated
+	DNSAltNames []string  `json:"dns_alt_names,omitempty"`
+	NotAfter    time.Time `json:"not_after,omitempty"`
+}
+
+// CA is a Puppet certificate authority as agents and operators use it.
+//
+// Certificates, requests and the CRL are PEM. SubmitCSR returns ErrInvalid
+// when the request is malformed or its CN does not match certname, and
+// ErrConflict when a signed certificate already exists for certname; it signs
+// at once when the CA's autosign policy allows. Certificate and
+// CertificateRequest return ErrNotFound when there is none. Sign and Revoke
+// return ErrNotFound for an unknown certname. Safe for concurrent use.
+type CA interface {
+	CACertificate(ctx context.Context) ([]byte, error)
+	CRL(ctx context.Context) ([]byte, error)
+	SubmitCSR(ctx context.Context, certname string, csrPEM []byte) error
+	Certificate(ctx context.Context, certname string) ([]byte, error)
+	CertificateRequest(ctx context.Context, certname string) ([]byte, error)
+	Sign(ctx context.Context, certname string) error
+	Revoke(ctx context.Context, certname string) error
+	List(ctx context.Context) ([]CertStatus, error)
+}

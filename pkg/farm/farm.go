@@ -1,0 +1,188 @@
+// Package farm is the compile farm's domain: the types every part shares (nodes,
+// environments, compile jobs, catalog references, code snapshots) and the small
+// contracts that have several drivers (content store, node state, queue, CA).
+// Drivers live in their own packages and translate their errors into the kinds
+// declared here; pkg/farm/farmtest holds one contract suite per contract.
+package farm
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Error kinds. Drivers wrap these (fmt.Errorf("...: %w", farm.ErrNotFound)) so
+// callers test with errors.Is and no SDK or driver error type leaks upward.
+var (
+	// ErrNotFound: the thing asked for does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a conditional write lost (stale sequence, existing key).
+	ErrConflict = errors.New("conflict")
+	// ErrInvalid: the input is malformed; retrying it cannot succeed.
+	ErrInvalid = errors.New("invalid")
+	// ErrTransient: a passing failure (timeout, throttling); retrying may succeed.
+	ErrTransient = errors.New("transient")
+)
+
+// Digest is the lowercase hex SHA-256 of some bytes: the key of everything in
+// the content store.
+type Digest string
+
+// DigestOf returns the SHA-256 digest of b.
+func DigestOf(b []byte) Digest {
+	s := sha256.Sum256(b)
+	return Digest(hex.EncodeToString(s[:]))
+}
+
+var digestRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// Valid reports whether d looks like a SHA-256 hex digest.
+func (d Digest) Valid() bool { return digestRE.MatchString(string(d)) }
+
+// certnameRE is Puppet's rule for certificate names: lowercase letters,
+// digits, '-', '_' and '.', not starting with '.'.
+var certnameRE = regexp.MustCompile(`^[a-z0-9_-][a-z0-9._-]*$`)
+
+// ValidateCertname returns an ErrInvalid error when name cannot be a Puppet
+// certname (uppercase, path separators, empty, too long).
+func ValidateCertname(name string) error {
+	if len(name) == 0 || len(name) > 255 || !certnameRE.MatchString(name) || name == "." || name == ".." {
+		return fmt.Errorf("certname %q must be lowercase letters, digits, '.', '-' or '_' (at most 255): %w", name, ErrInvalid)
+	}
+	return nil
+}
+
+var envRE = regexp.MustCompile(`^[a-z0-9_]+$`)
+
+// ValidateEnvironment returns an ErrInvalid error when name is not a legal
+// Puppet environment name.
+func ValidateEnvironment(name string) error {
+	if !envRE.MatchString(name) || len(name) > 128 {
+		return fmt.Errorf("environment %q must be lowercase letters, digits and '_': %w", name, ErrInvalid)
+	}
+	return nil
+}
+
+// Lane is a compile queue lane. Urgent (new nodes, fact changes) is never
+// delayed by Bulk (code deploys).
+type Lane string
+
+const (
+	LaneUrgent Lane = "urgent"
+	LaneBulk   Lane = "bulk"
+)
+
+// Reasons a compile is queued.
+const (
+	ReasonNewNode      = "new-node"
+	ReasonFactsChanged = "facts-changed"
+	ReasonCodeChanged  = "code-changed"
+	ReasonManual       = "manual"
+)
+
+// Job asks for one node's catalog to be compiled. Its fields mirror Puppet
+// Server's /puppet/v4/catalog request: who, where, with which facts and code.
+type Job struct {
+	Certname    string    `json:"certname"`
+	Environment string    `json:"environment"`
+	Reason      string    `json:"reason"`
+	FactsDigest Digest    `json:"facts_digest"`
+	CodeID      string    `json:"code_id"`
+	Seq         uint64    `json:"seq"` // the node's request sequence; newer compiles win
+	Lane        Lane      `json:"lane"`
+	EnqueuedAt  time.Time `json:"enqueued_at"`
+}
+
+// CatalogRef points at one stored catalog of a node.
+type CatalogRef struct {
+	Digest      Digest        `json:"digest"`      // catalog JSON in the content store
+	GzipDigest  Digest        `json:"gzip_digest"` // the same JSON gzipped, served as is
+	CodeID      string        `json:"code_id"`
+	FactsDigest Digest        `json:"facts_digest"` // facts the catalog was compiled from
+	Seq         uint64        `json:"seq"`          // request sequence of the compile that made it
+	CompiledAt  time.Time     `json:"compiled_at"`
+	Duration    time.Duration `json:"duration"`
+}
+
+// Compile results recorded on a node.
+const (
+	ResultOK     = "ok"
+	ResultFailed = "failed"
+)
+
+// CompileStatus is the outcome of a node's latest finished compile.
+type CompileStatus struct {
+	Result   string        `json:"result"` // ResultOK or ResultFailed
+	Error    string        `json:"error,omitempty"`
+	Seq      uint64        `json:"seq"`
+	CodeID   string        `json:"code_id,omitempty"`
+	At       time.Time     `json:"at"`
+	Duration time.Duration `json:"duration"`
+}
+
+// ReportSummary is what the farm keeps of a node's latest report.
+type ReportSummary struct {
+	Digest          Digest    `json:"digest"`
+	Status          string    `json:"status"` // changed, unchanged, failed
+	At              time.Time `json:"at"`
+	ConfigVersion   string    `json:"configuration_version,omitempty"`
+	CatalogUUID     string    `json:"catalog_uuid,omitempty"`
+	TransactionUUID string    `json:"transaction_uuid,omitempty"`
+}
+
+// Node is everything the farm knows about one certname.
+type Node struct {
+	Certname    string `json:"certname"`
+	Environment string `json:"environment"`
+	// FactsDigest is the digest of the latest uploaded facts document;
+	// RelevantDigest the digest of those facts without volatile facts.
+	FactsDigest    Digest    `json:"facts_digest"`
+	RelevantDigest Digest    `json:"relevant_digest"`
+	FactsAt        time.Time `json:"facts_at"`
+	// RequestSeq grows by one for every compile the farm queues for the node.
+	RequestSeq uint64 `json:"request_seq"`
+	// Requested is the latest compile queued for the node: the inputs the
+	// farm wants a catalog for. A catalog or compile status with the same Seq
+	// answers it.
+	Requested *CompileRequest `json:"requested,omitempty"`
+	Catalog   *CatalogRef     `json:"catalog,omitempty"`
+	Compile   *CompileStatus  `json:"compile,omitempty"`
+	Report    *ReportSummary  `json:"report,omitempty"`
+}
+
+// CompileRequest records the inputs of a compile the farm queued for a node.
+type CompileRequest struct {
+	Seq            uint64    `json:"seq"`
+	Environment    string    `json:"environment"`
+	CodeID         string    `json:"code_id"`
+	FactsDigest    Digest    `json:"facts_digest"`
+	RelevantDigest Digest    `json:"relevant_digest"`
+	Reason         string    `json:"reason"`
+	Lane           Lane      `json:"lane"`
+	At             time.Time `json:"at"`
+}
+
+// Pending reports whether the node's latest requested compile has neither a
+// catalog nor a finished compile yet.
+func (n *Node) Pending() bool {
+	if n.Requested == nil {
+		return false
+	}
+	if n.Catalog != nil && n.Catalog.Seq >= n.Requested.Seq {
+		return false
+	}
+	if n.Compile != nil && n.Compile.Seq >= n.Requested.Seq {
+		return false
+	}
+	return true
+}
+
+// Environment is the farm's record of one Puppet environment's code.
+type Environment struct {
+	Name       string    `json:"name"`
+	CodeID     string    `json:"code_id"` // digest of the code manifest
+	DeployedAt time.Time `json:"deployed_at"`
+}

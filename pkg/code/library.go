@@ -1,0 +1,154 @@
+package code
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	"github.com/compilefarm/compilefarm/pkg/catalog"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+// Library serves code snapshots by code_id: checked out on disk for compile
+// engines, and as Puppet file mounts and static content for the front door.
+// Manifests are immutable, so each is loaded once. Safe for concurrent use.
+type Library struct {
+	store farm.ContentStore
+	root  string // checkouts live in root/<code_id>/<environment>
+
+	mu        sync.Mutex
+	manifests map[string]*Manifest
+	checkouts map[string]string // code_id -> environmentpath
+}
+
+// NewLibrary serves the snapshots in store, checking them out under root.
+func NewLibrary(store farm.ContentStore, root string) *Library {
+	return &Library{store: store, root: root, manifests: map[string]*Manifest{}, checkouts: map[string]string{}}
+}
+
+// Manifest returns the snapshot with this code_id; ErrNotFound when there
+// is none, ErrInvalid for a malformed code_id.
+func (l *Library) Manifest(ctx context.Context, codeID string) (*Manifest, error) {
+	l.mu.Lock()
+	m, ok := l.manifests[codeID]
+	l.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	if !farm.Digest(codeID).Valid() {
+		return nil, fmt.Errorf("code_id %q is not a code snapshot id: %w", codeID, farm.ErrInvalid)
+	}
+	m, err := Load(ctx, l.store, codeID)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.manifests[codeID] = m
+	l.mu.Unlock()
+	return m, nil
+}
+
+// EnvironmentPath checks the snapshot out (once) and returns the Puppet
+// environmentpath that holds it.
+func (l *Library) EnvironmentPath(ctx context.Context, codeID string) (string, error) {
+	l.mu.Lock()
+	p, ok := l.checkouts[codeID]
+	l.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	m, err := l.Manifest(ctx, codeID)
+	if err != nil {
+		return "", err
+	}
+	p, err = Materialize(ctx, l.store, m, l.root)
+	if err != nil {
+		return "", err
+	}
+	l.mu.Lock()
+	l.checkouts[codeID] = p
+	l.mu.Unlock()
+	return p, nil
+}
+
+// files returns the file server of a snapshot, with paths as the compile
+// engine saw them (the checkout's environment directory).
+func (l *Library) files(ctx context.Context, codeID string) (*Files, *Manifest, error) {
+	m, err := l.Manifest(ctx, codeID)
+	if err != nil {
+		return nil, nil, err
+	}
+	envDir := filepath.Join(l.root, codeID, m.Environment)
+	return NewFiles(l.store, m, envDir), m, nil
+}
+
+// MakeStatic inlines file metadata from the snapshot and sets code_id.
+func (l *Library) MakeStatic(ctx context.Context, cat []byte, codeID string) ([]byte, error) {
+	f, _, err := l.files(ctx, codeID)
+	if err != nil {
+		return nil, err
+	}
+	return catalog.MakeStatic(ctx, cat, codeID, f)
+}
+
+// FileMetadata answers file_metadata for a mount key (modules/<mod>/<path>,
+// plugins, pluginfacts, locales) in a snapshot.
+func (l *Library) FileMetadata(ctx context.Context, codeID, key string, opts catalog.MetadataOptions) (catalog.FileMetadata, error) {
+	f, _, err := l.files(ctx, codeID)
+	if err != nil {
+		return catalog.FileMetadata{}, err
+	}
+	return f.FileMetadata(ctx, key, opts)
+}
+
+// FileMetadatas answers file_metadatas for a mount key in a snapshot.
+func (l *Library) FileMetadatas(ctx context.Context, codeID, key string, opts catalog.MetadataOptions) ([]catalog.FileMetadata, error) {
+	f, _, err := l.files(ctx, codeID)
+	if err != nil {
+		return nil, err
+	}
+	return f.FileMetadatas(ctx, key, opts)
+}
+
+// FileContent returns the bytes of a file in a mount.
+func (l *Library) FileContent(ctx context.Context, codeID, key string) ([]byte, error) {
+	m, err := l.Manifest(ctx, codeID)
+	if err != nil {
+		return nil, err
+	}
+	mount, rel, err := SplitKey(key)
+	if err != nil {
+		return nil, err
+	}
+	e, err := m.Lookup(mount, rel)
+	if err != nil {
+		return nil, err
+	}
+	return l.content(ctx, e)
+}
+
+// StaticFileContent returns the bytes of a file by its path in the
+// environment (<moduledir>/<mod>/files/<path>), as static catalogs name it.
+func (l *Library) StaticFileContent(ctx context.Context, codeID, path string) ([]byte, error) {
+	m, err := l.Manifest(ctx, codeID)
+	if err != nil {
+		return nil, err
+	}
+	e, err := m.LookupStatic(path)
+	if err != nil {
+		return nil, err
+	}
+	return l.content(ctx, e)
+}
+
+func (l *Library) content(ctx context.Context, e Entry) ([]byte, error) {
+	if e.Type != TypeFile {
+		return nil, fmt.Errorf("%s is a %s, not a file: %w", e.Path, e.Type, farm.ErrInvalid)
+	}
+	b, err := l.store.Get(ctx, farm.SpaceContent, e.SHA256)
+	if err != nil {
+		return nil, fmt.Errorf("read content of %s: %w", e.Path, err)
+	}
+	return b, nil
+}

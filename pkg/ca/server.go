@@ -1,0 +1,419 @@
+package ca
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/big"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+// Key types for IssueServerCert.
+const (
+	KeyECDSAP256 = "ecdsa-p256" // the default: fast handshakes, accepted by Puppet 7 agents
+	KeyRSA       = "rsa"        // Options.KeyBits bits
+)
+
+// IssueServerCert returns the front door's own certificate and key, signed by
+// the CA: CN certname, SANs certname plus dnsAltNames (entries that parse as
+// IP addresses become IP SANs; Puppet's "DNS:"/"IP:" prefixes are
+// understood), serverAuth+clientAuth. keyType is KeyECDSAP256 (default when
+// empty) or KeyRSA.
+//
+// The certificate and key are kept in server/<certname>.pem and .key (0600)
+// and a copy of the certificate in signed/<certname>.pem, as Puppet Server
+// keeps its own. A kept certificate is reused when it is still valid for a
+// while (30 days, or a third of its lifetime if shorter), not revoked, has
+// the requested key type and covers every requested name; otherwise a new
+// key and certificate replace it. It returns ErrConflict when an agent
+// already holds a certificate for certname, and ErrInvalid for a bad name or
+// key type.
+func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames []string, keyType string) (tls.Certificate, error) {
+	if err := checkCertname(certname); err != nil {
+		return tls.Certificate{}, fmt.Errorf("issue server certificate %q: %w", certname, err)
+	}
+	dnsNames, ips, err := splitAltNames(certname, dnsAltNames)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("issue server certificate %q: %w", certname, err)
+	}
+	if keyType == "" {
+		keyType = KeyECDSAP256
+	}
+	if keyType != KeyECDSAP256 && keyType != KeyRSA {
+		return tls.Certificate{}, fmt.Errorf("issue server certificate %q: key type %q is not %q or %q: %w",
+			certname, keyType, KeyECDSAP256, KeyRSA, farm.ErrInvalid)
+	}
+	var out tls.Certificate
+	err = c.locked(ctx, func() error {
+		certPath, keyPath := c.path(dirServer, certname+".pem"), c.path(dirServer, certname+".key")
+		old, oldKey, why := c.loadServerCert(certPath, keyPath)
+		if why == "" {
+			why = c.serverCertStale(old, oldKey, dnsNames, ips, keyType)
+		}
+		if why == "" {
+			out = tls.Certificate{Certificate: [][]byte{old.Raw}, PrivateKey: oldKey, Leaf: old}
+			c.log.Info("reusing server certificate", "certname", certname, "serial", formatSerial(old.SerialNumber), "not_after", old.NotAfter)
+			return nil
+		}
+		// Do not take over a name an agent holds a certificate for.
+		if held, err := c.readCert(certname); err == nil && !c.isRevokedState(c.crl.Load(), held.SerialNumber) &&
+			(old == nil || held.SerialNumber.Cmp(old.SerialNumber) != 0) {
+			return conflictf("%s already has a signed agent certificate; revoke it or give the front door another certname", certname)
+		} else if err != nil && !errors.Is(err, farm.ErrNotFound) {
+			return err
+		}
+		for _, n := range dnsNames[1:] {
+			if held, err := c.readCert(n); err == nil && !c.isRevokedState(c.crl.Load(), held.SerialNumber) {
+				c.log.Warn("an agent holds a certificate for one of the front door's names and could impersonate it; revoke it",
+					"name", n, "serial", formatSerial(held.SerialNumber))
+			}
+		}
+
+		key, keyPEM, err := newServerKey(keyType, c.opts.KeyBits)
+		if err != nil {
+			return err
+		}
+		serial, err := c.nextSerial()
+		if err != nil {
+			return err
+		}
+		ku := x509.KeyUsageDigitalSignature
+		if keyType == KeyRSA {
+			ku |= x509.KeyUsageKeyEncipherment
+		}
+		cliAuth, _ := asn1.MarshalWithParams("true", "utf8") // a constant string cannot fail
+		now := c.now()
+		cert, certPEM, err := c.issueLeaf(leafSpec{
+			certname:  certname,
+			pub:       key.Public(),
+			serial:    serial,
+			dnsNames:  dnsNames,
+			ips:       ips,
+			keyUsage:  ku,
+			extra:     []pkix.Extension{{Id: oidPuppetCliAuth, Value: cliAuth}},
+			notBefore: now.Add(-backdate),
+			notAfter:  now.Add(c.opts.Validity),
+		})
+		if err != nil {
+			return err
+		}
+		// Key first: a crash between the two writes leaves a key that does
+		// not match the old certificate, which the next start replaces.
+		if err := writeFileAtomic(keyPath, keyPEM, 0o600); err != nil {
+			return err
+		}
+		if err := writeFileAtomic(certPath, certPEM, 0o644); err != nil {
+			return err
+		}
+		if err := writeFileAtomic(c.signedPath(certname), certPEM, 0o644); err != nil {
+			return err
+		}
+		if err := c.appendInventory(certname, cert.SerialNumber, cert.NotBefore, cert.NotAfter); err != nil {
+			return err
+		}
+		c.log.Info("issued server certificate", "certname", certname, "serial", formatSerial(serial),
+			"key", keyType, "dns", dnsNames, "ips", ips, "not_after", cert.NotAfter, "reason", why)
+		out = tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
+		return nil
+	})
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("issue server certificate %q: %w", certname, err)
+	}
+	return out, nil
+}
+
+// splitAltNames returns the DNS SANs (certname first, deduplicated, lower
+// case) and IP SANs for a server certificate.
+func splitAltNames(certname string, alt []string) ([]string, []net.IP, error) {
+	dns := []string{certname}
+	var ips []net.IP
+	for _, a := range alt {
+		a = strings.TrimSpace(a)
+		if v, ok := strings.CutPrefix(a, "IP:"); ok {
+			ip := net.ParseIP(v)
+			if ip == nil {
+				return nil, nil, invalidf("alt name %q is not an IP address", a)
+			}
+			ips = appendIP(ips, ip)
+			continue
+		}
+		a = strings.ToLower(strings.TrimPrefix(a, "DNS:"))
+		if ip := net.ParseIP(a); ip != nil {
+			ips = appendIP(ips, ip)
+			continue
+		}
+		if a == "" || strings.ContainsAny(a, "*/\\ ") || strings.HasPrefix(a, ".") {
+			return nil, nil, invalidf("alt name %q is not a DNS name", a)
+		}
+		if !slices.Contains(dns, a) {
+			dns = append(dns, a)
+		}
+	}
+	return dns, ips, nil
+}
+
+func appendIP(ips []net.IP, ip net.IP) []net.IP {
+	if v4 := ip.To4(); v4 != nil {
+		ip = v4
+	}
+	for _, have := range ips {
+		if have.Equal(ip) {
+			return ips
+		}
+	}
+	return append(ips, ip)
+}
+
+// loadServerCert reads a kept server certificate and key; why is non-empty
+// when there is none usable.
+func (c *CA) loadServerCert(certPath, keyPath string) (*x509.Certificate, crypto.Signer, string) {
+	certPEM, err := os.ReadFile(certPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, "none kept"
+	}
+	if err != nil {
+		return nil, nil, err.Error()
+	}
+	cert, err := parseCertPEM(certPEM)
+	if err != nil {
+		return nil, nil, "kept certificate unreadable: " + err.Error()
+	}
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		return cert, nil, "kept key unreadable: " + err.Error()
+	}
+	key, err := parsePrivateKey(keyPEM)
+	if err != nil {
+		return cert, nil, "kept key unreadable: " + err.Error()
+	}
+	if !publicKeysEqual(key.Public(), cert.PublicKey) {
+		return cert, nil, "kept key does not match kept certificate"
+	}
+	return cert, key, ""
+}
+
+// serverCertStale says why a kept server certificate cannot be reused, or "".
+func (c *CA) serverCertStale(cert *x509.Certificate, key crypto.Signer, dnsNames []string, ips []net.IP, keyType string) string {
+	now := c.now()
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: c.pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		return "kept certificate does not verify: " + err.Error()
+	}
+	if c.isRevokedState(c.crl.Load(), cert.SerialNumber) {
+		return "kept certificate is revoked"
+	}
+	if kt := keyTypeOf(key); kt != keyType {
+		return fmt.Sprintf("kept key is %s, %s requested", kt, keyType)
+	}
+	lifetime := cert.NotAfter.Sub(cert.NotBefore)
+	renewBefore := min(30*24*time.Hour, lifetime/3)
+	if cert.NotAfter.Sub(now) < renewBefore {
+		return "kept certificate expires soon"
+	}
+	for _, n := range dnsNames {
+		if !slices.Contains(cert.DNSNames, n) {
+			return "kept certificate lacks DNS name " + n
+		}
+	}
+	for _, ip := range ips {
+		if !slices.ContainsFunc(cert.IPAddresses, ip.Equal) {
+			return "kept certificate lacks IP address " + ip.String()
+		}
+	}
+	return ""
+}
+
+func keyTypeOf(key crypto.Signer) string {
+	switch k := key.(type) {
+	case *ecdsa.PrivateKey:
+		if k.Curve == elliptic.P256() {
+			return KeyECDSAP256
+		}
+		return "ecdsa-" + k.Curve.Params().Name
+	case *rsa.PrivateKey:
+		return KeyRSA
+	default:
+		return fmt.Sprintf("%T", key)
+	}
+}
+
+func newServerKey(keyType string, rsaBits int) (crypto.Signer, []byte, error) {
+	var key crypto.Signer
+	var err error
+	if keyType == KeyRSA {
+		key, err = rsa.GenerateKey(rand.Reader, rsaBits)
+	} else {
+		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate %s server key: %w", keyType, err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode server key: %w", err)
+	}
+	return key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// parsePrivateKey reads a PEM private key: PKCS#1, PKCS#8 or SEC 1.
+func parsePrivateKey(data []byte) (crypto.Signer, error) {
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return nil, errors.New("no PEM private key")
+	}
+	var key any
+	var err error
+	switch block.Type {
+	case "RSA PRIVATE KEY":
+		key, err = x509.ParsePKCS1PrivateKey(block.Bytes)
+	case "EC PRIVATE KEY":
+		key, err = x509.ParseECPrivateKey(block.Bytes)
+	case "PRIVATE KEY":
+		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
+	default:
+		return nil, fmt.Errorf("PEM block %q is not a private key", block.Type)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("parse private key: %w", err)
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("private key of type %T cannot sign", key)
+	}
+	return signer, nil
+}
+
+func publicKeysEqual(a, b crypto.PublicKey) bool {
+	type equaler interface{ Equal(crypto.PublicKey) bool }
+	switch k := a.(type) {
+	case *rsa.PublicKey, *ecdsa.PublicKey, ed25519.PublicKey:
+		return k.(equaler).Equal(b)
+	}
+	return false
+}
+
+// serverNameOwner returns the certname of the unrevoked front door
+// certificate that carries name as a DNS SAN, or "". Agents must not get a
+// certificate for such a name: it would let them impersonate the front door
+// (agent certificates are good for serverAuth, as Puppet's are).
+func (c *CA) serverNameOwner(name string) (string, error) {
+	owners, err := c.names(dirServer)
+	if err != nil {
+		return "", fmt.Errorf("list server certificates: %w", err)
+	}
+	for _, owner := range owners {
+		data, err := os.ReadFile(c.path(dirServer, owner+".pem"))
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return "", fmt.Errorf("read server certificate %q: %w", owner, err)
+		}
+		cert, err := parseCertPEM(data)
+		if err != nil {
+			c.log.Warn("unreadable server certificate", "certname", owner, "err", err)
+			continue
+		}
+		if slices.Contains(cert.DNSNames, name) && !c.isRevokedState(c.crl.Load(), cert.SerialNumber) {
+			return owner, nil
+		}
+	}
+	return "", nil
+}
+
+// CACert returns the CA certificate. Callers must not modify it.
+func (c *CA) CACert() *x509.Certificate { return c.cert }
+
+// Pool returns a pool holding the CA certificate, for tls.Config.ClientCAs
+// (and RootCAs of clients). Callers must not modify it.
+func (c *CA) Pool() *x509.CertPool { return c.pool }
+
+// IsRevoked reports whether the CA has revoked the certificate with this
+// serial. It answers from memory and is safe for concurrent use; at most
+// once a second it also looks for revocations made by another process
+// sharing the directory.
+func (c *CA) IsRevoked(serial *big.Int) bool {
+	if serial == nil {
+		return false
+	}
+	if time.Since(time.Unix(0, c.lastCheck.Load())) > refreshEvery && c.reloadMu.TryLock() {
+		if _, err := c.refreshCRLLocked(); err != nil {
+			c.log.Error("refresh CRL", "err", err)
+		}
+		c.reloadMu.Unlock()
+	}
+	return c.isRevokedState(c.crl.Load(), serial)
+}
+
+// VerifyClient checks a client certificate the way the front door must:
+// issued by this CA, valid now, good for client authentication, not revoked.
+// intermediates may be nil.
+func (c *CA) VerifyClient(cert *x509.Certificate, intermediates *x509.CertPool) error {
+	if _, err := cert.Verify(x509.VerifyOptions{
+		Roots:         c.pool,
+		Intermediates: intermediates,
+		CurrentTime:   c.now(),
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}); err != nil {
+		return fmt.Errorf("verify client certificate %q: %w", cert.Subject.CommonName, err)
+	}
+	if c.IsRevoked(cert.SerialNumber) {
+		return fmt.Errorf("verify client certificate %q: certificate serial %s is revoked", cert.Subject.CommonName, formatSerial(cert.SerialNumber))
+	}
+	return nil
+}
+
+// VerifyConnection is a tls.Config.VerifyConnection for the front door: it
+// refuses a client certificate the CA has revoked (crypto/tls has already
+// verified the chain against ClientCAs) and verifies fully when the config
+// did not ask crypto/tls to. Connections without a client certificate pass:
+// the CA endpoints serve them, and authorization is per path.
+func (c *CA) VerifyConnection(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return nil
+	}
+	leaf := cs.PeerCertificates[0]
+	if len(cs.VerifiedChains) == 0 {
+		inter := x509.NewCertPool()
+		for _, ic := range cs.PeerCertificates[1:] {
+			inter.AddCert(ic)
+		}
+		return c.VerifyClient(leaf, inter)
+	}
+	if bytes.Equal(leaf.RawIssuer, c.cert.RawSubject) && c.IsRevoked(leaf.SerialNumber) {
+		return fmt.Errorf("client certificate %q (serial %s) is revoked", leaf.Subject.CommonName, formatSerial(leaf.SerialNumber))
+	}
+	return nil
+}
+
+// ServerTLSConfig returns a TLS configuration for Puppet's port 8140: it
+// presents server (from IssueServerCert), asks for client certificates
+// without requiring them, verifies those given against the CA and refuses
+// revoked ones. Callers may adjust the result (NextProtos, timeouts).
+func (c *CA) ServerTLSConfig(server tls.Certificate) *tls.Config {
+	return &tls.Config{
+		MinVersion:       tls.VersionTLS12,
+		Certificates:     []tls.Certificate{server},
+		ClientAuth:       tls.VerifyClientCertIfGiven,
+		ClientCAs:        c.pool,
+		VerifyConnection: c.VerifyConnection,
+	}
+}

@@ -1,0 +1,438 @@
+package farmtest
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+// NewCSR returns a PEM certificate request with subject CN=certname and its
+// ECDSA P-256 key, as a Puppet agent with key_type=ec would send.
+func NewCSR(t testing.TB, certname string) ([]byte, crypto.Signer) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatalf("generate key for %s: %v", certname, err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: certname},
+	}, key)
+	if err != nil {
+		t.Fatalf("create CSR for %s: %v", certname, err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), key
+}
+
+// TestCA runs the contract suite for farm.CA. open returns a new, empty CA
+// with autosign off; each subtest opens its own.
+func TestCA(t *testing.T, open func(t *testing.T) farm.CA) {
+	t.Run("CACertificate", func(t *testing.T) {
+		ca := open(t)
+		cert := caCACert(t, ca)
+		if !cert.IsCA || !cert.BasicConstraintsValid {
+			t.Fatalf("CA certificate is not a CA: IsCA=%v BasicConstraintsValid=%v", cert.IsCA, cert.BasicConstraintsValid)
+		}
+		if err := cert.CheckSignatureFrom(cert); err != nil {
+			t.Fatalf("CA certificate is not self-signed: %v", err)
+		}
+		if cert.KeyUsage&x509.KeyUsageCertSign == 0 || cert.KeyUsage&x509.KeyUsageCRLSign == 0 {
+			t.Fatalf("CA key usage %v lacks certSign or cRLSign", cert.KeyUsage)
+		}
+	})
+
+	t.Run("EmptyCRL", func(t *testing.T) {
+		ca := open(t)
+		crl := caCRL(t, ca)
+		if len(crl.RevokedCertificateEntries) != 0 {
+			t.Fatalf("new CA's CRL lists %d revocations", len(crl.RevokedCertificateEntries))
+		}
+		if crl.Number == nil {
+			t.Fatalf("CRL has no CRL number")
+		}
+	})
+
+	t.Run("SubmitListSign", func(t *testing.T) {
+		ca := open(t)
+		ctx := t.Context()
+		const name = "agent1.example.test"
+		csrPEM, key := NewCSR(t, name)
+		if err := ca.SubmitCSR(ctx, name, csrPEM); err != nil {
+			t.Fatalf("SubmitCSR: %v", err)
+		}
+		got, err := ca.CertificateRequest(ctx, name)
+		if err != nil {
+			t.Fatalf("CertificateRequest after submit: %v", err)
+		}
+		if !caSameDER(t, got, csrPEM) {
+			t.Fatalf("CertificateRequest returned another request than submitted")
+		}
+		if _, err := ca.Certificate(ctx, name); !errors.Is(err, farm.ErrNotFound) {
+			t.Fatalf("Certificate before signing: err = %v, want ErrNotFound", err)
+		}
+		st := caStatus(t, ca, name)
+		if st.State != farm.CertRequested {
+			t.Fatalf("state after submit = %q, want %q", st.State, farm.CertRequested)
+		}
+		caCheckFingerprint(t, st.Fingerprint)
+
+		if err := ca.Sign(ctx, name); err != nil {
+			t.Fatalf("Sign: %v", err)
+		}
+		cert := caAgentCert(t, ca, name, key)
+		st = caStatus(t, ca, name)
+		if st.State != farm.CertSigned {
+			t.Fatalf("state after signing = %q, want %q", st.State, farm.CertSigned)
+		}
+		caCheckStatusMatches(t, st, cert)
+	})
+
+	t.Run("ResubmitPendingReplaces", func(t *testing.T) {
+		ca := open(t)
+		ctx := t.Context()
+		const name = "agent2.example.test"
+		first, _ := NewCSR(t, name)
+		second, key := NewCSR(t, name)
+		if err := ca.SubmitCSR(ctx, name, first); err != nil {
+			t.Fatalf("SubmitCSR first: %v", err)
+		}
+		if err := ca.SubmitCSR(ctx, name, second); err != nil {
+			t.Fatalf("SubmitCSR second for a pending name: %v", err)
+		}
+		got, err := ca.CertificateRequest(ctx, name)
+		if err != nil {
+			t.Fatalf("CertificateRequest: %v", err)
+		}
+		if !caSameDER(t, got, second) {
+			t.Fatalf("pending request was not replaced by the resubmitted one")
+		}
+		if err := ca.Sign(ctx, name); err != nil {
+			t.Fatalf("Sign: %v", err)
+		}
+		caAgentCert(t, ca, name, key)
+	})
+
+	t.Run("SubmitForSignedConflicts", func(t *testing.T) {
+		ca := open(t)
+		ctx := t.Context()
+		const name = "agent3.example.test"
+		caSubmitSign(t, ca, name)
+		before, err := ca.Certificate(ctx, name)
+		if err != nil {
+			t.Fatalf("Certificate: %v", err)
+		}
+		again, _ := NewCSR(t, name)
+		if err := ca.SubmitCSR(ctx, name, again); !errors.Is(err, farm.ErrConflict) {
+			t.Fatalf("SubmitCSR for a signed name: err = %v, want ErrConflict", err)
+		}
+		after, err := ca.Certificate(ctx, name)
+		if err != nil {
+			t.Fatalf("Certificate after refused submit: %v", err)
+		}
+		if string(before) != string(after) {
+			t.Fatalf("refused submit changed the certificate")
+		}
+	})
+
+	t.Run("Revoke", func(t *testing.T) {
+		ca := open(t)
+		ctx := t.Context()
+		const name = "agent4.example.test"
+		cert := caSubmitSign(t, ca, name)
+		caSubmitSign(t, ca, "bystander.example.test")
+		if err := ca.Revoke(ctx, name); err != nil {
+			t.Fatalf("Revoke: %v", err)
+		}
+		if st := caStatus(t, ca, name); st.State != farm.CertRevoked {
+			t.Fatalf("state after revoke = %q, want %q", st.State, farm.CertRevoked)
+		}
+		if st := caStatus(t, ca, "bystander.example.test"); st.State != farm.CertSigned {
+			t.Fatalf("bystander's state after another revoke = %q, want %q", st.State, farm.CertSigned)
+		}
+		crl := caCRL(t, ca)
+		if !caCRLHas(crl, cert.SerialNumber) {
+			t.Fatalf("CRL does not list revoked serial %x", cert.SerialNumber)
+		}
+		if len(crl.RevokedCertificateEntries) != 1 {
+			t.Fatalf("CRL lists %d serials, want 1", len(crl.RevokedCertificateEntries))
+		}
+	})
+
+	t.Run("Errors", func(t *testing.T) {
+		ca := open(t)
+		ctx := t.Context()
+		good, _ := NewCSR(t, "good.example.test")
+		tests := []struct {
+			name     string
+			certname string
+			csr      []byte
+		}{
+			{"CN does not match certname", "other.example.test", good},
+			{"garbage", "good.example.test", []byte("this is not a certificate request")},
+			{"empty", "good.example.test", nil},
+			{"PEM of another type", "good.example.test", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte{0x30, 0x00}})},
+			{"truncated DER", "good.example.test", caTruncate(t, good)},
+			{"invalid certname", "Bad/Name", good},
+			{"path traversal", "../good.example.test", good},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				err := ca.SubmitCSR(ctx, tc.certname, tc.csr)
+				if !errors.Is(err, farm.ErrInvalid) {
+					t.Fatalf("SubmitCSR: err = %v, want ErrInvalid", err)
+				}
+				if err.Error() == "" {
+					t.Fatalf("error has no message")
+				}
+			})
+		}
+		list, err := ca.List(ctx)
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		if len(list) != 0 {
+			t.Fatalf("refused requests left %d entries: %+v", len(list), list)
+		}
+	})
+
+	t.Run("NotFound", func(t *testing.T) {
+		ca := open(t)
+		ctx := t.Context()
+		const name = "nobody.example.test"
+		if _, err := ca.Certificate(ctx, name); !errors.Is(err, farm.ErrNotFound) {
+			t.Errorf("Certificate: err = %v, want ErrNotFound", err)
+		}
+		if _, err := ca.CertificateRequest(ctx, name); !errors.Is(err, farm.ErrNotFound) {
+			t.Errorf("CertificateRequest: err = %v, want ErrNotFound", err)
+		}
+		if err := ca.Sign(ctx, name); !errors.Is(err, farm.ErrNotFound) {
+			t.Errorf("Sign: err = %v, want ErrNotFound", err)
+		}
+		if err := ca.Revoke(ctx, name); !errors.Is(err, farm.ErrNotFound) {
+			t.Errorf("Revoke: err = %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("ConcurrentSubmitsAndSigns", func(t *testing.T) {
+		ca := open(t)
+		ctx := t.Context()
+		const n = 16
+		keys := make([]crypto.Signer, n)
+		csrs := make([][]byte, n)
+		for i := range n {
+			csrs[i], keys[i] = NewCSR(t, fmt.Sprintf("node%02d.example.test", i))
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 2*n)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				name := fmt.Sprintf("node%02d.example.test", i)
+				if err := ca.SubmitCSR(ctx, name, csrs[i]); err != nil {
+					errs <- fmt.Errorf("SubmitCSR %s: %w", name, err)
+				}
+			}()
+		}
+		wg.Wait()
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				name := fmt.Sprintf("node%02d.example.test", i)
+				if err := ca.Sign(ctx, name); err != nil {
+					errs <- fmt.Errorf("Sign %s: %w", name, err)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if t.Failed() {
+			return
+		}
+		serials := map[string]string{}
+		for i := range n {
+			name := fmt.Sprintf("node%02d.example.test", i)
+			cert := caAgentCert(t, ca, name, keys[i])
+			s := cert.SerialNumber.String()
+			if other, dup := serials[s]; dup {
+				t.Fatalf("%s and %s share serial %s", name, other, s)
+			}
+			serials[s] = name
+		}
+		list, err := ca.List(ctx)
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		signed := 0
+		for _, st := range list {
+			if strings.HasPrefix(st.Certname, "node") && st.State == farm.CertSigned {
+				signed++
+			}
+		}
+		if signed != n {
+			t.Fatalf("List shows %d signed nodes, want %d", signed, n)
+		}
+	})
+}
+
+func caPEMBlock(t testing.TB, data []byte, typ string) []byte {
+	t.Helper()
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatalf("not PEM: %.60q", data)
+	}
+	if block.Type != typ {
+		t.Fatalf("PEM type %q, want %q", block.Type, typ)
+	}
+	return block.Bytes
+}
+
+func caCACert(t testing.TB, ca farm.CA) *x509.Certificate {
+	t.Helper()
+	data, err := ca.CACertificate(t.Context())
+	if err != nil {
+		t.Fatalf("CACertificate: %v", err)
+	}
+	cert, err := x509.ParseCertificate(caPEMBlock(t, data, "CERTIFICATE"))
+	if err != nil {
+		t.Fatalf("parse CA certificate: %v", err)
+	}
+	return cert
+}
+
+// caCRL fetches the CRL and checks the CA signed it.
+func caCRL(t testing.TB, ca farm.CA) *x509.RevocationList {
+	t.Helper()
+	data, err := ca.CRL(t.Context())
+	if err != nil {
+		t.Fatalf("CRL: %v", err)
+	}
+	crl, err := x509.ParseRevocationList(caPEMBlock(t, data, "X509 CRL"))
+	if err != nil {
+		t.Fatalf("parse CRL: %v", err)
+	}
+	if err := crl.CheckSignatureFrom(caCACert(t, ca)); err != nil {
+		t.Fatalf("CRL is not signed by the CA: %v", err)
+	}
+	return crl
+}
+
+func caCRLHas(crl *x509.RevocationList, serial *big.Int) bool {
+	for _, e := range crl.RevokedCertificateEntries {
+		if e.SerialNumber.Cmp(serial) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// caAgentCert fetches the certificate of name and checks it is what an
+// agent needs: CN=name, the agent's key, chaining to the CA for client auth.
+func caAgentCert(t testing.TB, ca farm.CA, name string, key crypto.Signer) *x509.Certificate {
+	t.Helper()
+	data, err := ca.Certificate(t.Context(), name)
+	if err != nil {
+		t.Fatalf("Certificate %s: %v", name, err)
+	}
+	cert, err := x509.ParseCertificate(caPEMBlock(t, data, "CERTIFICATE"))
+	if err != nil {
+		t.Fatalf("parse certificate of %s: %v", name, err)
+	}
+	if cert.Subject.CommonName != name {
+		t.Fatalf("certificate CN = %q, want %q", cert.Subject.CommonName, name)
+	}
+	if pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool }); !ok || !pub.Equal(cert.PublicKey) {
+		t.Fatalf("certificate of %s does not carry the requested key", name)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(caCACert(t, ca))
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Fatalf("certificate of %s does not verify for client auth: %v", name, err)
+	}
+	return cert
+}
+
+func caSubmitSign(t testing.TB, ca farm.CA, name string) *x509.Certificate {
+	t.Helper()
+	csrPEM, key := NewCSR(t, name)
+	if err := ca.SubmitCSR(t.Context(), name, csrPEM); err != nil {
+		t.Fatalf("SubmitCSR %s: %v", name, err)
+	}
+	if err := ca.Sign(t.Context(), name); err != nil {
+		t.Fatalf("Sign %s: %v", name, err)
+	}
+	return caAgentCert(t, ca, name, key)
+}
+
+func caStatus(t testing.TB, ca farm.CA, name string) farm.CertStatus {
+	t.Helper()
+	list, err := ca.List(t.Context())
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	var found []farm.CertStatus
+	for _, st := range list {
+		if st.Certname == name {
+			found = append(found, st)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("List has %d entries for %s, want 1: %+v", len(found), name, list)
+	}
+	return found[0]
+}
+
+var caFingerprintRE = regexp.MustCompile(`^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){31}$`)
+
+func caCheckFingerprint(t testing.TB, fp string) {
+	t.Helper()
+	if !caFingerprintRE.MatchString(fp) {
+		t.Fatalf("fingerprint %q is not a colon-separated SHA-256", fp)
+	}
+}
+
+func caCheckStatusMatches(t testing.TB, st farm.CertStatus, cert *x509.Certificate) {
+	t.Helper()
+	caCheckFingerprint(t, st.Fingerprint)
+	sum := sha256.Sum256(cert.Raw)
+	if got := strings.ToLower(strings.ReplaceAll(st.Fingerprint, ":", "")); got != hex.EncodeToString(sum[:]) {
+		t.Fatalf("fingerprint %s is not the SHA-256 of the certificate", st.Fingerprint)
+	}
+	serial, ok := new(big.Int).SetString(st.Serial, 16)
+	if !ok || serial.Cmp(cert.SerialNumber) != 0 {
+		t.Fatalf("serial %q, certificate has %x", st.Serial, cert.SerialNumber)
+	}
+	if !st.NotAfter.Equal(cert.NotAfter) {
+		t.Fatalf("NotAfter %v, certificate has %v", st.NotAfter, cert.NotAfter)
+	}
+}
+
+func caSameDER(t testing.TB, a, b []byte) bool {
+	t.Helper()
+	return string(caPEMBlock(t, a, "CERTIFICATE REQUEST")) == string(caPEMBlock(t, b, "CERTIFICATE REQUEST"))
+}
+
+// caTruncate cuts a PEM request's DER in half and re-encodes it.
+func caTruncate(t testing.TB, csrPEM []byte) []byte {
+	t.Helper()
+	der := caPEMBlock(t, csrPEM, "CERTIFICATE REQUEST")
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der[:len(der)/2]})
+}

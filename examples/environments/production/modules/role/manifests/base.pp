@@ -1,0 +1,6 @@
+# @summary The base role: the demo files.
+class role::base {
+  class { 'demo':
+    role => 'base',
+  }
+}

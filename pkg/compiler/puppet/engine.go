@@ -1,0 +1,409 @@
+// Package puppet is the compile engine that runs real Ruby Puppet.
+//
+// Each worker is one long-lived Ruby process running the embedded worker.rb:
+// Puppet is loaded once, then the process compiles one catalog at a time,
+// the way Puppet Server's catalog endpoint does, and answers with the
+// catalog exactly as Puppet Server sends it to an agent that accepts
+// application/vnd.puppet.rich+json (Puppet::Resource::Catalog#to_data_hash
+// with rich data, catalog_format 2).
+//
+// The Go side and the worker speak JSON lines over stdin/stdout; what the
+// worker writes to stderr (Puppet's log) goes to slog. Each worker keeps a
+// small LRU of Puppet environment loaders, one per environmentpath: a code
+// snapshot (code_id) has its own environmentpath, so repeated compiles of
+// one snapshot reuse its parsed code and a new snapshot is always read
+// fresh.
+//
+// A compile error in the code is returned as a *compiler.CompileError. A
+// worker that crashes, hangs past Options.Timeout, or whose compile is
+// cancelled is killed (its whole process group) and restarted in the
+// background; that compile fails with an error wrapping farm.ErrTransient.
+package puppet
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/compiler"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+//go:embed worker.rb
+var workerScript []byte
+
+// Defaults for Options.
+const (
+	DefaultRuby    = "ruby"
+	DefaultTimeout = 2 * time.Minute
+)
+
+const (
+	// startTimeout bounds how long a worker may take to load Puppet.
+	startTimeout = 2 * time.Minute
+	// stopGrace is how long Close waits for a worker to exit by itself.
+	stopGrace = 10 * time.Second
+	// restartBackoff is the pause before retrying a failed restart.
+	restartBackoff = 5 * time.Second
+)
+
+// Options configure an Engine.
+type Options struct {
+	// Workers is the number of Ruby worker processes, each compiling one
+	// catalog at a time. Default 1.
+	Workers int
+	// Ruby is the ruby executable. Default "ruby".
+	Ruby string
+	// WorkDir holds worker.rb and one directory per worker with its Puppet
+	// confdir, vardir and codedir. Required; Puppet's system directories
+	// (/etc/puppet, /var/lib/puppet) are never used.
+	WorkDir string
+	// Timeout bounds one compile. Default 2 minutes.
+	Timeout time.Duration
+	// Logger receives the workers' Puppet log. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Engine compiles catalogs with Ruby Puppet. It is safe for concurrent use.
+type Engine struct {
+	opts    Options
+	log     *slog.Logger
+	script  string
+	version string
+
+	workers []*worker
+	pool    pool // the workers not compiling
+
+	life      context.Context // ends when Close starts
+	stopLife  context.CancelFunc
+	restarts  sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+	nextID    atomic.Uint64
+}
+
+var _ compiler.Engine = (*Engine)(nil)
+
+// errClosed is returned by Compile after Close.
+var errClosed = fmt.Errorf("puppet engine is closed: %w", farm.ErrTransient)
+
+// New writes worker.rb to opts.WorkDir and starts opts.Workers workers,
+// returning once all have loaded Puppet. ctx bounds the start-up only.
+func New(ctx context.Context, opts Options) (*Engine, error) {
+	if opts.Workers <= 0 {
+		opts.Workers = 1
+	}
+	if opts.Ruby == "" {
+		opts.Ruby = DefaultRuby
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.WorkDir == "" {
+		return nil, fmt.Errorf("puppet engine: WorkDir is required: %w", farm.ErrInvalid)
+	}
+	workDir, err := filepath.Abs(opts.WorkDir)
+	if err != nil {
+		return nil, fmt.Errorf("puppet engine: resolve WorkDir %q: %w", opts.WorkDir, err)
+	}
+	opts.WorkDir = workDir
+	if err := os.MkdirAll(workDir, 0o750); err != nil {
+		return nil, fmt.Errorf("puppet engine: create WorkDir: %w", err)
+	}
+	script := filepath.Join(workDir, "worker.rb")
+	if err := writeFileAtomic(script, workerScript, 0o644); err != nil {
+		return nil, fmt.Errorf("puppet engine: write worker script: %w", err)
+	}
+
+	life, stop := context.WithCancel(context.Background())
+	e := &Engine{
+		opts:     opts,
+		log:      opts.Logger.With("engine", "puppet"),
+		script:   script,
+		life:     life,
+		stopLife: stop,
+	}
+	for i := range opts.Workers {
+		dir := filepath.Join(workDir, "worker-"+strconv.Itoa(i))
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			stop()
+			return nil, fmt.Errorf("puppet engine: create worker directory: %w", err)
+		}
+		e.workers = append(e.workers, &worker{n: i, dir: dir})
+	}
+
+	// Start all workers at once: loading Puppet takes a second or more each.
+	errs := make([]error, len(e.workers))
+	var wg sync.WaitGroup
+	for i, w := range e.workers {
+		wg.Go(func() { errs[i] = e.start(ctx, w) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, w := range e.workers {
+			if w.proc != nil {
+				w.proc.kill()
+			}
+		}
+		stop()
+		return nil, fmt.Errorf("puppet engine: start workers (is puppet installed for %s?): %w", opts.Ruby, err)
+	}
+	e.version = e.workers[0].proc.ready.PuppetVersion
+	for _, w := range e.workers {
+		e.pool.put(w)
+	}
+	e.log.Info("puppet engine ready", "workers", opts.Workers, "puppet_version", e.version,
+		"ruby_version", e.workers[0].proc.ready.RubyVersion, "workdir", workDir)
+	return e, nil
+}
+
+// PuppetVersion is the version of Puppet the workers loaded.
+func (e *Engine) PuppetVersion() string { return e.version }
+
+// start starts w's process; w must be owned by the caller.
+func (e *Engine) start(ctx context.Context, w *worker) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopOnClose := context.AfterFunc(e.life, cancel)
+	defer stopOnClose()
+	p, err := startProcess(ctx, e.opts.Ruby, e.script, w.dir, startTimeout, e.log.With("worker", w.n))
+	if err != nil {
+		return fmt.Errorf("worker %d: %w", w.n, err)
+	}
+	w.proc = p
+	return nil
+}
+
+// Compile compiles req's catalog on a free worker.
+func (e *Engine) Compile(ctx context.Context, req compiler.Request) (compiler.Result, error) {
+	if err := validate(req); err != nil {
+		return compiler.Result{}, err
+	}
+	facts, err := encodeFacts(req.Facts)
+	if err != nil {
+		return compiler.Result{}, fmt.Errorf("puppet compile %s: %w: %w", req.Certname, err, farm.ErrInvalid)
+	}
+	id := e.nextID.Add(1)
+	line, err := json.Marshal(request{
+		ID:              id,
+		Certname:        req.Certname,
+		Environment:     req.Environment,
+		CodeID:          req.CodeID,
+		EnvironmentPath: req.EnvironmentPath,
+		Facts:           facts,
+	})
+	if err != nil {
+		return compiler.Result{}, fmt.Errorf("puppet compile %s: encode request: %w", req.Certname, err)
+	}
+	line = append(line, '\n')
+
+	w, err := e.acquire(ctx, req.EnvironmentPath)
+	if err != nil {
+		return compiler.Result{}, fmt.Errorf("puppet compile %s: wait for a free worker: %w", req.Certname, err)
+	}
+	if w.proc == nil {
+		// An earlier restart failed; try again now.
+		if err := e.start(ctx, w); err != nil {
+			e.pool.put(w)
+			return compiler.Result{}, fmt.Errorf("puppet compile %s: %w: %w", req.Certname, err, farm.ErrTransient)
+		}
+	}
+
+	res, healthy, err := e.exchange(ctx, w, id, line, req)
+	if healthy {
+		w.used(req.EnvironmentPath)
+		e.pool.put(w)
+	} else {
+		e.log.Warn("killing puppet worker", "worker", w.n, "pid", w.proc.pid, "err", err)
+		w.proc.kill()
+		e.restart(w)
+	}
+	return res, err
+}
+
+// validate rejects requests that no worker could compile.
+func validate(req compiler.Request) error {
+	if err := farm.ValidateCertname(req.Certname); err != nil {
+		return fmt.Errorf("puppet compile: %w", err)
+	}
+	if err := farm.ValidateEnvironment(req.Environment); err != nil {
+		return fmt.Errorf("puppet compile %s: %w", req.Certname, err)
+	}
+	if !filepath.IsAbs(req.EnvironmentPath) {
+		return fmt.Errorf("puppet compile %s: environment path %q must be absolute: %w", req.Certname, req.EnvironmentPath, farm.ErrInvalid)
+	}
+	return nil
+}
+
+// acquire takes an idle worker, preferably one that has envpath's code.
+func (e *Engine) acquire(ctx context.Context, envpath string) (*worker, error) {
+	if e.life.Err() != nil {
+		return nil, errClosed
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(e.life, cancel)
+	defer stop()
+	w, err := e.pool.get(ctx, envpath)
+	if err != nil {
+		if e.life.Err() != nil {
+			return nil, errClosed
+		}
+		return nil, fmt.Errorf("%w: %w", farm.ErrTransient, err)
+	}
+	if e.life.Err() != nil {
+		e.pool.put(w)
+		return nil, errClosed
+	}
+	return w, nil
+}
+
+// exchange sends one request to w and waits for its answer. healthy is false
+// when the worker must be killed and restarted.
+func (e *Engine) exchange(ctx context.Context, w *worker, id uint64, line []byte, req compiler.Request) (res compiler.Result, healthy bool, err error) {
+	p := w.proc
+	what := fmt.Sprintf("puppet compile %s (environment %s, code %s) on worker %d (pid %d)", req.Certname, req.Environment, req.CodeID, w.n, p.pid)
+	start := time.Now()
+	timer := time.NewTimer(e.opts.Timeout)
+	defer timer.Stop()
+
+	if err := p.send(line); err != nil {
+		return res, false, fmt.Errorf("%s: send request: worker died (%v)%s: %w", what, err, p.tail.suffix(), farm.ErrTransient)
+	}
+	for {
+		select {
+		case out, ok := <-p.lines:
+			if !ok {
+				<-p.exited
+				return res, false, fmt.Errorf("%s: worker died (%v)%s; restarting: %w", what, p.waitErr, p.tail.suffix(), farm.ErrTransient)
+			}
+			var resp response
+			if err := json.Unmarshal(out, &resp); err != nil {
+				return res, false, fmt.Errorf("%s: unreadable answer %q: %w", what, truncate(out, 200), farm.ErrTransient)
+			}
+			if resp.ID == nil && resp.Error != nil {
+				return res, true, fmt.Errorf("%s: worker rejected the request: %s: %w", what, resp.Error.Message, farm.ErrInvalid)
+			}
+			if resp.ID == nil || *resp.ID != id {
+				e.log.Warn("puppet worker answered another request; ignored", "worker", w.n, "want", id, "line", truncate(out, 200))
+				continue
+			}
+			return e.result(what, resp, time.Since(start))
+		case <-timer.C:
+			return res, false, fmt.Errorf("%s: no answer after %s; killing the worker: %w", what, e.opts.Timeout, farm.ErrTransient)
+		case <-ctx.Done():
+			return res, false, fmt.Errorf("%s: %w; killing the worker: %w", what, ctx.Err(), farm.ErrTransient)
+		case <-e.life.Done():
+			return res, false, fmt.Errorf("%s: %w", what, errClosed)
+		}
+	}
+}
+
+// result turns a worker's answer into Compile's result.
+func (e *Engine) result(what string, resp response, took time.Duration) (compiler.Result, bool, error) {
+	if resp.OK {
+		if len(resp.Catalog) == 0 || resp.Catalog[0] != '{' {
+			return compiler.Result{}, false, fmt.Errorf("%s: answer without a catalog: %w", what, farm.ErrTransient)
+		}
+		e.log.Debug("compiled catalog", "what", what, "duration", took, "bytes", len(resp.Catalog))
+		return compiler.Result{Catalog: resp.Catalog}, true, nil
+	}
+	we := resp.Error
+	if we == nil {
+		return compiler.Result{}, false, fmt.Errorf("%s: failed without saying why: %w", what, farm.ErrTransient)
+	}
+	switch we.Kind {
+	case kindCompile:
+		return compiler.Result{}, true, &compiler.CompileError{Message: we.Message, File: we.File, Line: we.Line, Column: we.Column}
+	case kindInvalid:
+		return compiler.Result{}, true, fmt.Errorf("%s: %s: %w", what, we.Message, farm.ErrInvalid)
+	default:
+		return compiler.Result{}, false, fmt.Errorf("%s: worker failed: %s: %w", what, we.Message, farm.ErrTransient)
+	}
+}
+
+// restart starts a new process for w in the background and hands w back to
+// the pool once it is ready (or, when that fails, without a process: the
+// next Compile that takes it tries again).
+func (e *Engine) restart(w *worker) {
+	w.proc = nil
+	w.recent = nil
+	e.restarts.Add(1)
+	go func() {
+		defer e.restarts.Done()
+		defer e.pool.put(w)
+		for attempt := 1; attempt <= 3; attempt++ {
+			if e.life.Err() != nil {
+				return
+			}
+			err := e.start(e.life, w)
+			if err == nil {
+				e.log.Info("puppet worker restarted", "worker", w.n, "pid", w.proc.pid)
+				return
+			}
+			e.log.Error("restart puppet worker", "worker", w.n, "attempt", attempt, "err", err)
+			select {
+			case <-time.After(restartBackoff):
+			case <-e.life.Done():
+				return
+			}
+		}
+	}()
+}
+
+// Close stops all workers, waiting for compiles in progress to be abandoned
+// and for every process to exit. Compile fails after Close.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		e.stopLife()
+		var errs []error
+		for range e.workers {
+			// Compiles in progress give up as life ends, restarts too.
+			w, _ := e.pool.get(context.Background(), "")
+			if w.proc != nil {
+				if err := w.proc.stop(stopGrace); err != nil {
+					errs = append(errs, err)
+				}
+				w.proc = nil
+			}
+		}
+		e.restarts.Wait()
+		e.closeErr = errors.Join(errs...)
+		e.log.Info("puppet engine closed")
+	})
+	return e.closeErr
+}
+
+// writeFileAtomic writes data to path through a temporary file and rename,
+// so a worker never starts from a half-written script.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".worker-*.rb")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}

@@ -1,0 +1,85 @@
+package puppet
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+)
+
+// request is one compile request line sent to worker.rb.
+type request struct {
+	ID              uint64          `json:"id"`
+	Certname        string          `json:"certname"`
+	Environment     string          `json:"environment"`
+	CodeID          string          `json:"code_id"`
+	EnvironmentPath string          `json:"environmentpath"`
+	Facts           json.RawMessage `json:"facts"`
+}
+
+// response is one line worker.rb answers a request with.
+type response struct {
+	ID      *uint64         `json:"id"`
+	OK      bool            `json:"ok"`
+	Catalog json.RawMessage `json:"catalog"`
+	Error   *workerError    `json:"error"`
+}
+
+// Kinds of workerError.
+const (
+	kindCompile  = "compile"  // Puppet failed to compile the code
+	kindInvalid  = "invalid"  // the request was malformed
+	kindInternal = "internal" // the worker failed; restart it
+)
+
+type workerError struct {
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+	File    string `json:"file"`
+	Line    int    `json:"line"`
+	Column  int    `json:"column"`
+}
+
+// encodeFacts renders fact values as JSON for Ruby. Facts decoded by
+// encoding/json without UseNumber hold every number as float64, which would
+// reach Puppet as a Float (1024 becomes 1024.0 in a template); integral
+// float64 values that fit exactly are sent as integers. json.Number values
+// (from a decoder with UseNumber) pass through unchanged.
+func encodeFacts(facts map[string]any) (json.RawMessage, error) {
+	if facts == nil {
+		return json.RawMessage(`{}`), nil
+	}
+	b, err := json.Marshal(intFloats(facts))
+	if err != nil {
+		return nil, fmt.Errorf("encode facts: %w", err)
+	}
+	return b, nil
+}
+
+// maxExact is 2^53: every integer up to it has an exact float64.
+const maxExact = 1 << 53
+
+func intFloats(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = intFloats(e)
+		}
+		return m
+	case []any:
+		s := make([]any, len(x))
+		for i, e := range x {
+			s[i] = intFloats(e)
+		}
+		return s
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) <= maxExact {
+			return int64(x)
+		}
+		return x
+	case float32:
+		return intFloats(float64(x))
+	default:
+		return v
+	}
+}

@@ -1,0 +1,4 @@
+node default {
+  notify { 'unclosed':
+    message => 'x',
+

@@ -1,0 +1,161 @@
+package farmtest
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+// TestEnvironmentStore checks that a farm.EnvironmentStore keeps its
+// contract. newStore returns a fresh, empty store for each subtest.
+func TestEnvironmentStore(t *testing.T, newStore func(t *testing.T) farm.EnvironmentStore) {
+	t.Helper()
+	tests := []struct {
+		name string
+		run  func(t *testing.T, s farm.EnvironmentStore)
+	}{
+		{"NeverDeployedIsNotFound", envUnknown},
+		{"PutThenGet", envPutGet},
+		{"PutReplaces", envReplace},
+		{"EveryFieldRoundTrips", envEveryField},
+		{"ListEnvironments", envList},
+		{"InvalidNameIsInvalid", envInvalid},
+		{"ConcurrentPuts", envConcurrent},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.run(t, newStore(t)) })
+	}
+}
+
+func wantEnv(t *testing.T, what string, got, want farm.Environment) {
+	t.Helper()
+	if got, want := normalize(got), normalize(want); !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s: got %+v, want %+v", what, got, want)
+	}
+}
+
+func env(name, code string, at time.Time) farm.Environment {
+	return farm.Environment{Name: name, CodeID: string(farm.DigestOf([]byte(code))), DeployedAt: at}
+}
+
+// envEveryField: every field, including ones added later, is kept.
+func envEveryField(t *testing.T, s farm.EnvironmentStore) {
+	ctx := ctxFor(t, waitLong)
+	var want farm.Environment
+	fillAll(&want)
+	want.Name = "every_field"
+	must(t, "put", s.PutEnvironment(ctx, want))
+	got, err := s.GetEnvironment(ctx, want.Name)
+	must(t, "get", err)
+	if g, w := normalize(got), normalize(want); !reflect.DeepEqual(g, w) {
+		t.Fatalf("stored environment: got %+v, want %+v", g, w)
+	}
+}
+
+func envUnknown(t *testing.T, s farm.EnvironmentStore) {
+	ctx := ctxFor(t, waitLong)
+	must(t, "put", s.PutEnvironment(ctx, env("production", "v1", base)))
+	_, err := s.GetEnvironment(ctx, "staging")
+	wantErrIs(t, "get never deployed environment", err, farm.ErrNotFound)
+}
+
+func envPutGet(t *testing.T, s farm.EnvironmentStore) {
+	ctx := ctxFor(t, waitLong)
+	want := env("production", "v1", base)
+	must(t, "put", s.PutEnvironment(ctx, want))
+	got, err := s.GetEnvironment(ctx, "production")
+	must(t, "get", err)
+	wantEnv(t, "stored environment", got, want)
+}
+
+func envReplace(t *testing.T, s farm.EnvironmentStore) {
+	ctx := ctxFor(t, waitLong)
+	must(t, "put v1", s.PutEnvironment(ctx, env("production", "v1", base)))
+	want := env("production", "v2", base.Add(time.Hour))
+	must(t, "put v2", s.PutEnvironment(ctx, want))
+	got, err := s.GetEnvironment(ctx, "production")
+	must(t, "get", err)
+	wantEnv(t, "environment after replacing", got, want)
+	list, err := s.ListEnvironments(ctx)
+	must(t, "list", err)
+	if len(list) != 1 {
+		t.Fatalf("list after replacing: %d environments, want 1", len(list))
+	}
+}
+
+func envList(t *testing.T, s farm.EnvironmentStore) {
+	ctx := ctxFor(t, waitLong)
+	list, err := s.ListEnvironments(ctx)
+	must(t, "list empty", err)
+	if len(list) != 0 {
+		t.Fatalf("empty store lists %d environments", len(list))
+	}
+	want := []farm.Environment{env("production", "p", base), env("development", "d", base.Add(time.Second)), env("feature_x", "f", base.Add(time.Minute))}
+	for _, e := range want {
+		must(t, "put "+e.Name, s.PutEnvironment(ctx, e))
+	}
+	list, err = s.ListEnvironments(ctx)
+	must(t, "list", err)
+	if len(list) != len(want) {
+		t.Fatalf("list: %d environments, want %d", len(list), len(want))
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	sort.Slice(want, func(i, j int) bool { return want[i].Name < want[j].Name })
+	for i := range want {
+		wantEnv(t, "listed environment", list[i], want[i])
+	}
+}
+
+// envInvalid: the contract is silent; the suite requires names that are not
+// Puppet environment names (farm.ValidateEnvironment) to be refused with
+// ErrInvalid.
+func envInvalid(t *testing.T, s farm.EnvironmentStore) {
+	ctx := ctxFor(t, waitLong)
+	for _, name := range []string{"", "Production", "../x", "a-b", "a/b"} {
+		err := s.PutEnvironment(ctx, env(name, "v", base))
+		wantErrIs(t, fmt.Sprintf("put environment %q", name), err, farm.ErrInvalid)
+		_, err = s.GetEnvironment(ctx, name)
+		wantErrIs(t, fmt.Sprintf("get environment %q", name), err, farm.ErrInvalid)
+	}
+	list, err := s.ListEnvironments(ctx)
+	must(t, "list", err)
+	if len(list) != 0 {
+		t.Fatalf("invalid names left %d environments", len(list))
+	}
+}
+
+func envConcurrent(t *testing.T, s farm.EnvironmentStore) {
+	ctx := ctxFor(t, waitLong)
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, n*5)
+	for i := range n {
+		wg.Go(func() {
+			for v := range 5 {
+				if err := s.PutEnvironment(ctx, env(fmt.Sprintf("env_%d", i), fmt.Sprint(v), base)); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	list, err := s.ListEnvironments(ctx)
+	must(t, "list", err)
+	if len(list) != n {
+		t.Fatalf("list after concurrent puts: %d environments, want %d", len(list), n)
+	}
+	for i := range n {
+		got, err := s.GetEnvironment(ctx, fmt.Sprintf("env_%d", i))
+		must(t, "get", err)
+		wantEnv(t, "last put wins", got, env(fmt.Sprintf("env_%d", i), "4", base))
+	}
+}

@@ -1,0 +1,153 @@
+package localstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+var spaceRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
+
+// checkSpace refuses space names that are not plain directory names.
+func checkSpace(space farm.Space) error {
+	if !spaceRE.MatchString(string(space)) {
+		return fmt.Errorf("content space %q must be lowercase letters, digits, '-' or '_': %w", space, farm.ErrInvalid)
+	}
+	return nil
+}
+
+func checkDigest(space farm.Space, d farm.Digest) error {
+	if err := checkSpace(space); err != nil {
+		return err
+	}
+	if !d.Valid() {
+		return fmt.Errorf("digest %q is not a lowercase hex sha256: %w", d, farm.ErrInvalid)
+	}
+	return nil
+}
+
+// contentPath is where the blob d of space lives.
+func (s *Store) contentPath(space farm.Space, d farm.Digest) string {
+	return filepath.Join(s.content, string(space), string(d[:2]), string(d))
+}
+
+// Put stores data in space under its SHA-256 and returns the digest. A blob
+// already stored intact is not written again; a stored copy that fails
+// verification is replaced.
+func (s *Store) Put(ctx context.Context, space farm.Space, data []byte) (farm.Digest, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("put content in %s: %w", space, err)
+	}
+	if err := s.checkOpen(); err != nil {
+		return "", fmt.Errorf("put content in %s: %w", space, err)
+	}
+	if err := checkSpace(space); err != nil {
+		return "", fmt.Errorf("put content: %w", err)
+	}
+	d := farm.DigestOf(data)
+	p := s.contentPath(space, d)
+	old, err := os.ReadFile(p)
+	switch {
+	case err == nil && bytes.Equal(old, data):
+		return d, nil
+	case err == nil:
+		s.log.Warn("localstore: replacing corrupt content file", "path", p)
+	case !errors.Is(err, fs.ErrNotExist):
+		s.log.Warn("localstore: unreadable content file, writing it again", "path", p, "err", err)
+	}
+	if err := writeAtomic(p, data); err != nil {
+		return "", fmt.Errorf("put content %s/%s: %w", space, d, s.storageErr(err))
+	}
+	return d, nil
+}
+
+// writeAtomic writes data to path so that path never holds a partial file,
+// and the write survives a crash once it returns.
+func writeAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := mkdirSynced(dir); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)[:8]+"-*")
+	if err != nil {
+		return fmt.Errorf("create temporary file in %s: %w", dir, err)
+	}
+	tmp := f.Name()
+	done := false
+	defer func() {
+		if !done {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename %s to %s: %w", tmp, path, err)
+	}
+	done = true
+	return syncDir(dir)
+}
+
+// Get reads the blob d of space and verifies its SHA-256. A file whose bytes
+// do not match its name gives an error naming the file and wrapping
+// farm.ErrInvalid.
+func (s *Store) Get(ctx context.Context, space farm.Space, d farm.Digest) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("get content %s/%s: %w", space, d, err)
+	}
+	if err := s.checkOpen(); err != nil {
+		return nil, fmt.Errorf("get content %s/%s: %w", space, d, err)
+	}
+	if err := checkDigest(space, d); err != nil {
+		return nil, fmt.Errorf("get content: %w", err)
+	}
+	p := s.contentPath(space, d)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("get content %s/%s: %w", space, d, farm.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get content %s/%s: %w", space, d, s.storageErr(err))
+	}
+	if got := farm.DigestOf(b); got != d {
+		return nil, fmt.Errorf("get content %s/%s: file %s is corrupt (its bytes hash to %s): %w", space, d, p, got, farm.ErrInvalid)
+	}
+	return b, nil
+}
+
+// Has reports whether space holds the blob d. It does not read the file;
+// Get verifies.
+func (s *Store) Has(ctx context.Context, space farm.Space, d farm.Digest) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("has content %s/%s: %w", space, d, err)
+	}
+	if err := s.checkOpen(); err != nil {
+		return false, fmt.Errorf("has content %s/%s: %w", space, d, err)
+	}
+	if err := checkDigest(space, d); err != nil {
+		return false, fmt.Errorf("has content: %w", err)
+	}
+	fi, err := os.Stat(s.contentPath(space, d))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("has content %s/%s: %w", space, d, s.storageErr(err))
+	}
+	return fi.Mode().IsRegular(), nil
+}

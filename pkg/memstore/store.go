@@ -1,0 +1,245 @@
+// Package memstore holds in-memory drivers of the farm's contracts: Store
+// (content, nodes, environments) and Queue. They keep nothing across a
+// restart and exist for fast unit tests of other packages; they pass the
+// full contract suites of pkg/farm/farmtest, including the embedded queue's
+// collapsing and node exclusivity.
+package memstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"sync"
+
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+var (
+	_ farm.ContentStore     = (*Store)(nil)
+	_ farm.NodeStore        = (*Store)(nil)
+	_ farm.EnvironmentStore = (*Store)(nil)
+)
+
+// Store keeps content, node records and environment records in memory.
+// The zero value is not usable; call New. Safe for concurrent use.
+type Store struct {
+	mu      sync.RWMutex
+	content map[farm.Space]map[farm.Digest][]byte
+
+	nodeMu sync.RWMutex
+	nodes  map[string][]byte // JSON
+
+	envMu sync.RWMutex
+	envs  map[string]farm.Environment
+}
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{
+		content: map[farm.Space]map[farm.Digest][]byte{},
+		nodes:   map[string][]byte{},
+		envs:    map[string]farm.Environment{},
+	}
+}
+
+var spaceRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
+
+func checkSpace(space farm.Space) error {
+	if !spaceRE.MatchString(string(space)) {
+		return fmt.Errorf("content space %q must be lowercase letters, digits, '-' or '_': %w", space, farm.ErrInvalid)
+	}
+	return nil
+}
+
+func checkDigest(space farm.Space, d farm.Digest) error {
+	if err := checkSpace(space); err != nil {
+		return err
+	}
+	if !d.Valid() {
+		return fmt.Errorf("digest %q is not a lowercase hex sha256: %w", d, farm.ErrInvalid)
+	}
+	return nil
+}
+
+// Put stores a copy of data in space and returns its digest.
+func (s *Store) Put(ctx context.Context, space farm.Space, data []byte) (farm.Digest, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("put content in %s: %w", space, err)
+	}
+	if err := checkSpace(space); err != nil {
+		return "", fmt.Errorf("put content: %w", err)
+	}
+	d := farm.DigestOf(data)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.content[space]
+	if m == nil {
+		m = map[farm.Digest][]byte{}
+		s.content[space] = m
+	}
+	if _, ok := m[d]; !ok {
+		m[d] = bytes.Clone(data)
+	}
+	return d, nil
+}
+
+// Get returns a copy of the blob with digest d in space, verified against d.
+func (s *Store) Get(ctx context.Context, space farm.Space, d farm.Digest) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("get content %s/%s: %w", space, d, err)
+	}
+	if err := checkDigest(space, d); err != nil {
+		return nil, fmt.Errorf("get content: %w", err)
+	}
+	s.mu.RLock()
+	b, ok := s.content[space][d]
+	s.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("get content %s/%s: %w", space, d, farm.ErrNotFound)
+	}
+	if got := farm.DigestOf(b); got != d {
+		return nil, fmt.Errorf("get content %s/%s: stored bytes hash to %s: %w", space, d, got, farm.ErrInvalid)
+	}
+	if b == nil {
+		return []byte{}, nil
+	}
+	return bytes.Clone(b), nil
+}
+
+// Has reports whether space holds a blob with digest d.
+func (s *Store) Has(ctx context.Context, space farm.Space, d farm.Digest) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("has content %s/%s: %w", space, d, err)
+	}
+	if err := checkDigest(space, d); err != nil {
+		return false, fmt.Errorf("has content: %w", err)
+	}
+	s.mu.RLock()
+	_, ok := s.content[space][d]
+	s.mu.RUnlock()
+	return ok, nil
+}
+
+// Node and environment records are kept JSON encoded, as the persistent
+// drivers keep them: no caller shares a stored record, new fields of the farm
+// types need no change here, and what does not encode is refused the same way.
+
+func decodeNode(b []byte) farm.Node {
+	var n farm.Node
+	if err := json.Unmarshal(b, &n); err != nil {
+		panic(fmt.Sprintf("memstore: decode a node this store encoded: %v", err))
+	}
+	return n
+}
+
+// GetNode returns the record of certname.
+func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error) {
+	if err := ctx.Err(); err != nil {
+		return farm.Node{}, fmt.Errorf("get node %s: %w", certname, err)
+	}
+	if err := farm.ValidateCertname(certname); err != nil {
+		return farm.Node{}, fmt.Errorf("get node: %w", err)
+	}
+	s.nodeMu.RLock()
+	b, ok := s.nodes[certname]
+	s.nodeMu.RUnlock()
+	if !ok {
+		return farm.Node{}, fmt.Errorf("get node %s: %w", certname, farm.ErrNotFound)
+	}
+	return decodeNode(b), nil
+}
+
+// ListNodes returns every node record, sorted by certname.
+func (s *Store) ListNodes(ctx context.Context) ([]farm.Node, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	s.nodeMu.RLock()
+	out := make([]farm.Node, 0, len(s.nodes))
+	for _, b := range s.nodes {
+		out = append(out, decodeNode(b))
+	}
+	s.nodeMu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Certname < out[j].Certname })
+	return out, nil
+}
+
+// UpdateNode runs fn on a copy of certname's record under the store's lock
+// and stores the result unless fn fails; fn's error is returned as is. fn
+// must not call back into the store. fn may not change the certname
+// (ErrInvalid).
+func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.Node) error) (farm.Node, error) {
+	if err := ctx.Err(); err != nil {
+		return farm.Node{}, fmt.Errorf("update node %s: %w", certname, err)
+	}
+	if err := farm.ValidateCertname(certname); err != nil {
+		return farm.Node{}, fmt.Errorf("update node: %w", err)
+	}
+	s.nodeMu.Lock()
+	defer s.nodeMu.Unlock()
+	n := farm.Node{Certname: certname}
+	if b, ok := s.nodes[certname]; ok {
+		n = decodeNode(b)
+	}
+	if err := fn(&n); err != nil {
+		return farm.Node{}, err
+	}
+	if n.Certname != certname {
+		return farm.Node{}, fmt.Errorf("update node %s: fn renamed it to %q: %w", certname, n.Certname, farm.ErrInvalid)
+	}
+	b, err := json.Marshal(n)
+	if err != nil {
+		return farm.Node{}, fmt.Errorf("update node %s: encode: %v: %w", certname, err, farm.ErrInvalid)
+	}
+	s.nodes[certname] = b
+	return decodeNode(b), nil
+}
+
+// GetEnvironment returns the record of environment name.
+func (s *Store) GetEnvironment(ctx context.Context, name string) (farm.Environment, error) {
+	if err := ctx.Err(); err != nil {
+		return farm.Environment{}, fmt.Errorf("get environment %s: %w", name, err)
+	}
+	if err := farm.ValidateEnvironment(name); err != nil {
+		return farm.Environment{}, fmt.Errorf("get environment: %w", err)
+	}
+	s.envMu.RLock()
+	e, ok := s.envs[name]
+	s.envMu.RUnlock()
+	if !ok {
+		return farm.Environment{}, fmt.Errorf("get environment %s: %w", name, farm.ErrNotFound)
+	}
+	return e, nil
+}
+
+// ListEnvironments returns every environment record, sorted by name.
+func (s *Store) ListEnvironments(ctx context.Context) ([]farm.Environment, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list environments: %w", err)
+	}
+	s.envMu.RLock()
+	out := make([]farm.Environment, 0, len(s.envs))
+	for _, e := range s.envs {
+		out = append(out, e)
+	}
+	s.envMu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// PutEnvironment replaces the record of env.Name.
+func (s *Store) PutEnvironment(ctx context.Context, env farm.Environment) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("put environment %s: %w", env.Name, err)
+	}
+	if err := farm.ValidateEnvironment(env.Name); err != nil {
+		return fmt.Errorf("put environment: %w", err)
+	}
+	s.envMu.Lock()
+	s.envs[env.Name] = env
+	s.envMu.Unlock()
+	return nil
+}

@@ -1,0 +1,318 @@
+package compiler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/facts"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/memstore"
+	"github.com/compilefarm/compilefarm/pkg/metrics"
+)
+
+// scriptedEngine is a compile engine whose answers the test decides: it
+// renders the facts it was given into the catalog, or fails as told.
+type scriptedEngine struct {
+	mu    sync.Mutex
+	calls int
+	fail  func(req Request) error
+}
+
+func (e *scriptedEngine) Compile(ctx context.Context, req Request) (Result, error) {
+	e.mu.Lock()
+	e.calls++
+	fail := e.fail
+	e.mu.Unlock()
+	if fail != nil {
+		if err := fail(req); err != nil {
+			return Result{}, err
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"name": req.Certname, "environment": req.Environment,
+		"version": req.CodeID, "resources": []any{}, "facts_seen": req.Facts["cf_role"]})
+	return Result{Catalog: b}, nil
+}
+
+func (e *scriptedEngine) Close() error { return nil }
+
+func (e *scriptedEngine) count() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.calls
+}
+
+// plainCode is a Code whose snapshots need no checkout and whose catalogs
+// are already static.
+type plainCode struct{}
+
+func (plainCode) EnvironmentPath(ctx context.Context, codeID string) (string, error) {
+	return "/nonexistent/" + codeID, nil
+}
+
+func (plainCode) MakeStatic(ctx context.Context, catalog []byte, codeID string) ([]byte, error) {
+	return catalog, nil
+}
+
+type rig struct {
+	store  *memstore.Store
+	queue  *memstore.Queue
+	intake *Intake
+	pool   *Pool
+	engine *scriptedEngine
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	store := memstore.New()
+	queue := memstore.NewQueue(memstore.QueueOptions{})
+	filter, err := facts.NewFilter(facts.DefaultVolatile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := store.PutEnvironment(ctx, farm.Environment{Name: "production", CodeID: "code1"}); err != nil {
+		t.Fatal(err)
+	}
+	eng := &scriptedEngine{}
+	return &rig{
+		store: store, queue: queue, engine: eng,
+		intake: &Intake{Content: store, Nodes: store, Envs: store, Queue: queue, Filter: filter},
+		pool: &Pool{Queue: queue, Nodes: store, Content: store, Engine: eng, Code: plainCode{},
+			Metrics: metrics.New(queue), MaxAttempts: 2, RetryDelay: time.Millisecond},
+	}
+}
+
+func factsDoc(name string, values map[string]any) []byte {
+	b, _ := json.Marshal(map[string]any{"name": name, "values": values})
+	return b
+}
+
+func (r *rig) submit(t *testing.T, name string, values map[string]any) Outcome {
+	t.Helper()
+	doc := factsDoc(name, values)
+	out, err := r.intake.Submit(context.Background(), Upload{Certname: name, Environment: "production",
+		Document: func() ([]byte, error) { return doc, nil }})
+	if err != nil {
+		t.Fatalf("submit facts of %s: %v", name, err)
+	}
+	return out
+}
+
+// drain handles every job the queue has now.
+func (r *rig) drain(t *testing.T) {
+	t.Helper()
+	for {
+		st, _ := r.queue.Stats(context.Background())
+		waiting := 0
+		for _, s := range st {
+			waiting += s.Depth
+		}
+		if waiting == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		d, err := r.queue.Receive(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("receive: %v", err)
+		}
+		r.pool.Handle(context.Background(), d)
+	}
+}
+
+func TestIntakeDecides(t *testing.T) {
+	base := map[string]any{"cf_role": "web", "uptime_seconds": 10, "os": map[string]any{"family": "Debian"}}
+	with := func(k string, v any) map[string]any {
+		m := map[string]any{}
+		for k2, v2 := range base {
+			m[k2] = v2
+		}
+		m[k] = v
+		return m
+	}
+	tests := []struct {
+		name       string
+		second     map[string]any
+		newCode    bool
+		wantQueued bool
+		wantReason string
+	}{
+		{"same facts", base, false, false, ""},
+		{"volatile fact changed", with("uptime_seconds", 99), false, false, ""},
+		{"used fact changed", with("cf_role", "db"), false, true, farm.ReasonFactsChanged},
+		{"new fact", with("extra", true), false, true, farm.ReasonFactsChanged},
+		{"code changed", base, true, true, farm.ReasonCodeChanged},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t)
+			first := r.submit(t, "n1", base)
+			if !first.Queued || first.Reason != farm.ReasonNewNode {
+				t.Fatalf("first upload: %+v, want queued new-node", first)
+			}
+			r.drain(t)
+			if tt.newCode {
+				r.store.PutEnvironment(context.Background(), farm.Environment{Name: "production", CodeID: "code2"})
+			}
+			out := r.submit(t, "n1", tt.second)
+			if out.Queued != tt.wantQueued || out.Reason != tt.wantReason {
+				t.Errorf("second upload: queued=%v reason=%q, want %v %q", out.Queued, out.Reason, tt.wantQueued, tt.wantReason)
+			}
+		})
+	}
+}
+
+func TestIntakeRefusesBadInput(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		up   Upload
+		want error
+	}{
+		{"bad certname", Upload{Certname: "Bad/Name", Environment: "production"}, farm.ErrInvalid},
+		{"bad environment", Upload{Certname: "n1", Environment: "../x"}, farm.ErrInvalid},
+		{"unknown environment", Upload{Certname: "n1", Environment: "staging"}, farm.ErrNotFound},
+		{"facts not json", Upload{Certname: "n1", Environment: "production",
+			Document: func() ([]byte, error) { return []byte("{"), nil }}, farm.ErrInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := r.intake.Submit(ctx, tt.up); !errors.Is(err, tt.want) {
+				t.Fatalf("Submit = %v, want %v", err, tt.want)
+			}
+			if _, err := r.store.GetNode(ctx, "n1"); !errors.Is(err, farm.ErrNotFound) {
+				t.Errorf("a node was stored after refused input: %v", err)
+			}
+		})
+	}
+}
+
+func TestIntakeRawKeySkipsDecode(t *testing.T) {
+	r := newRig(t)
+	doc := factsDoc("n1", map[string]any{"cf_role": "web"})
+	calls := 0
+	up := Upload{Certname: "n1", Environment: "production", RawKey: farm.DigestOf(doc),
+		Document: func() ([]byte, error) { calls++; return doc, nil }}
+	for i := 0; i < 3; i++ {
+		if _, err := r.intake.Submit(context.Background(), up); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if calls != 1 {
+		t.Errorf("document decoded %d times for identical uploads, want 1", calls)
+	}
+}
+
+func TestPoolStoresCatalog(t *testing.T) {
+	r := newRig(t)
+	r.submit(t, "n1", map[string]any{"cf_role": "web"})
+	r.drain(t)
+	n, err := r.store.GetNode(context.Background(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Catalog == nil || n.Pending() || n.Compile.Result != farm.ResultOK || n.Catalog.CodeID != "code1" {
+		t.Fatalf("node after compile: %+v", n)
+	}
+	for _, d := range []farm.Digest{n.Catalog.Digest, n.Catalog.GzipDigest} {
+		if ok, _ := r.store.Has(context.Background(), farm.SpaceCatalogs, d); !ok {
+			t.Errorf("catalog blob %s not stored", d)
+		}
+	}
+}
+
+func TestPoolCompileErrorRecorded(t *testing.T) {
+	r := newRig(t)
+	r.engine.fail = func(Request) error {
+		return &CompileError{Message: "Syntax error at '}'", File: "/x/site.pp", Line: 3, Column: 1}
+	}
+	r.submit(t, "n1", map[string]any{"cf_role": "web"})
+	r.drain(t)
+	n, _ := r.store.GetNode(context.Background(), "n1")
+	if n.Compile == nil || n.Compile.Result != farm.ResultFailed || n.Catalog != nil || n.Pending() {
+		t.Fatalf("node after failed compile: %+v", n)
+	}
+	if n.Compile.Error != "Syntax error at '}' (file: /x/site.pp, line: 3, column: 1)" {
+		t.Errorf("error kept = %q", n.Compile.Error)
+	}
+	if r.engine.count() != 1 {
+		t.Errorf("a compile error was retried: %d calls", r.engine.count())
+	}
+}
+
+func TestPoolTransientRetriedThenRecorded(t *testing.T) {
+	r := newRig(t)
+	r.engine.fail = func(Request) error { return fmt.Errorf("worker crashed: %w", farm.ErrTransient) }
+	r.submit(t, "n1", map[string]any{"cf_role": "web"})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, _ := r.store.GetNode(context.Background(), "n1")
+		if !n.Pending() {
+			if n.Compile.Result != farm.ResultFailed {
+				t.Fatalf("after retries: %+v", n.Compile)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("job never finished")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		d, err := r.queue.Receive(ctx)
+		cancel()
+		if err == nil {
+			r.pool.Handle(context.Background(), d)
+		}
+	}
+	if got := r.engine.count(); got != 2 {
+		t.Errorf("engine called %d times, want MaxAttempts=2", got)
+	}
+}
+
+// TestPoolNewestWins delivers two compiles of one node and finishes them in
+// both orders: the stored catalog is always the newer one.
+func TestPoolNewestWins(t *testing.T) {
+	for _, order := range []string{"in order", "reversed"} {
+		t.Run(order, func(t *testing.T) {
+			r := newRig(t)
+			ctx := context.Background()
+			store := r.store
+			mk := func(role string, seq uint64) farm.Delivery {
+				doc := factsDoc("n1", map[string]any{"cf_role": role})
+				d, _ := store.Put(ctx, farm.SpaceFacts, doc)
+				return farm.Delivery{Job: farm.Job{Certname: "n1", Environment: "production", CodeID: "code1",
+					FactsDigest: d, Seq: seq, Lane: farm.LaneUrgent}, ID: fmt.Sprint(seq), Attempts: 1}
+			}
+			store.UpdateNode(ctx, "n1", func(n *farm.Node) error {
+				n.RequestSeq = 2
+				n.Requested = &farm.CompileRequest{Seq: 2, Environment: "production", CodeID: "code1"}
+				return nil
+			})
+			old, newer := mk("web", 1), mk("db", 2)
+			first, second := old, newer
+			if order == "reversed" {
+				first, second = newer, old
+			}
+			// Bypass the skip of superseded jobs for the old one by compiling
+			// directly, as a second worker that read the node early would.
+			for _, d := range []farm.Delivery{first, second} {
+				r.pool.compile(ctx, d, r.pool.log())
+			}
+			n, _ := store.GetNode(ctx, "n1")
+			if n.Catalog == nil || n.Catalog.Seq != 2 {
+				t.Fatalf("stored catalog seq = %+v, want 2", n.Catalog)
+			}
+			b, _ := store.Get(ctx, farm.SpaceCatalogs, n.Catalog.Digest)
+			var cat map[string]any
+			json.Unmarshal(b, &cat)
+			if cat["facts_seen"] != "db" {
+				t.Errorf("catalog compiled from %v, want the newer facts (db)", cat["facts_seen"])
+			}
+		})
+	}
+}

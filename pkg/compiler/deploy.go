@@ -1,0 +1,122 @@
+package compiler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/code"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+// DeployResult is what a code deploy did.
+type DeployResult struct {
+	// Files counts the snapshot's entries (files, directories, links).
+	Environment string `json:"environment"`
+	CodeID      string `json:"code_id"`
+	Previous    string `json:"previous_code_id,omitempty"`
+	Changed     bool   `json:"changed"`
+	Files       int    `json:"files"`
+	Queued      int    `json:"queued"`
+}
+
+// Deployer snapshots environments' code into the content store, records the
+// new code_id, and queues recompiles of the environment's nodes on the bulk
+// lane, so a deploy never delays new nodes and fact changes.
+type Deployer struct {
+	Content farm.ContentStore
+	Envs    farm.EnvironmentStore
+	Intake  *Intake
+	// Root is the environmentpath deploys read from by default.
+	Root string
+	Log  *slog.Logger
+	Now  func() time.Time
+
+	mu sync.Mutex // one deploy at a time
+}
+
+// Deploy snapshots environment from fromDir (default Root/environment).
+func (d *Deployer) Deploy(ctx context.Context, environment, fromDir string) (DeployResult, error) {
+	if err := farm.ValidateEnvironment(environment); err != nil {
+		return DeployResult{}, err
+	}
+	dir := fromDir
+	if dir == "" {
+		dir = filepath.Join(d.Root, environment)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return DeployResult{}, fmt.Errorf("deploy %s: %s is not a directory holding the environment's code: %w", environment, dir, farm.ErrInvalid)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m, err := code.Snapshot(ctx, d.Content, environment, dir)
+	if err != nil {
+		return DeployResult{}, fmt.Errorf("snapshot %s from %s: %w", environment, dir, err)
+	}
+	res := DeployResult{Environment: environment, CodeID: m.CodeID(), Files: len(m.Entries)}
+	prev, err := d.Envs.GetEnvironment(ctx, environment)
+	switch {
+	case err == nil:
+		res.Previous = prev.CodeID
+	case !errors.Is(err, farm.ErrNotFound):
+		return res, fmt.Errorf("read environment %s: %w", environment, err)
+	}
+	if res.Previous != res.CodeID {
+		now := time.Now()
+		if d.Now != nil {
+			now = d.Now()
+		}
+		if err := d.Envs.PutEnvironment(ctx, farm.Environment{Name: environment, CodeID: res.CodeID, DeployedAt: now}); err != nil {
+			return res, fmt.Errorf("record code %s for %s: %w", res.CodeID, environment, err)
+		}
+		res.Changed = true
+	}
+	// Requeue even when unchanged: it queues only nodes whose latest request
+	// is for other code, which finishes a deploy interrupted half way.
+	res.Queued, err = d.Intake.Requeue(ctx, environment, farm.LaneBulk, nil)
+	if err != nil {
+		return res, fmt.Errorf("queue recompiles of %s: %w", environment, err)
+	}
+	d.log().Info("code deployed", "environment", environment, "code_id", res.CodeID, "previous", res.Previous,
+		"changed", res.Changed, "files", res.Files, "queued", res.Queued)
+	return res, nil
+}
+
+// DeployAll deploys every environment directory under Root: what the farm
+// does at start, so code changed while it was down is picked up.
+func (d *Deployer) DeployAll(ctx context.Context) error {
+	entries, err := os.ReadDir(d.Root)
+	if err != nil {
+		return fmt.Errorf("read environments in %s: %w", d.Root, err)
+	}
+	n := 0
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		if farm.ValidateEnvironment(e.Name()) != nil {
+			d.log().Warn("skipping directory that is not a valid environment name", "dir", filepath.Join(d.Root, e.Name()))
+			continue
+		}
+		if _, err := d.Deploy(ctx, e.Name(), ""); err != nil {
+			return err
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("no environments in %s: it should hold one directory per environment (e.g. production/manifests/site.pp)", d.Root)
+	}
+	return nil
+}
+
+func (d *Deployer) log() *slog.Logger {
+	if d.Log != nil {
+		return d.Log
+	}
+	return slog.Default()
+}

@@ -1,0 +1,57 @@
+// Package compiler turns compile jobs into stored catalogs: the Engine
+// contract that each compile engine implements (one subpackage per engine),
+// the intake rule that decides when a node needs a compile, and the worker
+// pool that drains the queue, compiles, and moves catalog pointers forward.
+package compiler
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// Request is one catalog compile as an engine sees it.
+type Request struct {
+	Certname    string
+	Environment string
+	// CodeID identifies the code snapshot; an engine may cache per CodeID.
+	CodeID string
+	// EnvironmentPath is a Puppet environmentpath holding the snapshot:
+	// EnvironmentPath/<Environment>/{manifests,modules,environment.conf,...}.
+	// It never changes for a given CodeID.
+	EnvironmentPath string
+	// Facts are the node's fact values (the "values" of Puppet's facts object).
+	Facts map[string]any
+}
+
+// Result is a compiled catalog.
+type Result struct {
+	// Catalog is Puppet's catalog JSON (Puppet::Resource::Catalog#to_data_hash,
+	// rich data), before the farm makes it static.
+	Catalog []byte
+}
+
+// Engine compiles catalogs. Compile returns a *CompileError when the code
+// itself fails to compile (retrying cannot help) and an error wrapping
+// farm.ErrTransient when the engine failed (crash, timeout). Implementations
+// are safe for concurrent use; Close stops their workers.
+type Engine interface {
+	Compile(ctx context.Context, req Request) (Result, error)
+	Close() error
+}
+
+// CompileError is Puppet's own compile error, with where it happened.
+type CompileError struct {
+	Message string // Puppet's message, e.g. "Syntax error at '}' (file: ..., line: 3, column: 1) on node n1"
+	File    string
+	Line    int
+	Column  int
+}
+
+func (e *CompileError) Error() string {
+	// Puppet's own messages usually end with the location already.
+	if e.File == "" || strings.Contains(e.Message, "(file: ") {
+		return e.Message
+	}
+	return fmt.Sprintf("%s (file: %s, line: %d, column: %d)", e.Message, e.File, e.Line, e.Column)
+}

@@ -1,0 +1,262 @@
+package compiler
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/facts"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/metrics"
+)
+
+// Code gives engines a code snapshot on disk and turns compiled catalogs
+// into static ones against the same snapshot.
+type Code interface {
+	// EnvironmentPath returns a Puppet environmentpath holding codeID's
+	// snapshot; it never changes for a codeID.
+	EnvironmentPath(ctx context.Context, codeID string) (string, error)
+	// MakeStatic inlines file metadata for puppet:/// sources and sets code_id.
+	MakeStatic(ctx context.Context, catalog []byte, codeID string) ([]byte, error)
+}
+
+// Pool drains the compile queue: each worker takes a job, compiles it with
+// the engine, stores the catalog (plain and gzipped, content addressed) and
+// moves the node's catalog pointer forward with a sequence check, so a late
+// or duplicate compile never replaces a newer catalog.
+type Pool struct {
+	Queue   farm.Queue
+	Nodes   farm.NodeStore
+	Content farm.ContentStore
+	Engine  Engine
+	Code    Code
+	Metrics *metrics.Farm
+	Log     *slog.Logger
+	// MaxAttempts bounds deliveries of a job whose compile keeps failing for
+	// engine reasons (crash, timeout); then the failure is recorded on the
+	// node and the job dropped. Default 3.
+	MaxAttempts int
+	// RetryDelay is the delay before the first retry, doubled each time.
+	// Default 2s.
+	RetryDelay time.Duration
+	Now        func() time.Time
+}
+
+func (p *Pool) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}
+
+func (p *Pool) log() *slog.Logger {
+	if p.Log != nil {
+		return p.Log
+	}
+	return slog.Default()
+}
+
+// Run starts workers goroutines and returns when ctx ends and they stopped.
+func (p *Pool) Run(ctx context.Context, workers int) {
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				d, err := p.Queue.Receive(ctx)
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					p.log().Error("receive compile job", "err", err)
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(time.Second):
+					}
+					continue
+				}
+				p.Handle(ctx, d)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Handle compiles one delivery and finishes it (ack or retry).
+func (p *Pool) Handle(ctx context.Context, d farm.Delivery) {
+	log := p.log().With("node", d.Certname, "seq", d.Seq, "code_id", d.CodeID, "attempt", d.Attempts)
+	// Finishing a delivery must survive the worker's context ending.
+	finishCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	err := p.compile(ctx, d, log)
+	var cerr *CompileError
+	switch {
+	case err == nil, errors.Is(err, errSuperseded):
+		if err := p.Queue.Ack(finishCtx, d); err != nil {
+			log.Error("ack compile job", "err", err)
+		}
+	case errors.As(err, &cerr), errors.Is(err, farm.ErrInvalid), errors.Is(err, farm.ErrNotFound):
+		log.Warn("compile failed", "err", err)
+		p.recordFailure(finishCtx, d, err, log)
+		if err := p.Queue.Ack(finishCtx, d); err != nil {
+			log.Error("ack failed compile job", "err", err)
+		}
+	default:
+		if ctx.Err() != nil {
+			// Shutting down: leave the job for the next start.
+			if err := p.Queue.Retry(finishCtx, d, 0); err != nil {
+				log.Error("return compile job at shutdown", "err", err)
+			}
+			return
+		}
+		max := p.MaxAttempts
+		if max <= 0 {
+			max = 3
+		}
+		if d.Attempts >= max {
+			log.Error("compile failed for good", "err", err, "attempts", d.Attempts)
+			p.recordFailure(finishCtx, d, fmt.Errorf("gave up after %d attempts: %w", d.Attempts, err), log)
+			if err := p.Queue.Ack(finishCtx, d); err != nil {
+				log.Error("ack failed compile job", "err", err)
+			}
+			return
+		}
+		delay := p.RetryDelay
+		if delay <= 0 {
+			delay = 2 * time.Second
+		}
+		delay <<= uint(d.Attempts - 1)
+		log.Warn("compile will be retried", "err", err, "after", delay)
+		if err := p.Queue.Retry(finishCtx, d, delay); err != nil {
+			log.Error("retry compile job", "err", err)
+		}
+	}
+}
+
+var errSuperseded = errors.New("superseded by a newer compile")
+
+func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) error {
+	node, err := p.Nodes.GetNode(ctx, d.Certname)
+	if err != nil {
+		return fmt.Errorf("read node %s: %w", d.Certname, err)
+	}
+	if superseded(&node, d.Seq) {
+		p.observe(metrics.CompileStale, 0)
+		log.Info("compile skipped: a newer one exists")
+		return errSuperseded
+	}
+	doc, err := p.Content.Get(ctx, farm.SpaceFacts, d.FactsDigest)
+	if err != nil {
+		return fmt.Errorf("read facts %s of %s: %w", d.FactsDigest, d.Certname, err)
+	}
+	fd, err := facts.Decode(d.Certname, doc)
+	if err != nil {
+		return err
+	}
+	envPath, err := p.Code.EnvironmentPath(ctx, d.CodeID)
+	if err != nil {
+		return fmt.Errorf("check out code %s: %w", d.CodeID, err)
+	}
+	start := p.now()
+	res, err := p.Engine.Compile(ctx, Request{
+		Certname: d.Certname, Environment: d.Environment, CodeID: d.CodeID,
+		EnvironmentPath: envPath, Facts: fd.Values,
+	})
+	dur := p.now().Sub(start)
+	if err != nil {
+		var cerr *CompileError
+		if errors.As(err, &cerr) {
+			p.observe(metrics.CompileFailed, dur)
+		} else {
+			p.observe(metrics.CompileTransient, dur)
+		}
+		return err
+	}
+	static, err := p.Code.MakeStatic(ctx, res.Catalog, d.CodeID)
+	if err != nil {
+		return fmt.Errorf("make catalog of %s static: %w", d.Certname, err)
+	}
+	ref, err := p.store(ctx, static)
+	if err != nil {
+		return err
+	}
+	ref.CodeID, ref.FactsDigest, ref.Seq = d.CodeID, d.FactsDigest, d.Seq
+	ref.CompiledAt, ref.Duration = p.now(), dur
+	_, err = p.Nodes.UpdateNode(ctx, d.Certname, func(n *farm.Node) error {
+		if n.Catalog != nil && n.Catalog.Seq >= d.Seq {
+			return fmt.Errorf("catalog seq %d is not newer than stored %d: %w", d.Seq, n.Catalog.Seq, farm.ErrConflict)
+		}
+		c := ref
+		n.Catalog = &c
+		n.Compile = &farm.CompileStatus{Result: farm.ResultOK, Seq: d.Seq, CodeID: d.CodeID, At: ref.CompiledAt, Duration: dur}
+		return nil
+	})
+	if errors.Is(err, farm.ErrConflict) {
+		p.observe(metrics.CompileStale, dur)
+		log.Info("compiled catalog discarded: a newer one was stored first")
+		return errSuperseded
+	}
+	if err != nil {
+		return fmt.Errorf("move catalog pointer of %s: %w", d.Certname, err)
+	}
+	p.observe(metrics.CompileOK, dur)
+	log.Info("catalog compiled", "duration", dur.Round(time.Millisecond), "bytes", len(static), "reason", d.Reason)
+	return nil
+}
+
+// superseded reports whether a compile with sequence seq can no longer
+// matter: a catalog at least as new is stored, or a newer compile is queued.
+func superseded(n *farm.Node, seq uint64) bool {
+	if n.Catalog != nil && n.Catalog.Seq >= seq {
+		return true
+	}
+	return n.Requested != nil && n.Requested.Seq > seq
+}
+
+// store writes the catalog and its gzip form to the content store.
+func (p *Pool) store(ctx context.Context, catalog []byte) (farm.CatalogRef, error) {
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if _, err := zw.Write(catalog); err != nil {
+		return farm.CatalogRef{}, fmt.Errorf("gzip catalog: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return farm.CatalogRef{}, fmt.Errorf("gzip catalog: %w", err)
+	}
+	d, err := p.Content.Put(ctx, farm.SpaceCatalogs, catalog)
+	if err != nil {
+		return farm.CatalogRef{}, fmt.Errorf("store catalog: %w", err)
+	}
+	gd, err := p.Content.Put(ctx, farm.SpaceCatalogs, buf.Bytes())
+	if err != nil {
+		return farm.CatalogRef{}, fmt.Errorf("store gzipped catalog: %w", err)
+	}
+	return farm.CatalogRef{Digest: d, GzipDigest: gd}, nil
+}
+
+func (p *Pool) recordFailure(ctx context.Context, d farm.Delivery, cause error, log *slog.Logger) {
+	at := p.now()
+	_, err := p.Nodes.UpdateNode(ctx, d.Certname, func(n *farm.Node) error {
+		if n.Compile != nil && n.Compile.Seq > d.Seq {
+			return nil
+		}
+		n.Compile = &farm.CompileStatus{Result: farm.ResultFailed, Error: cause.Error(), Seq: d.Seq, CodeID: d.CodeID, At: at}
+		return nil
+	})
+	if err != nil {
+		log.Error("record compile failure", "err", err)
+	}
+}
+
+func (p *Pool) observe(result string, d time.Duration) {
+	if p.Metrics != nil {
+		p.Metrics.ObserveCompile(result, d)
+	}
+}

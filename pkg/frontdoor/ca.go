@@ -1,0 +1,102 @@
+package frontdoor
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+// CA answers are plain text, as Puppet Server's CA service gives them.
+
+func textError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(status)
+	fmt.Fprint(w, msg)
+}
+
+func writePEM(w http.ResponseWriter, b []byte) {
+	w.Header().Set("Content-Type", "text/plain")
+	w.Write(b)
+}
+
+func (s *Server) caError(w http.ResponseWriter, r *http.Request, what, name string, err error) {
+	switch {
+	case errors.Is(err, farm.ErrNotFound):
+		textError(w, http.StatusNotFound, fmt.Sprintf("Could not find %s %s", what, name))
+	case errors.Is(err, farm.ErrInvalid), errors.Is(err, farm.ErrConflict):
+		textError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, errTooLarge):
+		textError(w, http.StatusRequestEntityTooLarge, err.Error())
+	default:
+		s.log().Error("CA request failed", "path", r.URL.Path, "err", err)
+		w.Header().Set("Retry-After", "5")
+		textError(w, http.StatusServiceUnavailable, "CA unavailable: "+err.Error())
+	}
+}
+
+func (s *Server) getCertificate(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var (
+		b   []byte
+		err error
+	)
+	if name == "ca" {
+		b, err = s.CA.CACertificate(r.Context())
+	} else if err = farm.ValidateCertname(name); err == nil {
+		b, err = s.CA.Certificate(r.Context(), name)
+	}
+	if err != nil {
+		s.caError(w, r, "certificate", name, err)
+		return
+	}
+	writePEM(w, b)
+}
+
+func (s *Server) getCRL(w http.ResponseWriter, r *http.Request) {
+	b, err := s.CA.CRL(r.Context())
+	if err != nil {
+		s.caError(w, r, "certificate_revocation_list", "ca", err)
+		return
+	}
+	writePEM(w, b)
+}
+
+func (s *Server) putCSR(w http.ResponseWriter, r *http.Request) {
+	// A fresh agent waits for the server to close the connection after its
+	// CSR (see shared/puppet-protocol/README.md): close it at once.
+	w.Header().Set("Connection", "close")
+	name := r.PathValue("name")
+	if err := farm.ValidateCertname(name); err != nil {
+		s.caError(w, r, "certificate_request", name, err)
+		return
+	}
+	body, err := readBody(r, 64<<10)
+	if err != nil {
+		s.caError(w, r, "certificate_request", name, err)
+		return
+	}
+	if err := s.CA.SubmitCSR(r.Context(), name, body); err != nil {
+		s.log().Warn("certificate request refused", "node", name, "remote", r.RemoteAddr, "err", err)
+		s.caError(w, r, "certificate_request", name, err)
+		return
+	}
+	s.log().Info("certificate request accepted", "node", name, "remote", r.RemoteAddr)
+	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Server) getCSR(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	err := farm.ValidateCertname(name)
+	var b []byte
+	if err == nil {
+		b, err = s.CA.CertificateRequest(r.Context(), name)
+	}
+	if err != nil {
+		s.caError(w, r, "certificate_request", name, err)
+		return
+	}
+	writePEM(w, b)
+}

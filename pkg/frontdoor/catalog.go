@@ -1,0 +1,250 @@
+package frontdoor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/compiler"
+	"github.com/compilefarm/compilefarm/pkg/facts"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/metrics"
+)
+
+// postCatalog takes the agent's facts and answers with its stored catalog.
+func (s *Server) postCatalog(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	body, err := readBody(r, s.MaxBody)
+	if err != nil {
+		s.apiError(w, r, err)
+		return
+	}
+	env := r.URL.Query().Get("environment")
+	if env == "" {
+		env = formValue(body, "environment")
+	}
+	raw, ok := facts.RawFactsParam(body)
+	if !ok {
+		// No facts: serve from the facts the farm already has, like GET.
+		s.serveStored(w, r, name, env)
+		return
+	}
+	out, err := s.Intake.Submit(r.Context(), compiler.Upload{
+		Certname: name, Environment: env, RawKey: farm.DigestOf(raw),
+		Document: func() ([]byte, error) {
+			req, err := facts.ParseCatalogForm(body)
+			if err != nil {
+				return nil, err
+			}
+			return req.Facts, nil
+		},
+	})
+	if err != nil {
+		s.apiError(w, r, err)
+		return
+	}
+	s.countUpload(out.Queued)
+	s.serveCatalog(w, r, out.Node)
+}
+
+// getCatalog serves the catalog compiled from the facts the farm has.
+func (s *Server) getCatalog(w http.ResponseWriter, r *http.Request) {
+	s.serveStored(w, r, r.PathValue("name"), r.URL.Query().Get("environment"))
+}
+
+func (s *Server) serveStored(w http.ResponseWriter, r *http.Request, name, env string) {
+	n, err := s.Nodes.GetNode(r.Context(), name)
+	if errors.Is(err, farm.ErrNotFound) || (err == nil && n.Requested == nil) {
+		jsonError(w, http.StatusNotFound, "RESOURCE_NOT_FOUND",
+			fmt.Sprintf("Not Found: no facts for node %s: send them with POST /puppet/v3/catalog/%s or PUT /puppet/v3/facts/%s", name, name, name))
+		return
+	}
+	if err != nil {
+		s.apiError(w, r, err)
+		return
+	}
+	if env != "" && env != n.Environment {
+		jsonError(w, http.StatusNotFound, "RESOURCE_NOT_FOUND",
+			fmt.Sprintf("Not Found: node %s is in environment '%s', not '%s'; send facts for '%s' first", name, n.Environment, env, env))
+		return
+	}
+	s.serveCatalog(w, r, n)
+}
+
+// formValue returns one parameter of a form body without parsing the rest.
+func formValue(body []byte, key string) string {
+	prefix := []byte(key + "=")
+	for len(body) > 0 {
+		var field []byte
+		if i := bytes.IndexByte(body, '&'); i >= 0 {
+			field, body = body[:i], body[i+1:]
+		} else {
+			field, body = body, nil
+		}
+		if bytes.HasPrefix(field, prefix) {
+			v, err := url.QueryUnescape(string(field[len(prefix):]))
+			if err != nil {
+				return ""
+			}
+			return v
+		}
+	}
+	return ""
+}
+
+func (s *Server) countUpload(queued bool) {
+	if s.Metrics == nil {
+		return
+	}
+	if queued {
+		s.Metrics.FactUploads.WithLabelValues("queued").Inc()
+	} else {
+		s.Metrics.FactUploads.WithLabelValues("unchanged").Inc()
+	}
+}
+
+func (s *Server) countCatalog(outcome string) {
+	if s.Metrics != nil {
+		s.Metrics.CatalogRequests.WithLabelValues(outcome).Inc()
+	}
+}
+
+// serveCatalog applies the serving rule: a current catalog at once; a
+// pending compile is waited for (bounded, longer for a first compile); then
+// the last good catalog, or 503 with Retry-After when there is none; a failed
+// compile with no catalog to fall back on is Puppet's 500 with the error.
+func (s *Server) serveCatalog(w http.ResponseWriter, r *http.Request, n farm.Node) {
+	outcome := metrics.CatalogFresh
+	if n.Pending() {
+		wait := s.ChangedCompileWait
+		if n.Catalog == nil {
+			wait = s.FirstCompileWait
+		}
+		waited, err := s.waitCompile(r.Context(), n.Certname, wait)
+		if err != nil && r.Context().Err() != nil {
+			return
+		}
+		if err == nil {
+			n = waited
+			outcome = metrics.CatalogWaited
+		}
+		if n.Pending() {
+			if n.Catalog == nil {
+				s.countCatalog(metrics.CatalogPending)
+				retry := int((wait + time.Second - 1) / time.Second)
+				w.Header().Set("Retry-After", strconv.Itoa(max(retry, 5)))
+				jsonError(w, http.StatusServiceUnavailable, "RUNTIME_ERROR", fmt.Sprintf(
+					"Service Unavailable: the catalog of %s is still compiling (queued %s ago); try again after Retry-After seconds",
+					n.Certname, time.Since(n.Requested.At).Round(time.Second)))
+				return
+			}
+			outcome = metrics.CatalogStale
+			s.log().Info("serving last good catalog while a new compile runs", "node", n.Certname,
+				"catalog_seq", n.Catalog.Seq, "requested_seq", n.Requested.Seq, "reason", n.Requested.Reason)
+		}
+	}
+	if n.Catalog == nil || (n.Compile != nil && n.Compile.Result == farm.ResultFailed && n.Compile.Seq > n.Catalog.Seq) {
+		if n.Catalog == nil {
+			s.countCatalog(metrics.CatalogFailed)
+			msg := "compile failed"
+			if n.Compile != nil {
+				msg = n.Compile.Error
+			}
+			jsonError(w, http.StatusInternalServerError, "RUNTIME_ERROR", "Server Error: "+msg)
+			return
+		}
+		outcome = metrics.CatalogStale
+		s.log().Warn("serving last good catalog: the latest compile failed", "node", n.Certname,
+			"catalog_seq", n.Catalog.Seq, "error", n.Compile.Error)
+	}
+	if err := s.writeCatalog(w, r, n.Catalog); err != nil {
+		s.apiError(w, r, err)
+		return
+	}
+	s.countCatalog(outcome)
+}
+
+// waitCompile polls the node until its latest requested compile finished, for at most wait. The node store is the only channel between
+// front door and compile workers, in one process or across a fleet.
+func (s *Server) waitCompile(ctx context.Context, certname string, wait time.Duration) (farm.Node, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return farm.Node{}, ctx.Err()
+		case <-tick.C:
+		}
+		n, err := s.Nodes.GetNode(ctx, certname)
+		if err != nil {
+			continue
+		}
+		if !n.Pending() {
+			return n, nil
+		}
+	}
+}
+
+// writeCatalog sends the stored catalog, gzipped as stored when the agent
+// accepts gzip, so no request pays for compression.
+func (s *Server) writeCatalog(w http.ResponseWriter, r *http.Request, ref *farm.CatalogRef) error {
+	gz := acceptsGzip(r) && ref.GzipDigest != ""
+	d := ref.Digest
+	if gz {
+		d = ref.GzipDigest
+	}
+	b, err := s.catalogBytes(r.Context(), d)
+	if err != nil {
+		return fmt.Errorf("read catalog %s: %w", d, err)
+	}
+	h := w.Header()
+	if strings.Contains(r.Header.Get("Accept"), "application/vnd.puppet.rich+json") {
+		h.Set("Content-Type", "application/vnd.puppet.rich+json; charset=utf-8")
+	} else {
+		h.Set("Content-Type", "application/json;charset=utf-8")
+	}
+	h.Set("Vary", "Accept-Encoding, User-Agent")
+	if gz {
+		h.Set("Content-Encoding", "gzip")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.Write(b)
+	return nil
+}
+
+func (s *Server) catalogBytes(ctx context.Context, d farm.Digest) ([]byte, error) {
+	if b, ok := s.catalogs.get(string(d)); ok {
+		return b, nil
+	}
+	b, err := s.Content.Get(ctx, farm.SpaceCatalogs, d)
+	if err != nil {
+		return nil, err
+	}
+	s.catalogs.put(string(d), b)
+	return b, nil
+}
+
+// acceptsGzip reports whether Accept-Encoding allows gzip (q > 0).
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		enc, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.TrimSpace(enc) != "gzip" {
+			continue
+		}
+		params = strings.ReplaceAll(params, " ", "")
+		if q, ok := strings.CutPrefix(params, "q="); ok {
+			v, err := strconv.ParseFloat(q, 64)
+			return err == nil && v > 0
+		}
+		return true
+	}
+	return false
+}

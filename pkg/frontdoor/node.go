@@ -1,0 +1,196 @@
+package frontdoor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/compiler"
+	"github.com/compilefarm/compilefarm/pkg/facts"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+// getNode answers the agent's node request: its environment and the facts
+// the farm holds for it (Puppet's node object).
+func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	env := r.URL.Query().Get("environment")
+	if env != "" {
+		if err := s.checkEnvironment(r, env); err != nil {
+			s.envError(w, r, err)
+			return
+		}
+	}
+	params := map[string]any{}
+	n, err := s.Nodes.GetNode(r.Context(), name)
+	switch {
+	case err == nil:
+		if env == "" {
+			env = n.Environment
+		}
+		if n.FactsDigest != "" {
+			doc, err := s.Content.Get(r.Context(), farm.SpaceFacts, n.FactsDigest)
+			if err != nil {
+				s.apiError(w, r, fmt.Errorf("read facts of %s: %w", name, err))
+				return
+			}
+			d, err := facts.Decode(name, doc)
+			if err != nil {
+				s.apiError(w, r, fmt.Errorf("stored facts of %s: %v", name, err))
+				return
+			}
+			params = d.Values
+		}
+	case !errors.Is(err, farm.ErrNotFound):
+		s.apiError(w, r, err)
+		return
+	}
+	if env == "" {
+		env = "production"
+	}
+	w.Header().Set("Content-Type", "application/json;charset=utf-8")
+	json.NewEncoder(w).Encode(map[string]any{"name": name, "environment": env, "parameters": params})
+}
+
+func (s *Server) checkEnvironment(r *http.Request, env string) error {
+	if err := farm.ValidateEnvironment(env); err != nil {
+		return err
+	}
+	if _, err := s.Envs.GetEnvironment(r.Context(), env); err != nil {
+		if errors.Is(err, farm.ErrNotFound) {
+			return fmt.Errorf("Could not find environment '%s': %w", env, farm.ErrNotFound)
+		}
+		return err
+	}
+	return nil
+}
+
+// envError answers an unknown environment as Puppet Server does.
+func (s *Server) envError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, farm.ErrNotFound) {
+		jsonError(w, http.StatusNotFound, "RUNTIME_ERROR", "Not Found: "+trimKind(err))
+		return
+	}
+	s.apiError(w, r, err)
+}
+
+// putFacts takes a facts upload (puppet facts upload) without a catalog.
+func (s *Server) putFacts(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	body, err := readBody(r, s.MaxBody)
+	if err != nil {
+		s.apiError(w, r, err)
+		return
+	}
+	env := r.URL.Query().Get("environment")
+	if env == "" {
+		env = "production"
+		if n, err := s.Nodes.GetNode(r.Context(), name); err == nil && n.Environment != "" {
+			env = n.Environment
+		}
+	}
+	out, err := s.Intake.Submit(r.Context(), compiler.Upload{
+		Certname: name, Environment: env,
+		Document: func() ([]byte, error) { return body, nil },
+	})
+	if err != nil {
+		if errors.Is(err, farm.ErrNotFound) {
+			s.envError(w, r, err)
+			return
+		}
+		s.apiError(w, r, err)
+		return
+	}
+	s.countUpload(out.Queued)
+	w.Header().Set("Content-Type", "application/json;charset=utf-8")
+	json.NewEncoder(w).Encode(map[string]any{"queued": out.Queued, "reason": out.Reason})
+}
+
+// reportHeader is the part of a Puppet report (format 12) the farm reads.
+type reportHeader struct {
+	Host            string `json:"host"`
+	Time            string `json:"time"`
+	Status          string `json:"status"`
+	ConfigVersion   any    `json:"configuration_version"`
+	CatalogUUID     string `json:"catalog_uuid"`
+	TransactionUUID string `json:"transaction_uuid"`
+	Environment     string `json:"environment"`
+}
+
+// putReport stores a report and keeps its summary on the node.
+func (s *Server) putReport(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	body, err := readBody(r, s.MaxReport)
+	if err != nil {
+		s.apiError(w, r, err)
+		return
+	}
+	var h reportHeader
+	if err := json.Unmarshal(body, &h); err != nil {
+		s.apiError(w, r, fmt.Errorf("report from %s is not JSON: %v: %w", name, err, farm.ErrInvalid))
+		return
+	}
+	if h.Host != name {
+		s.apiError(w, r, fmt.Errorf("report host %q does not match node %q: %w", h.Host, name, farm.ErrInvalid))
+		return
+	}
+	switch h.Status {
+	case "changed", "unchanged", "failed":
+	default:
+		s.apiError(w, r, fmt.Errorf("report status %q is not changed, unchanged or failed: %w", h.Status, farm.ErrInvalid))
+		return
+	}
+	d, err := s.Content.Put(r.Context(), farm.SpaceReports, body)
+	if err != nil {
+		s.apiError(w, r, fmt.Errorf("store report of %s: %w", name, err))
+		return
+	}
+	at, err := time.Parse(time.RFC3339Nano, h.Time)
+	if err != nil {
+		at = time.Now()
+	}
+	sum := farm.ReportSummary{Digest: d, Status: h.Status, At: at, CatalogUUID: h.CatalogUUID,
+		TransactionUUID: h.TransactionUUID}
+	if h.ConfigVersion != nil {
+		sum.ConfigVersion = fmt.Sprint(h.ConfigVersion)
+	}
+	if _, err := s.Nodes.UpdateNode(r.Context(), name, func(n *farm.Node) error {
+		if n.Report != nil && n.Report.At.After(sum.At) {
+			return nil // an older report arriving late keeps the newer summary
+		}
+		c := sum
+		n.Report = &c
+		return nil
+	}); err != nil {
+		s.apiError(w, r, fmt.Errorf("record report of %s: %w", name, err))
+		return
+	}
+	s.log().Info("report stored", "node", name, "status", h.Status, "digest", d)
+	w.Header().Set("Content-Type", "application/json;charset=utf-8")
+	w.Write([]byte(`["store"]`))
+}
+
+// getEnvironments lists the environments the farm has code for.
+func (s *Server) getEnvironments(w http.ResponseWriter, r *http.Request) {
+	envs, err := s.Envs.ListEnvironments(r.Context())
+	if err != nil {
+		s.apiError(w, r, err)
+		return
+	}
+	out := map[string]any{}
+	for _, e := range envs {
+		out[e.Name] = map[string]any{"settings": map[string]any{
+			"modulepath":          []string{"/compilefarm/code/" + e.Name + "/modules"},
+			"manifest":            "/compilefarm/code/" + e.Name + "/manifests",
+			"environment_timeout": "unlimited",
+			"config_version":      e.CodeID,
+		}}
+	}
+	w.Header().Set("Content-Type", "application/json;charset=utf-8")
+	json.NewEncoder(w).Encode(map[string]any{
+		"search_paths": []string{"compilefarm://code"},
+		"environments": out,
+	})
+}

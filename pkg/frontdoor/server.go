@@ -1,0 +1,279 @@
+// Package frontdoor is the farm's port 8140: the parts of Puppet Server's
+// HTTP API v3 and CA API v1 that a Puppet 7 agent uses, answered from stored
+// catalogs, code snapshots and the CA, with Puppet Server's default
+// authorization (a node reads and writes only its own node, catalog, facts
+// and report; CA bootstrap and status are open; the rest needs a valid cert).
+package frontdoor
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/compiler"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/metrics"
+)
+
+// CA is the certificate authority as the front door uses it: the built-in
+// CA, or later a proxy to an upstream one.
+type CA interface {
+	CACertificate(ctx context.Context) ([]byte, error)
+	CRL(ctx context.Context) ([]byte, error)
+	SubmitCSR(ctx context.Context, certname string, csrPEM []byte) error
+	Certificate(ctx context.Context, certname string) ([]byte, error)
+	CertificateRequest(ctx context.Context, certname string) ([]byte, error)
+}
+
+// Revocations tells whether a client certificate was revoked.
+type Revocations interface {
+	IsRevoked(serial *big.Int) bool
+}
+
+// Intake takes fact uploads and queues compiles.
+type Intake interface {
+	Submit(ctx context.Context, up compiler.Upload) (compiler.Outcome, error)
+}
+
+// Nodes reads node records.
+type Nodes interface {
+	GetNode(ctx context.Context, certname string) (farm.Node, error)
+	UpdateNode(ctx context.Context, certname string, fn func(*farm.Node) error) (farm.Node, error)
+}
+
+// Environments reads environment records.
+type Environments interface {
+	GetEnvironment(ctx context.Context, name string) (farm.Environment, error)
+	ListEnvironments(ctx context.Context) ([]farm.Environment, error)
+}
+
+// Content reads and writes the content store.
+type Content interface {
+	Get(ctx context.Context, space farm.Space, d farm.Digest) ([]byte, error)
+	Put(ctx context.Context, space farm.Space, data []byte) (farm.Digest, error)
+}
+
+// Server answers agents. Set the fields, then serve Handler().
+type Server struct {
+	CA          CA
+	Revocations Revocations
+	Intake      Intake
+	Nodes       Nodes
+	Envs        Environments
+	Content     Content
+	Files       Files
+	Metrics     *metrics.Farm
+	Log         *slog.Logger
+
+	// PuppetVersion is sent as X-Puppet-Version (the engine's Puppet).
+	PuppetVersion string
+	// FirstCompileWait bounds how long a node with no catalog yet waits for
+	// its first compile before getting 503 + Retry-After. Default 60s.
+	FirstCompileWait time.Duration
+	// ChangedCompileWait bounds how long a node whose facts or code changed
+	// waits for the new compile before getting its last good catalog.
+	// Default 10s.
+	ChangedCompileWait time.Duration
+	// MaxBody bounds catalog, facts and CSR bodies; MaxReport report bodies.
+	MaxBody   int64
+	MaxReport int64
+
+	catalogs *blobCache
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Log != nil {
+		return s.Log
+	}
+	return slog.Default()
+}
+
+func (s *Server) defaults() {
+	if s.PuppetVersion == "" {
+		s.PuppetVersion = "7.23.0"
+	}
+	if s.FirstCompileWait == 0 {
+		s.FirstCompileWait = 60 * time.Second
+	}
+	if s.ChangedCompileWait == 0 {
+		s.ChangedCompileWait = 10 * time.Second
+	}
+	if s.MaxBody == 0 {
+		s.MaxBody = 16 << 20
+	}
+	if s.MaxReport == 0 {
+		s.MaxReport = 256 << 20
+	}
+	if s.catalogs == nil {
+		s.catalogs = newBlobCache(512 << 20)
+	}
+}
+
+// Handler returns the HTTP handler for port 8140.
+func (s *Server) Handler() http.Handler {
+	s.defaults()
+	mux := http.NewServeMux()
+	// CA bootstrap: open.
+	mux.HandleFunc("GET /puppet-ca/v1/certificate/{name}", s.getCertificate)
+	mux.HandleFunc("GET /puppet-ca/v1/certificate_revocation_list/ca", s.getCRL)
+	mux.HandleFunc("PUT /puppet-ca/v1/certificate_request/{name}", s.putCSR)
+	mux.HandleFunc("GET /puppet-ca/v1/certificate_request/{name}", s.getCSR)
+	// Status: open.
+	mux.HandleFunc("GET /status/v1/simple", s.statusSimple)
+	mux.HandleFunc("GET /status/v1/simple/{service}", s.statusSimple)
+	mux.HandleFunc("GET /status/v1/services", s.statusServices)
+	// A node's own resources.
+	mux.HandleFunc("GET /puppet/v3/node/{name}", s.ownNode(s.getNode))
+	mux.HandleFunc("POST /puppet/v3/catalog/{name}", s.ownNode(s.postCatalog))
+	mux.HandleFunc("GET /puppet/v3/catalog/{name}", s.ownNode(s.getCatalog))
+	mux.HandleFunc("PUT /puppet/v3/facts/{name}", s.ownNode(s.putFacts))
+	mux.HandleFunc("PUT /puppet/v3/report/{name}", s.ownNode(s.putReport))
+	// Any valid certificate.
+	mux.HandleFunc("GET /puppet/v3/environments", s.anyCert(s.getEnvironments))
+	mux.HandleFunc("GET /puppet/v3/file_metadatas/{path...}", s.anyCert(s.fileMetadatas))
+	mux.HandleFunc("GET /puppet/v3/file_metadata/{path...}", s.anyCert(s.fileMetadata))
+	mux.HandleFunc("GET /puppet/v3/file_content/{path...}", s.anyCert(s.fileContent))
+	mux.HandleFunc("GET /puppet/v3/static_file_content/{path...}", s.anyCert(s.staticFileContent))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Puppet-Version", s.PuppetVersion)
+		if hasDotSegment(r.URL.Path) {
+			// Refuse rather than let the mux clean and redirect: no path
+			// the agent sends has one.
+			jsonError(w, http.StatusBadRequest, "RUNTIME_ERROR",
+				fmt.Sprintf("Bad Request: path %q has a '.' or '..' segment", r.URL.Path))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func hasDotSegment(p string) bool {
+	for _, seg := range strings.Split(p, "/") {
+		if seg == ".." || seg == "." {
+			return true
+		}
+	}
+	return false
+}
+
+// clientCert returns the request's verified, unrevoked client certificate.
+func (s *Server) clientCert(r *http.Request) (*x509.Certificate, string) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.PeerCertificates) == 0 {
+		return nil, "no verified client certificate"
+	}
+	c := r.TLS.PeerCertificates[0]
+	if s.Revocations != nil && s.Revocations.IsRevoked(c.SerialNumber) {
+		return nil, fmt.Sprintf("certificate %q (serial %x) is revoked", c.Subject.CommonName, c.SerialNumber)
+	}
+	return c, ""
+}
+
+// anyCert lets through requests with a valid client certificate.
+func (s *Server) anyCert(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, why := s.clientCert(r); why != "" {
+			s.forbidden(w, r, why)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// ownNode lets through requests whose certificate's CN is the {name} in the
+// path, as Puppet Server's default auth.conf does.
+func (s *Server) ownNode(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c, why := s.clientCert(r)
+		if why == "" && c.Subject.CommonName != r.PathValue("name") {
+			why = fmt.Sprintf("certificate %q may not access node %q", c.Subject.CommonName, r.PathValue("name"))
+		}
+		if why != "" {
+			s.forbidden(w, r, why)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// forbidden answers 403 as Puppet Server does: plain text, no content type.
+func (s *Server) forbidden(w http.ResponseWriter, r *http.Request, why string) {
+	s.log().Warn("forbidden", "path", r.URL.Path, "method", r.Method, "remote", r.RemoteAddr, "why", why)
+	w.Header()["Content-Type"] = nil
+	w.WriteHeader(http.StatusForbidden)
+	fmt.Fprintf(w, "Forbidden request: %s (method :%s). Please see the server logs for details.",
+		r.URL.Path, strings.ToLower(r.Method))
+}
+
+// puppetError is Puppet Server's JSON error body.
+type puppetError struct {
+	Message   string `json:"message"`
+	IssueKind string `json:"issue_kind"`
+}
+
+// jsonError answers an error in Puppet Server's JSON shape.
+func jsonError(w http.ResponseWriter, status int, kind, msg string) {
+	w.Header().Set("Content-Type", "application/json;charset=utf-8")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(puppetError{Message: msg, IssueKind: kind})
+}
+
+// apiError maps a farm error kind to Puppet Server's answer for /puppet/v3.
+func (s *Server) apiError(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, farm.ErrInvalid):
+		jsonError(w, http.StatusBadRequest, "RUNTIME_ERROR", "Bad Request: "+err.Error())
+	case errors.Is(err, farm.ErrNotFound):
+		jsonError(w, http.StatusNotFound, "RESOURCE_NOT_FOUND", "Not Found: "+trimKind(err))
+	case errors.Is(err, errTooLarge):
+		jsonError(w, http.StatusRequestEntityTooLarge, "RUNTIME_ERROR", err.Error())
+	default:
+		s.log().Error("request failed", "path", r.URL.Path, "err", err)
+		w.Header().Set("Retry-After", "5")
+		jsonError(w, http.StatusServiceUnavailable, "RUNTIME_ERROR", "Service Unavailable: "+err.Error()+"; try again shortly")
+	}
+}
+
+// trimKind drops the ": not found" suffix a wrapped farm.ErrNotFound adds,
+// so messages read as Puppet's ("Could not find environment 'x'").
+func trimKind(err error) string {
+	return strings.TrimSuffix(err.Error(), ": "+farm.ErrNotFound.Error())
+}
+
+var errTooLarge = errors.New("request body too large")
+
+// readBody reads at most limit bytes of the request body.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", errTooLarge, r.ContentLength, limit)
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read request body: %v: %w", err, farm.ErrInvalid)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: more than %d bytes", errTooLarge, limit)
+	}
+	return b, nil
+}
+
+func (s *Server) statusSimple(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain;charset=utf-8")
+	io.WriteString(w, "running")
+}
+
+func (s *Server) statusServices(w http.ResponseWriter, r *http.Request) {
+	svc := func() map[string]any {
+		return map[string]any{"service_version": s.PuppetVersion, "service_status_version": 1,
+			"detail_level": "info", "state": "running", "status": map[string]any{}, "active_alerts": []any{}}
+	}
+	w.Header().Set("Content-Type", "application/json;charset=utf-8")
+	json.NewEncoder(w).Encode(map[string]any{"ca": svc(), "master": svc(), "server": svc(), "status-service": svc()})
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/admin"
+)
+
+const defaultAdmin = "http://127.0.0.1:9140"
+
+func adminFlag(fs *flag.FlagSet) *string {
+	return fs.String("admin", defaultAdmin, "operator API of the running broker (its --metrics-listen address)")
+}
+
+// parseInterspersed parses flags that may come before or after positional
+// arguments (`code deploy production --from DIR`).
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func runCA(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("ca", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: broker ca list | sign NAME | revoke NAME [--admin URL]")
+		fs.PrintDefaults()
+	}
+	addr := adminFlag(fs)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	c := &admin.Client{Base: *addr}
+	switch {
+	case len(pos) == 1 && pos[0] == "list":
+		certs, err := c.Certs(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tSTATE\tSERIAL\tEXPIRES\tFINGERPRINT (SHA256)")
+		for _, s := range certs {
+			exp := "-"
+			if !s.NotAfter.IsZero() {
+				exp = s.NotAfter.UTC().Format("2006-01-02")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Certname, s.State, orDash(s.Serial), exp, s.Fingerprint)
+		}
+		return tw.Flush()
+	case len(pos) == 2 && pos[0] == "sign":
+		if err := c.Sign(ctx, pos[1]); err != nil {
+			return err
+		}
+		fmt.Printf("signed certificate for %s\n", pos[1])
+		return nil
+	case len(pos) == 2 && pos[0] == "revoke":
+		if err := c.Revoke(ctx, pos[1]); err != nil {
+			return err
+		}
+		fmt.Printf("revoked certificate for %s; the front door refuses it from now on\n", pos[1])
+		return nil
+	}
+	fs.Usage()
+	return fmt.Errorf("ca: expected list, sign NAME or revoke NAME")
+}
+
+func runCode(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("code", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: broker code deploy ENV [--from DIR] [--admin URL]")
+		fs.PrintDefaults()
+	}
+	addr := adminFlag(fs)
+	from := fs.String("from", "", "directory holding the environment's code (default: ENV under the broker's --environments)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 || pos[0] != "deploy" {
+		fs.Usage()
+		return fmt.Errorf("code: expected deploy ENV")
+	}
+	c := &admin.Client{Base: *addr}
+	fmt.Printf("deploying %s: snapshotting code and queueing recompiles...\n", pos[1])
+	res, err := c.Deploy(ctx, pos[1], *from)
+	if err != nil {
+		return err
+	}
+	if !res.Changed {
+		fmt.Printf("%s: code unchanged (code_id %s, %d files); nothing queued\n", res.Environment, short(res.CodeID), res.Files)
+		return nil
+	}
+	fmt.Printf("%s: code_id %s -> %s (%d files); %d nodes queued for recompile on the bulk lane\n",
+		res.Environment, orDash(short(res.Previous)), short(res.CodeID), res.Files, res.Queued)
+	return nil
+}
+
+func runNodes(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("nodes", flag.ExitOnError)
+	addr := adminFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c := &admin.Client{Base: *addr}
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tENVIRONMENT\tCATALOG AGE\tCODE_ID\tLAST COMPILE\tDURATION\tLAST REPORT")
+	var failures []string
+	for _, n := range nodes {
+		age, codeID := "-", "-"
+		if n.Catalog != nil {
+			age = now.Sub(n.Catalog.CompiledAt).Round(time.Second).String()
+			codeID = short(n.Catalog.CodeID)
+		}
+		compile, dur := "-", "-"
+		if n.Pending() {
+			compile = "pending (" + n.Requested.Reason + ")"
+		} else if n.Compile != nil {
+			compile = n.Compile.Result
+			if n.Compile.Duration > 0 {
+				dur = n.Compile.Duration.Round(time.Millisecond).String()
+			}
+			if n.Compile.Result != "ok" {
+				failures = append(failures, fmt.Sprintf("%s: %s", n.Certname, n.Compile.Error))
+			}
+		}
+		report := "-"
+		if n.Report != nil {
+			report = fmt.Sprintf("%s (%s ago)", n.Report.Status, now.Sub(n.Report.At).Round(time.Second))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Certname, orDash(n.Environment), age, codeID, compile, dur, report)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(failures) > 0 {
+		fmt.Println("\ncompile errors:")
+		for _, f := range failures {
+			fmt.Println("  " + strings.ReplaceAll(f, "\n", "\n    "))
+		}
+	}
+	return nil
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

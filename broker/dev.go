@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/admin"
+	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/code"
+	"github.com/compilefarm/compilefarm/pkg/compiler"
+	"github.com/compilefarm/compilefarm/pkg/compiler/puppet"
+	"github.com/compilefarm/compilefarm/pkg/facts"
+	"github.com/compilefarm/compilefarm/pkg/frontdoor"
+	"github.com/compilefarm/compilefarm/pkg/localstore"
+	"github.com/compilefarm/compilefarm/pkg/metrics"
+)
+
+type devConfig struct {
+	listen, metricsListen, environments, data string
+	autosign                                  bool
+	workers                                   int
+	dnsAltNames                               string
+	certname                                  string
+	serverKey                                 string
+	volatile                                  string
+	firstWait, changedWait, compileTimeout    time.Duration
+	ruby                                      string
+	logLevel                                  string
+}
+
+func runDev(ctx context.Context, args []string) error {
+	host, _ := os.Hostname()
+	host = strings.ToLower(host)
+	var c devConfig
+	fs := flag.NewFlagSet("dev", flag.ExitOnError)
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8140", "front door address (Puppet's port 8140, TLS)")
+	fs.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9140", "address for /metrics (Prometheus) and the operator API; keep it on loopback")
+	fs.StringVar(&c.environments, "environments", "examples/environments", "Puppet environmentpath: one directory per environment")
+	fs.StringVar(&c.data, "data", ".data/dev", "directory for all state (CA, catalogs, facts, queue); survives restarts")
+	fs.BoolVar(&c.autosign, "autosign", true, "sign every certificate request at once (dev only)")
+	fs.IntVar(&c.workers, "workers", runtime.NumCPU(), "compile workers (one Ruby Puppet process each)")
+	fs.StringVar(&c.dnsAltNames, "dns-alt-names", "", "extra names (comma separated) the server certificate covers; localhost, 127.0.0.1 and the host name always are")
+	fs.StringVar(&c.certname, "certname", host, "the server's own certname")
+	fs.StringVar(&c.serverKey, "server-key", "ecdsa-p256", "server TLS key type: ecdsa-p256 or rsa")
+	fs.StringVar(&c.volatile, "volatile-facts", strings.Join(facts.DefaultVolatile, ","), "facts whose changes never trigger a compile (dotted paths, * matches any key)")
+	fs.DurationVar(&c.firstWait, "first-compile-wait", 60*time.Second, "how long a node's first catalog request waits for its compile before 503 + Retry-After")
+	fs.DurationVar(&c.changedWait, "changed-compile-wait", 10*time.Second, "how long a catalog request waits for a recompile before serving the last good catalog")
+	fs.DurationVar(&c.compileTimeout, "compile-timeout", 2*time.Minute, "a compile running longer is killed and retried")
+	fs.StringVar(&c.ruby, "ruby", "ruby", "Ruby interpreter with Puppet 7 (Debian's puppet-agent)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("dev: unexpected arguments %q", fs.Args())
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(log)
+	return dev(ctx, c, log)
+}
+
+func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
+	if c.workers < 1 {
+		return fmt.Errorf("--workers must be at least 1")
+	}
+	envRoot, err := filepath.Abs(c.environments)
+	if err != nil {
+		return fmt.Errorf("--environments: %w", err)
+	}
+	if st, err := os.Stat(envRoot); err != nil || !st.IsDir() {
+		return fmt.Errorf("--environments %s is not a directory of Puppet environments", c.environments)
+	}
+	filter, err := facts.NewFilter(splitList(c.volatile))
+	if err != nil {
+		return fmt.Errorf("--volatile-facts: %w", err)
+	}
+	if err := os.MkdirAll(c.data, 0o750); err != nil {
+		return fmt.Errorf("create --data %s: %w", c.data, err)
+	}
+
+	store, err := localstore.Open(ctx, filepath.Join(c.data, "store"), localstore.Options{})
+	if err != nil {
+		return fmt.Errorf("open store in %s: %w", c.data, err)
+	}
+	defer store.Close()
+	queue := store.Queue(localstore.QueueOptions{})
+
+	authority, err := ca.Open(ctx, filepath.Join(c.data, "ca"), ca.Options{Name: c.certname, Autosign: c.autosign})
+	if err != nil {
+		return fmt.Errorf("open CA: %w", err)
+	}
+	altNames := append([]string{"localhost", "127.0.0.1", "::1", c.certname, "puppet"}, splitList(c.dnsAltNames)...)
+	serverCert, err := authority.IssueServerCert(ctx, c.certname, altNames, c.serverKey)
+	if err != nil {
+		return fmt.Errorf("issue server certificate: %w", err)
+	}
+
+	log.Info("starting compile workers (loading Puppet)", "workers", c.workers)
+	engine, err := puppet.New(ctx, puppet.Options{
+		Workers: c.workers, Ruby: c.ruby, WorkDir: filepath.Join(c.data, "engine"),
+		Timeout: c.compileTimeout, Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("start the puppet compile engine (is Debian's puppet-agent installed? run scripts/install-deps.sh): %w", err)
+	}
+	defer engine.Close()
+
+	m := metrics.New(queue)
+	lib := code.NewLibrary(store, filepath.Join(c.data, "code"))
+	intake := &compiler.Intake{Content: store, Nodes: store, Envs: store, Queue: queue, Filter: filter, Log: log}
+	deployer := &compiler.Deployer{Content: store, Envs: store, Intake: intake, Root: envRoot, Log: log}
+	pool := &compiler.Pool{Queue: queue, Nodes: store, Content: store, Engine: engine, Code: lib, Metrics: m, Log: log}
+
+	// Code on disk may have changed while the farm was down.
+	if err := deployer.DeployAll(ctx); err != nil {
+		return err
+	}
+
+	fd := &frontdoor.Server{
+		CA: authority, Revocations: authority, Intake: intake, Nodes: store, Envs: store,
+		Content: store, Files: lib, Metrics: m, Log: log, PuppetVersion: engine.PuppetVersion(),
+		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait,
+	}
+	// Client certificates are optional (CA bootstrap), verified against the
+	// CA when given, and refused at the handshake once revoked.
+	tlsConf := authority.ServerTLSConfig(serverCert)
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.listen, err)
+	}
+	front := &http.Server{
+		Handler:           fd.Handler(),
+		TLSConfig:         tlsConf,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	opsMux := http.NewServeMux()
+	opsMux.Handle("GET /metrics", m.Handler())
+	(&admin.Server{CA: authority, Nodes: store, Deployer: deployer, Log: log}).Register(opsMux)
+	mln, err := net.Listen("tcp", c.metricsListen)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("listen on %s: %w", c.metricsListen, err)
+	}
+	ops := &http.Server{Handler: opsMux, ReadHeaderTimeout: 10 * time.Second}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	wg.Add(3)
+	go func() { defer wg.Done(); pool.Run(runCtx, c.workers) }()
+	go func() {
+		defer wg.Done()
+		if err := front.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("front door: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := ops.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("metrics/operator API: %w", err)
+		}
+	}()
+	log.Info("compilefarm dev is up",
+		"front_door", "https://"+ln.Addr().String(), "metrics", "http://"+mln.Addr().String()+"/metrics",
+		"certname", c.certname, "environments", envRoot, "data", c.data, "autosign", c.autosign)
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case runErr = <-errc:
+	}
+	shutCtx, shutCancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer shutCancel()
+	front.Shutdown(shutCtx)
+	ops.Shutdown(shutCtx)
+	cancel()
+	wg.Wait()
+	return runErr
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,59 @@
+// Command broker is compilefarm's one binary. `broker dev` runs the whole farm
+// in one process (front door, CA, queue, compile workers, storage) on the
+// embedded drivers; the operator verbs (ca, code, nodes) talk to a running
+// broker's operator API.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: broker <command> [flags]
+
+commands:
+  dev                         run the whole farm in one process (embedded default)
+  ca list|sign NAME|revoke NAME   manage certificates of a running broker
+  code deploy ENV [--from DIR]    snapshot an environment's code and queue recompiles
+  nodes                       list nodes: environment, catalog age, code_id, last compile and report
+  version                     print the version
+
+Run 'broker <command> -h' for a command's flags.
+`
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
+	case "dev":
+		err = runDev(ctx, args)
+	case "ca":
+		err = runCA(ctx, args)
+	case "code":
+		err = runCode(ctx, args)
+	case "nodes":
+		err = runNodes(ctx, args)
+	case "version", "--version":
+		fmt.Println("broker", version)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "broker: unknown command %q\n\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "broker:", err)
+		os.Exit(1)
+	}
+}

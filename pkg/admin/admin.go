@@ -1,0 +1,163 @@
+// Package admin is the operator API of a running broker (nodes, CA, code
+// deploys), served next to /metrics on a loopback listener, and the client
+// the broker's operator verbs use to call it.
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/compiler"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+// CA is what the operator API needs of the certificate authority.
+type CA interface {
+	Sign(ctx context.Context, certname string) error
+	Revoke(ctx context.Context, certname string) error
+	List(ctx context.Context) ([]farm.CertStatus, error)
+}
+
+// Nodes lists node records.
+type Nodes interface {
+	ListNodes(ctx context.Context) ([]farm.Node, error)
+}
+
+// Deployer snapshots an environment's code and queues recompiles.
+type Deployer interface {
+	Deploy(ctx context.Context, environment, fromDir string) (compiler.DeployResult, error)
+}
+
+// Server serves the operator API.
+type Server struct {
+	CA       CA
+	Nodes    Nodes
+	Deployer Deployer
+	Log      *slog.Logger
+}
+
+// Register adds the operator API's routes to mux.
+func (s *Server) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /admin/v1/nodes", func(w http.ResponseWriter, r *http.Request) {
+		nodes, err := s.Nodes.ListNodes(r.Context())
+		reply(w, nodes, err)
+	})
+	mux.HandleFunc("GET /admin/v1/ca/certs", func(w http.ResponseWriter, r *http.Request) {
+		certs, err := s.CA.List(r.Context())
+		reply(w, certs, err)
+	})
+	mux.HandleFunc("POST /admin/v1/ca/sign/{name}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, map[string]string{"signed": r.PathValue("name")}, s.CA.Sign(r.Context(), r.PathValue("name")))
+	})
+	mux.HandleFunc("POST /admin/v1/ca/revoke/{name}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, map[string]string{"revoked": r.PathValue("name")}, s.CA.Revoke(r.Context(), r.PathValue("name")))
+	})
+	mux.HandleFunc("POST /admin/v1/code/deploy/{env}", func(w http.ResponseWriter, r *http.Request) {
+		res, err := s.Deployer.Deploy(r.Context(), r.PathValue("env"), r.URL.Query().Get("from"))
+		reply(w, res, err)
+	})
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+	Kind  string `json:"kind"`
+}
+
+func reply(w http.ResponseWriter, v any, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	if err != nil {
+		status, kind := http.StatusInternalServerError, "internal"
+		switch {
+		case errors.Is(err, farm.ErrNotFound):
+			status, kind = http.StatusNotFound, "not-found"
+		case errors.Is(err, farm.ErrInvalid):
+			status, kind = http.StatusBadRequest, "invalid"
+		case errors.Is(err, farm.ErrConflict):
+			status, kind = http.StatusConflict, "conflict"
+		}
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(errorBody{Error: err.Error(), Kind: kind})
+		return
+	}
+	json.NewEncoder(w).Encode(v)
+}
+
+// Client calls a broker's operator API.
+type Client struct {
+	Base string // e.g. http://127.0.0.1:9140
+	HTTP *http.Client
+}
+
+func (c *Client) do(ctx context.Context, method, path string, out any) error {
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: 10 * time.Minute}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, nil)
+	if err != nil {
+		return fmt.Errorf("build request %s %s: %w", method, path, err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("call broker at %s (is `broker dev` running, and is --admin its --metrics-listen address?): %w", c.Base, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("read broker answer to %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var eb errorBody
+		if json.Unmarshal(body, &eb) == nil && eb.Error != "" {
+			return fmt.Errorf("broker: %s", eb.Error)
+		}
+		return fmt.Errorf("broker answered %s to %s %s: %s", resp.Status, method, path, bytes.TrimSpace(body))
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("decode broker answer to %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+// Nodes lists all nodes.
+func (c *Client) Nodes(ctx context.Context) ([]farm.Node, error) {
+	var out []farm.Node
+	return out, c.do(ctx, http.MethodGet, "/admin/v1/nodes", &out)
+}
+
+// Certs lists the CA's certificates and requests.
+func (c *Client) Certs(ctx context.Context) ([]farm.CertStatus, error) {
+	var out []farm.CertStatus
+	return out, c.do(ctx, http.MethodGet, "/admin/v1/ca/certs", &out)
+}
+
+// Sign signs a pending certificate request.
+func (c *Client) Sign(ctx context.Context, certname string) error {
+	return c.do(ctx, http.MethodPost, "/admin/v1/ca/sign/"+url.PathEscape(certname), nil)
+}
+
+// Revoke revokes a certificate.
+func (c *Client) Revoke(ctx context.Context, certname string) error {
+	return c.do(ctx, http.MethodPost, "/admin/v1/ca/revoke/"+url.PathEscape(certname), nil)
+}
+
+// Deploy snapshots an environment's code and queues recompiles.
+func (c *Client) Deploy(ctx context.Context, env, from string) (compiler.DeployResult, error) {
+	var out compiler.DeployResult
+	q := ""
+	if from != "" {
+		q = "?from=" + url.QueryEscape(from)
+	}
+	return out, c.do(ctx, http.MethodPost, "/admin/v1/code/deploy/"+url.PathEscape(env)+q, &out)
+}

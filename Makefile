@@ -1,0 +1,42 @@
+# compilefarm: `make run` starts the embedded farm on 127.0.0.1:8140;
+# `make test` runs the whole suite (installing what it needs first).
+GO      ?= go
+DATA    ?= .data/dev
+LISTEN  ?= 127.0.0.1:8140
+METRICS ?= 127.0.0.1:9140
+ENVS    ?= examples/environments
+
+.PHONY: run build deps test unit e2e vet fmt-check bench clean
+
+build:
+	$(GO) build -o bin/broker ./broker
+
+deps:
+	scripts/install-deps.sh
+
+run: deps build
+	bin/broker dev --listen $(LISTEN) --metrics-listen $(METRICS) --environments $(ENVS) --data $(DATA)
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+# The whole suite: unit tests, contract suites, and the end-to-end tests in
+# test/ that drive a real puppet agent against a real broker.
+test: deps fmt-check vet
+	$(GO) test -count=1 -timeout 20m ./...
+
+unit:
+	$(GO) test -count=1 -short ./pkg/...
+
+e2e: deps
+	$(GO) test -count=1 -timeout 20m -v ./test/...
+
+bench: deps build
+	scripts/bench.sh
+
+clean:
+	rm -rf bin .data

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what compilefarm needs to run (`make run`) and to test (`make test`)
+# on Debian 12: Debian's puppet-agent (Ruby Puppet 7, the compile engine and
+# the real agent the end-to-end tests drive) and openssl (CA tests).
+# As root it installs with apt-get; otherwise it fails, saying what to install.
+set -euo pipefail
+
+need_pkgs=()
+command -v go >/dev/null 2>&1 || { echo "install-deps: Go 1.24+ is required (https://go.dev/dl/); put it on PATH" >&2; exit 1; }
+command -v puppet >/dev/null 2>&1 && ruby -rpuppet -e 'exit 0' >/dev/null 2>&1 || need_pkgs+=(puppet-agent)
+command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
+command -v hostname >/dev/null 2>&1 || need_pkgs+=(hostname)
+
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing Debian packages: ${need_pkgs[*]}" >&2
+    echo "install-deps: run as root, or: sudo apt-get install -y ${need_pkgs[*]}" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${need_pkgs[*]} with apt-get (one-time, ~1 minute)..."
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+v=$(puppet --version 2>/dev/null || true)
+case "$v" in
+  7.*) ;;
+  *) echo "install-deps: puppet 7 is required, found '${v:-none}'" >&2; exit 1 ;;
+esac
+echo "install-deps: ok (go $(go env GOVERSION), puppet $v, $(openssl version | cut -d' ' -f1-2))"

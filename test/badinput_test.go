@@ -1,0 +1,229 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func readAll(resp *http.Response) string {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func runCmd(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	return string(out), err
+}
+
+func csrPEM(t *testing.T, cn string) []byte {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: cn}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+}
+
+// TestBadInput sends malformed requests: each gets a clear 4xx with a
+// message, and none leaves anything behind (no node record, no certificate).
+func TestBadInput(t *testing.T) {
+	f := startFarm(t, t.TempDir(), copyExampleEnvs(t))
+	n := enrol(t, f, "bad1.example.test")
+	base := "https://" + f.Addr
+	anon := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+
+	tests := []struct {
+		name       string
+		client     *http.Client
+		method     string
+		path       string
+		body       []byte
+		ctype      string
+		wantStatus int
+		wantBody   string
+	}{
+		{"catalog facts not JSON", n.Client, "POST", "/puppet/v3/catalog/bad1.example.test?environment=production",
+			[]byte("facts_format=application%2Fjson&facts=%257Bnot-json"), "application/x-www-form-urlencoded", 400, "not a JSON facts object"},
+		{"catalog facts bad encoding", n.Client, "POST", "/puppet/v3/catalog/bad1.example.test?environment=production",
+			[]byte("facts=%zz"), "application/x-www-form-urlencoded", 400, "Bad Request"},
+		{"facts without values", n.Client, "PUT", "/puppet/v3/facts/bad1.example.test?environment=production",
+			[]byte(`{"name":"bad1.example.test"}`), "application/json", 400, `no \"values\" object`},
+		{"facts name mismatch", n.Client, "PUT", "/puppet/v3/facts/bad1.example.test?environment=production",
+			[]byte(`{"name":"other","values":{}}`), "application/json", 400, "does not match"},
+		{"oversized facts", n.Client, "PUT", "/puppet/v3/facts/bad1.example.test?environment=production",
+			bytes.Repeat([]byte("x"), 17<<20), "application/json", 413, "too large"},
+		{"unknown environment", n.Client, "PUT", "/puppet/v3/facts/bad1.example.test?environment=nosuchenv",
+			[]byte(`{"name":"bad1.example.test","values":{}}`), "application/json", 404, "Could not find environment 'nosuchenv'"},
+		{"invalid environment name", n.Client, "PUT", "/puppet/v3/facts/bad1.example.test?environment=..%2Fetc",
+			[]byte(`{"name":"bad1.example.test","values":{}}`), "application/json", 400, "environment"},
+		{"report for another host", n.Client, "PUT", "/puppet/v3/report/bad1.example.test?environment=production",
+			[]byte(`{"host":"other","status":"changed"}`), "application/json", 400, "does not match"},
+		{"path traversal in module mount", n.Client, "GET", "/puppet/v3/file_content/modules/demo/../../../../etc/passwd?environment=production",
+			nil, "", 400, ".."},
+		{"encoded path traversal", n.Client, "GET", "/puppet/v3/file_content/modules/demo/%2e%2e/%2e%2e/etc/passwd?environment=production",
+			nil, "", 400, ".."},
+		{"traversal in static content", n.Client, "GET", "/puppet/v3/static_file_content/modules/demo/files/..%2f..%2fmanifests/init.pp?environment=production&code_id=x",
+			nil, "", 400, ".."},
+		{"static content without code_id", n.Client, "GET", "/puppet/v3/static_file_content/modules/demo/files/static.txt?environment=production",
+			nil, "", 400, "requires an environment, a code-id, and a file-path"},
+		{"invalid certname CSR", anon, "PUT", "/puppet-ca/v1/certificate_request/UPPER.example.test",
+			csrPEM(t, "UPPER.example.test"), "text/plain", 400, "certname"},
+		{"CSR CN mismatch", anon, "PUT", "/puppet-ca/v1/certificate_request/good.example.test",
+			csrPEM(t, "evil.example.test"), "text/plain", 400, "evil.example.test"},
+		{"CSR garbage", anon, "PUT", "/puppet-ca/v1/certificate_request/garbage.example.test",
+			[]byte("not a csr"), "text/plain", 400, ""},
+		{"no client certificate", anon, "GET", "/puppet/v3/node/bad1.example.test?environment=production",
+			nil, "", 403, "Forbidden request: /puppet/v3/node/bad1.example.test (method :get)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := http.NewRequest(tt.method, base+tt.path, bytes.NewReader(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.ctype != "" {
+				req.Header.Set("Content-Type", tt.ctype)
+			}
+			resp, err := tt.client.Do(req)
+			if err != nil {
+				t.Fatalf("%s %s: %v", tt.method, tt.path, err)
+			}
+			body := readAll(resp)
+			if resp.StatusCode != tt.wantStatus || !strings.Contains(body, tt.wantBody) {
+				t.Errorf("%s %s = %d %q, want %d containing %q", tt.method, tt.path, resp.StatusCode, trunc(body), tt.wantStatus, tt.wantBody)
+			}
+		})
+	}
+
+	// Nothing was stored by any of it.
+	if _, ok := f.nodes()["bad1.example.test"]; ok {
+		t.Errorf("a node record exists for bad1.example.test after only bad requests")
+	}
+	certs, err := f.brokerCLI("ca", "list")
+	if err != nil {
+		t.Fatalf("ca list: %v\n%s", err, certs)
+	}
+	for _, name := range []string{"upper.example.test", "UPPER.example.test", "good.example.test", "evil.example.test", "garbage.example.test"} {
+		if strings.Contains(certs, name) {
+			t.Errorf("CA has an entry for %s after a refused request:\n%s", name, certs)
+		}
+	}
+}
+
+func trunc(s string) string {
+	if len(s) > 300 {
+		return s[:300] + fmt.Sprintf("... (%d bytes)", len(s))
+	}
+	return s
+}
+
+// TestRestartKeepsQueuedJobs kills broker dev with compiles still queued and
+// checks that a restart on the same --data compiles them all.
+func TestRestartKeepsQueuedJobs(t *testing.T) {
+	data, envs := t.TempDir(), copyExampleEnvs(t)
+	f := startFarm(t, data, envs, "--workers", "1")
+	const count = 60
+	nodes := make([]*syntheticNode, count)
+	var names []string
+	for i := range nodes {
+		nodes[i] = enrol(t, f, fmt.Sprintf("restart%02d.example.test", i))
+		names = append(names, nodes[i].Certname)
+	}
+	// Upload every node's facts in one burst, so that compiles queue up
+	// behind the single worker.
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.putFacts(t, f, syntheticFacts(n.Certname, i))
+		}()
+	}
+	wg.Wait()
+	depth := f.metric(`compilefarm_queue_depth{lane="urgent"}`) + f.metric(`compilefarm_queue_in_flight{lane="urgent"}`)
+	if depth == 0 {
+		t.Fatalf("no compile job was queued when the broker was killed; the test cannot show anything")
+	}
+	oldCode := currentCode(t, f, nodes[0])
+	t.Logf("killing broker -9 with %v jobs queued or in flight", depth)
+	f.kill9()
+	// The code changes while the farm is down: the restart must notice.
+	static := filepath.Join(envs, "production", "modules", "demo", "files", "static.txt")
+	if err := os.WriteFile(static, []byte("changed while the farm was down\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	g := startFarm(t, data, envs)
+	newCode := currentCode(t, g, nodes[0])
+	if newCode == oldCode {
+		t.Fatalf("code changed on disk while down, but the restarted farm still runs code_id %s", oldCode)
+	}
+	waitFor(t, "every node to have a catalog of the new code after restart", 5*time.Minute, func() bool {
+		nodes := g.nodes()
+		for _, name := range names {
+			if c := nodes[name].Catalog; c == nil || c.CodeID != newCode {
+				return false
+			}
+		}
+		return true
+	})
+	if got := g.metric(`compilefarm_compiles_total{result="ok"}`); got == 0 {
+		t.Errorf("the restarted broker compiled nothing")
+	}
+}
+
+// syntheticFacts are the facts the example environment reads, for a node
+// that is not a real agent.
+func syntheticFacts(certname string, i int) map[string]any {
+	return map[string]any{
+		"cf_root":    "/tmp/compilefarm-synthetic",
+		"networking": map[string]any{"fqdn": certname, "hostname": certname},
+		"os":         map[string]any{"name": "Debian", "family": "Debian", "release": map[string]any{"full": "12.11", "major": "12"}},
+		"index":      i,
+	}
+}
+
+// currentCode returns the code_id the farm runs for production, as the
+// environments endpoint reports it.
+func currentCode(t *testing.T, f *farmProc, n *syntheticNode) string {
+	t.Helper()
+	resp, err := n.Client.Get("https://" + f.Addr + "/puppet/v3/environments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Environments map[string]struct {
+			Settings struct {
+				ConfigVersion string `json:"config_version"`
+			} `json:"settings"`
+		} `json:"environments"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatalf("decode environments: %v", err)
+	}
+	resp.Body.Close()
+	id := body.Environments["production"].Settings.ConfigVersion
+	if id == "" {
+		t.Fatalf("no code_id for production in /puppet/v3/environments")
+	}
+	return id
+}

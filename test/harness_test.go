@@ -1,0 +1,417 @@
+// Package e2e holds compilefarm's end-to-end tests: a real `broker dev`
+// process and a real Debian `puppet agent`, talking TLS on loopback.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var brokerBin string
+
+func TestMain(m *testing.M) {
+	for _, tool := range []string{"puppet", "ruby", "openssl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: %s is required and missing: run scripts/install-deps.sh (as root) first\n", tool)
+			os.Exit(1)
+		}
+	}
+	dir, err := os.MkdirTemp("", "compilefarm-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	brokerBin = filepath.Join(dir, "broker")
+	build := exec.Command("go", "build", "-o", brokerBin, "../broker")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: build broker:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// farmProc is one running `broker dev`.
+type farmProc struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	Data    string
+	Envs    string
+	Addr    string // host:port of the front door
+	Admin   string // http://host:port of metrics + operator API
+	logPath string
+	done    chan struct{}
+}
+
+// copyExampleEnvs copies examples/environments to a temp dir the test may change.
+func copyExampleEnvs(t *testing.T) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "environments")
+	if out, err := exec.Command("cp", "-a", "../examples/environments", dst).CombinedOutput(); err != nil {
+		t.Fatalf("copy example environments: %v: %s", err, out)
+	}
+	return dst
+}
+
+// startFarm starts broker dev on free loopback ports and waits until it is up.
+func startFarm(t *testing.T, data, envs string, extra ...string) *farmProc {
+	t.Helper()
+	logf, err := os.CreateTemp(t.TempDir(), "broker-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		"--environments", envs, "--data", data, "--workers", "2"}, extra...)
+	cmd := exec.Command(brokerBin, args...)
+	cmd.Stdout = logf
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start broker: %v", err)
+	}
+	f := &farmProc{t: t, cmd: cmd, Data: data, Envs: envs, logPath: logf.Name(), done: make(chan struct{})}
+	up := make(chan [2]string, 1)
+	upRE := regexp.MustCompile(`front_door=https://(\S+) metrics=(http://\S+)/metrics`)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(logf, line)
+			if m := upRE.FindStringSubmatch(line); m != nil {
+				select {
+				case up <- [2]string{m[1], m[2]}:
+				default:
+				}
+			}
+		}
+	}()
+	go func() { cmd.Wait(); close(f.done) }()
+	t.Cleanup(func() {
+		f.stop()
+		if t.Failed() {
+			b, _ := os.ReadFile(f.logPath)
+			t.Logf("broker log (%s):\n%s", f.logPath, tail(string(b), 60))
+		}
+	})
+	select {
+	case a := <-up:
+		f.Addr, f.Admin = a[0], a[1]
+	case <-f.done:
+		b, _ := os.ReadFile(f.logPath)
+		t.Fatalf("broker dev exited before it was up:\n%s", tail(string(b), 40))
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("broker dev did not come up in 3 minutes")
+	}
+	return f
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// stop ends the broker with SIGTERM (then SIGKILL) and waits for it.
+func (f *farmProc) stop() {
+	select {
+	case <-f.done:
+		return
+	default:
+	}
+	syscall.Kill(-f.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-f.done:
+	case <-time.After(20 * time.Second):
+		syscall.Kill(-f.cmd.Process.Pid, syscall.SIGKILL)
+		<-f.done
+	}
+}
+
+// kill9 kills the broker and its Ruby workers at once, as a crash would.
+func (f *farmProc) kill9() {
+	syscall.Kill(-f.cmd.Process.Pid, syscall.SIGKILL)
+	<-f.done
+}
+
+func (f *farmProc) port() string {
+	_, p, _ := strings.Cut(f.Addr, ":")
+	return p
+}
+
+// metric returns the value of one Prometheus sample, e.g.
+// compilefarm_compiles_total{result="ok"}; 0 when absent.
+func (f *farmProc) metric(sample string) float64 {
+	f.t.Helper()
+	resp, err := http.Get(f.Admin + "/metrics")
+	if err != nil {
+		f.t.Fatalf("scrape metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if name, val, ok := strings.Cut(line, " "); ok && name == sample {
+			v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+			if err != nil {
+				f.t.Fatalf("metric %s: %v", line, err)
+			}
+			return v
+		}
+	}
+	return 0
+}
+
+// brokerCLI runs an operator verb against this farm.
+func (f *farmProc) brokerCLI(args ...string) (string, error) {
+	args = append(args, "--admin", f.Admin)
+	out, err := exec.Command(brokerBin, args...).CombinedOutput()
+	return string(out), err
+}
+
+type nodeRecord struct {
+	Certname string `json:"certname"`
+	Catalog  *struct {
+		Seq    uint64 `json:"seq"`
+		CodeID string `json:"code_id"`
+	} `json:"catalog"`
+	Compile *struct {
+		Result string `json:"result"`
+		Error  string `json:"error"`
+	} `json:"compile"`
+	Report *struct {
+		Status string `json:"status"`
+	} `json:"report"`
+}
+
+func (f *farmProc) nodes() map[string]nodeRecord {
+	f.t.Helper()
+	resp, err := http.Get(f.Admin + "/admin/v1/nodes")
+	if err != nil {
+		f.t.Fatalf("list nodes: %v", err)
+	}
+	defer resp.Body.Close()
+	var list []nodeRecord
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		f.t.Fatalf("decode nodes: %v", err)
+	}
+	out := map[string]nodeRecord{}
+	for _, n := range list {
+		out[n.Certname] = n
+	}
+	return out
+}
+
+// agent is one real puppet agent with its own confdir, ssldir and vardir.
+type agent struct {
+	Certname string
+	Dir      string
+	Root     string // where the example environment manages files (fact cf_root)
+}
+
+func newAgent(t *testing.T, certname string) *agent {
+	dir := t.TempDir()
+	a := &agent{Certname: certname, Dir: dir, Root: filepath.Join(dir, "managed")}
+	for _, d := range []string{"conf", "managed"} {
+		os.MkdirAll(filepath.Join(dir, d), 0o755)
+	}
+	return a
+}
+
+// setFact writes an external fact file where Facter looks by default
+// (/etc/facter/facts.d for root on Debian, ~/.facter/facts.d otherwise: the
+// agent's own pluginfactdest is purged by pluginsync) and removes it, and any
+// directory it created, when the test ends.
+func (a *agent) setFact(t *testing.T, name, value string) {
+	t.Helper()
+	dir := "/etc/facter/facts.d"
+	if os.Geteuid() != 0 {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			t.Fatalf("no home directory for external facts: %v", err)
+		}
+		dir = filepath.Join(home, ".facter", "facts.d")
+	}
+	var created []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		}
+		created = append(created, d)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("create external facts directory: %v", err)
+	}
+	p := filepath.Join(dir, "compilefarm-e2e-"+a.Certname+".txt")
+	if err := os.WriteFile(p, []byte(name+"="+value+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		os.Remove(p)
+		for _, d := range created {
+			os.Remove(d)
+		}
+	})
+}
+
+// run runs `puppet agent -t` against the farm and returns its exit code and output.
+func (a *agent) run(t *testing.T, f *farmProc, extra ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	args := append([]string{"agent", "-t",
+		"--certname", a.Certname, "--server", "localhost", "--serverport", f.port(),
+		"--confdir", filepath.Join(a.Dir, "conf"), "--vardir", filepath.Join(a.Dir, "var"),
+		"--logdir", filepath.Join(a.Dir, "log"), "--rundir", filepath.Join(a.Dir, "run"),
+		"--publicdir", filepath.Join(a.Dir, "public"), "--codedir", filepath.Join(a.Dir, "code"),
+		"--ssldir", filepath.Join(a.Dir, "ssl"),
+		"--http_read_timeout", "120",
+	}, extra...)
+	cmd := exec.CommandContext(ctx, "puppet", args...)
+	cmd.Env = append(os.Environ(), "FACTER_cf_root="+a.Root)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run puppet agent: %v\n%s", err, out.String())
+	}
+	return code, out.String()
+}
+
+// tlsClient returns an HTTPS client presenting the agent's certificate
+// (after a first agent run has fetched it) and trusting the farm's CA.
+func (a *agent) tlsClient(t *testing.T) *http.Client {
+	t.Helper()
+	ssl := filepath.Join(a.Dir, "ssl")
+	cert, err := tls.LoadX509KeyPair(filepath.Join(ssl, "certs", a.Certname+".pem"), filepath.Join(ssl, "private_keys", a.Certname+".pem"))
+	if err != nil {
+		t.Fatalf("load agent %s cert: %v", a.Certname, err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(ssl, "certs", "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	return &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "localhost"},
+	}}
+}
+
+// syntheticNode is a node that talks to the farm from Go (for load and
+// bad-input tests): its own key and a certificate signed by the farm's CA.
+type syntheticNode struct {
+	Certname string
+	Client   *http.Client
+}
+
+// enrol makes a key and CSR for certname, submits it (the farm autosigns),
+// and fetches the certificate.
+func enrol(t *testing.T, f *farmProc, certname string) *syntheticNode {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: certname}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insecure := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	base := "https://" + f.Addr
+	req, _ := http.NewRequest(http.MethodPut, base+"/puppet-ca/v1/certificate_request/"+certname,
+		bytes.NewReader(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER})))
+	req.Header.Set("Content-Type", "text/plain")
+	resp, err := insecure.Do(req)
+	if err != nil {
+		t.Fatalf("submit CSR for %s: %v", certname, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("submit CSR for %s: %s: %s", certname, resp.Status, body)
+	}
+	get := func(path string) []byte {
+		resp, err := insecure.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s: %s", path, resp.Status, b)
+		}
+		return b
+	}
+	certPEM := get("/puppet-ca/v1/certificate/" + certname)
+	caPEM := get("/puppet-ca/v1/certificate/ca")
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	cert, err := tls.X509KeyPair(certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
+	if err != nil {
+		t.Fatalf("certificate for %s: %v", certname, err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	return &syntheticNode{Certname: certname, Client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "localhost"},
+	}}}
+}
+
+// putFacts uploads a facts document for the node.
+func (n *syntheticNode) putFacts(t *testing.T, f *farmProc, values map[string]any) {
+	t.Helper()
+	doc, _ := json.Marshal(map[string]any{"name": n.Certname, "values": values})
+	req, _ := http.NewRequest(http.MethodPut, "https://"+f.Addr+"/puppet/v3/facts/"+n.Certname+"?environment=production", bytes.NewReader(doc))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := n.Client.Do(req)
+	if err != nil {
+		t.Fatalf("put facts for %s: %v", n.Certname, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("put facts for %s: %s: %s", n.Certname, resp.Status, b)
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", limit, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -126,7 +126,11 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	deployer := &compiler.Deployer{Content: store, Envs: store, Intake: intake, Root: envRoot, Log: log}
 	pool := &compiler.Pool{Queue: queue, Nodes: store, Content: store, Engine: engine, Code: lib, Metrics: m, Log: log}
 
-	// Code on disk may have changed while the farm was down.
+	// Compiles requested just before a crash, and code changed on disk
+	// while the farm was down, are queued again.
+	if _, err := intake.RequeuePending(ctx); err != nil {
+		return err
+	}
 	if err := deployer.DeployAll(ctx); err != nil {
 		return err
 	}

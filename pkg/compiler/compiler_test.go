@@ -316,3 +316,31 @@ func TestPoolNewestWins(t *testing.T) {
 		})
 	}
 }
+
+// TestRequeuePending loses a queued job (as a crash between recording the
+// request and queueing it would) and checks that RequeuePending restores it.
+func TestRequeuePending(t *testing.T) {
+	r := newRig(t)
+	r.submit(t, "n1", map[string]any{"cf_role": "web"})
+	r.submit(t, "n2", map[string]any{"cf_role": "web"})
+	r.drain(t) // both compiled
+	r.submit(t, "n1", map[string]any{"cf_role": "db"})
+	// Drop n1's job on the floor.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	d, err := r.queue.Receive(ctx)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.queue.Ack(context.Background(), d)
+
+	n, err := r.intake.RequeuePending(context.Background())
+	if err != nil || n != 1 {
+		t.Fatalf("RequeuePending = %d, %v; want 1 (only n1 is pending)", n, err)
+	}
+	r.drain(t)
+	node, _ := r.store.GetNode(context.Background(), "n1")
+	if node.Pending() || node.Catalog == nil || node.Catalog.Seq != node.Requested.Seq {
+		t.Errorf("n1 after requeue: %+v", node)
+	}
+}

@@ -238,3 +238,29 @@ func (in *Intake) Requeue(ctx context.Context, environment string, lane farm.Lan
 	}
 	return queued, nil
 }
+
+// RequeuePending queues again the latest requested compile of every node
+// that has neither a catalog nor a result for it. Run at start, it closes
+// the window in which a process died after recording a request but before
+// its job was queued; a queue that collapses jobs merges the duplicates,
+// and the pool skips any job a newer catalog already answers.
+func (in *Intake) RequeuePending(ctx context.Context) (int, error) {
+	nodes, err := in.Nodes.ListNodes(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("list nodes: %w", err)
+	}
+	n := 0
+	for _, node := range nodes {
+		if !node.Pending() {
+			continue
+		}
+		if err := in.enqueue(ctx, node); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if n > 0 {
+		in.log().Info("requeued pending compiles", "nodes", n)
+	}
+	return n, nil
+}

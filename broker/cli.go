@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/admin"
+	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
 const defaultAdmin = "http://127.0.0.1:9140"
@@ -140,7 +141,7 @@ func runNodes(ctx context.Context, args []string) error {
 			if n.Compile.Duration > 0 {
 				dur = n.Compile.Duration.Round(time.Millisecond).String()
 			}
-			if n.Compile.Result != "ok" {
+			if n.Compile.Result == farm.ResultFailed {
 				failures = append(failures, fmt.Sprintf("%s: %s", n.Certname, n.Compile.Error))
 			}
 		}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/memstore"
@@ -21,6 +23,7 @@ type scriptedEngine struct {
 	mu    sync.Mutex
 	calls int
 	fail  func(req Request) error
+	reads []string // top-level facts the "manifests" read, recorded when set
 }
 
 func (e *scriptedEngine) Compile(ctx context.Context, req Request) (Result, error) {
@@ -34,8 +37,16 @@ func (e *scriptedEngine) Compile(ctx context.Context, req Request) (Result, erro
 		}
 	}
 	b, _ := json.Marshal(map[string]any{"name": req.Certname, "environment": req.Environment,
-		"version": req.CodeID, "resources": []any{}, "facts_seen": req.Facts["cf_role"]})
-	return Result{Catalog: b}, nil
+		"version": 1795306186, "resources": []any{}, "facts_seen": req.Facts["cf_role"]})
+	res := Result{Catalog: b}
+	if e.reads != nil {
+		res.Reads = &FactReads{}
+		for _, name := range e.reads {
+			r, _ := facts.Observe(req.Facts, []string{name}, facts.ReadValue)
+			res.Reads.Reads = append(res.Reads.Reads, r)
+		}
+	}
+	return res, nil
 }
 
 func (e *scriptedEngine) Close() error { return nil }
@@ -342,5 +353,85 @@ func TestRequeuePending(t *testing.T) {
 	node, _ := r.store.GetNode(context.Background(), "n1")
 	if node.Pending() || node.Catalog == nil || node.Catalog.Seq != node.Requested.Seq {
 		t.Errorf("n1 after requeue: %+v", node)
+	}
+}
+
+// TestPoolUnchangedRecompile deploys new code that compiles to the same
+// catalog: the compile is recorded as unchanged and the node keeps its
+// catalog bytes; a code change that does change the catalog moves it.
+func TestPoolUnchangedRecompile(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.submit(t, "n1", map[string]any{"cf_role": "web"})
+	r.drain(t)
+	first, _ := r.store.GetNode(ctx, "n1")
+
+	r.store.PutEnvironment(ctx, farm.Environment{Name: "production", CodeID: "code2"})
+	if n, err := r.intake.Requeue(ctx, "production", farm.LaneBulk, nil); err != nil || n != 1 {
+		t.Fatalf("Requeue = %d, %v", n, err)
+	}
+	r.drain(t)
+	n, _ := r.store.GetNode(ctx, "n1")
+	if n.Compile.Result != farm.ResultUnchanged || n.Catalog.Digest != first.Catalog.Digest || n.Pending() {
+		t.Fatalf("after an unchanged recompile: compile %+v, catalog %s (was %s), pending %v",
+			n.Compile, n.Catalog.Digest, first.Catalog.Digest, n.Pending())
+	}
+	if got := testutilCounter(r, "unchanged"); got != 1 {
+		t.Errorf("unchanged compiles counted = %v, want 1", got)
+	}
+
+	r.submit(t, "n1", map[string]any{"cf_role": "db"})
+	r.drain(t)
+	n, _ = r.store.GetNode(ctx, "n1")
+	if n.Compile.Result != farm.ResultOK || n.Catalog.Digest == first.Catalog.Digest || n.Catalog.CodeID != "code2" {
+		t.Errorf("after a changing recompile: compile %+v, catalog code %s", n.Compile, n.Catalog.CodeID)
+	}
+}
+
+func testutilCounter(r *rig, result string) float64 {
+	m := &dto.Metric{}
+	r.pool.Metrics.Compiles.WithLabelValues(result).Write(m)
+	return m.GetCounter().GetValue()
+}
+
+// TestIntakeUsesRecordedReads: with a record of the facts a catalog read,
+// only changes to those facts compile; the volatile list no longer matters.
+func TestIntakeUsesRecordedReads(t *testing.T) {
+	base := map[string]any{"cf_role": "web", "kernel": "6.1", "uptime_seconds": 10}
+	with := func(k string, v any) map[string]any {
+		m := map[string]any{}
+		for k2, v2 := range base {
+			m[k2] = v2
+		}
+		m[k] = v
+		return m
+	}
+	tests := []struct {
+		name       string
+		second     map[string]any
+		wantQueued bool
+	}{
+		{"unread fact changed", with("kernel", "6.2"), false},
+		{"new unread fact", with("extra", 1), false},
+		{"volatile fact changed", with("uptime_seconds", 99), false},
+		{"read fact changed", with("cf_role", "db"), true},
+		{"read fact changed type", with("cf_role", 1), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t)
+			r.engine.reads = []string{"cf_role"}
+			r.submit(t, "n1", base)
+			r.drain(t)
+			if out := r.submit(t, "n1", tt.second); out.Queued != tt.wantQueued {
+				t.Errorf("queued = %v (%s), want %v", out.Queued, out.Reason, tt.wantQueued)
+			}
+			// The node keeps the latest facts either way.
+			n, _ := r.store.GetNode(context.Background(), "n1")
+			doc := factsDoc("n1", tt.second)
+			if n.FactsDigest != farm.DigestOf(doc) {
+				t.Errorf("node facts digest not updated to the latest upload")
+			}
+		})
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/compilefarm/compilefarm/pkg/facts"
 )
 
 // Request is one catalog compile as an engine sees it.
@@ -29,6 +31,19 @@ type Result struct {
 	// Catalog is Puppet's catalog JSON (Puppet::Resource::Catalog#to_data_hash,
 	// rich data), before the farm makes it static.
 	Catalog []byte
+	// Reads records which facts the compile read, and what it saw; nil when
+	// the engine did not record (the farm then falls back to its
+	// volatile-fact filter).
+	Reads *FactReads
+}
+
+// FactReads is an engine's record of the facts one compile read.
+type FactReads struct {
+	Reads []facts.Read `json:"reads"`
+	// AlwaysRecompile marks a catalog that depends on more than facts and
+	// code (generate(), Timestamp.new, ...): any fact upload recompiles it.
+	AlwaysRecompile bool   `json:"always_recompile,omitempty"`
+	Why             string `json:"why,omitempty"`
 }
 
 // Engine compiles catalogs. Compile returns a *CompileError when the code

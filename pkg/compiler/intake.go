@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,12 +30,17 @@ type Intake struct {
 	// by this process, keyed by the digest of its raw (still encoded) form,
 	// so that an agent sending the same facts again costs no JSON decode.
 	recent sync.Map // certname -> recentFacts
+	// readRecords caches catalogs' fact-read records by digest.
+	readRecords sync.Map // farm.Digest -> *FactReads
 }
 
 type recentFacts struct {
 	rawKey   farm.Digest
 	facts    farm.Digest
 	relevant farm.Digest
+	// values are the decoded facts; nil when the upload repeats the node's
+	// last one byte for byte (nothing about the facts can have changed).
+	values map[string]any
 }
 
 // Upload is one fact upload.
@@ -87,19 +93,25 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, fmt.Errorf("read environment %s: %w", up.Environment, err)
 	}
-	digests, err := in.digests(ctx, up)
+	node, err := in.Nodes.GetNode(ctx, up.Certname)
+	known := err == nil
+	if err != nil && !errors.Is(err, farm.ErrNotFound) {
+		return Outcome{}, fmt.Errorf("read node %s: %w", up.Certname, err)
+	}
+	digests, err := in.digests(ctx, up, node.FactsDigest)
 	if err != nil {
 		return Outcome{}, err
 	}
-	node, err := in.Nodes.GetNode(ctx, up.Certname)
-	switch {
-	case err == nil:
-		if node.FactsDigest == digests.facts && node.Environment == up.Environment &&
-			decide(&node, up.Environment, env.CodeID, digests.relevant) == "" {
+	x := inputs{environment: up.Environment, codeID: env.CodeID, facts: digests}
+	if known {
+		// Load the read record the decision needs before the update, so the
+		// update function does no I/O.
+		if err := in.loadReads(ctx, &node); err != nil {
+			return Outcome{}, err
+		}
+		if node.FactsDigest == digests.facts && node.Environment == up.Environment && in.decide(&node, x) == "" {
 			return Outcome{Node: node}, nil
 		}
-	case !errors.Is(err, farm.ErrNotFound):
-		return Outcome{}, fmt.Errorf("read node %s: %w", up.Certname, err)
 	}
 	var reason string
 	node, err = in.Nodes.UpdateNode(ctx, up.Certname, func(n *farm.Node) error {
@@ -107,7 +119,7 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 		n.FactsDigest = digests.facts
 		n.RelevantDigest = digests.relevant
 		n.FactsAt = in.now()
-		reason = decide(n, up.Environment, env.CodeID, digests.relevant)
+		reason = in.decide(n, x)
 		if reason != "" {
 			n.RequestSeq++
 			n.Requested = &farm.CompileRequest{
@@ -131,19 +143,77 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 	return Outcome{Node: node, Queued: true, Reason: reason}, nil
 }
 
+// inputs are what a node's catalog would be compiled from now.
+type inputs struct {
+	environment, codeID string
+	facts               recentFacts
+}
+
 // decide returns why node needs a compile for these inputs, or "" if the
-// compile it already has (or has queued) is for the same inputs.
-func decide(n *farm.Node, environment, codeID string, relevant farm.Digest) string {
+// compile it already has (or has queued) is for the same inputs. With a
+// record of the facts its catalog read, only a change to one of those
+// counts; without one, any change outside the volatile facts does.
+func (in *Intake) decide(n *farm.Node, x inputs) string {
 	r := n.Requested
 	switch {
 	case r == nil:
 		return farm.ReasonNewNode
-	case r.Environment != environment || r.CodeID != codeID:
+	case r.Environment != x.environment || r.CodeID != x.codeID:
 		return farm.ReasonCodeChanged
-	case r.RelevantDigest != relevant:
+	case x.facts.values == nil:
+		// The same bytes as the node's last upload, which was decided on.
+		return ""
+	}
+	if rec, ok := in.readsFor(n); ok {
+		if rec.AlwaysRecompile {
+			return farm.ReasonFactsChanged
+		}
+		changed, err := facts.Changed(rec.Reads, x.facts.values)
+		if err != nil || changed {
+			return farm.ReasonFactsChanged
+		}
+		return ""
+	}
+	if r.RelevantDigest != x.facts.relevant {
 		return farm.ReasonFactsChanged
 	}
 	return ""
+}
+
+// readsFor returns the fact-read record of the catalog that answers the
+// node's latest request, from memory (loadReads puts it there).
+func (in *Intake) readsFor(n *farm.Node) (*FactReads, bool) {
+	c := n.Catalog
+	if c == nil || n.Requested == nil || c.Seq != n.Requested.Seq || c.ReadsDigest == "" {
+		return nil, false
+	}
+	v, ok := in.readRecords.Load(c.ReadsDigest)
+	if !ok {
+		return nil, false
+	}
+	return v.(*FactReads), true
+}
+
+// loadReads caches the read record of the node's catalog (records are
+// immutable, keyed by digest).
+func (in *Intake) loadReads(ctx context.Context, n *farm.Node) error {
+	c := n.Catalog
+	if c == nil || c.ReadsDigest == "" {
+		return nil
+	}
+	if _, ok := in.readRecords.Load(c.ReadsDigest); ok {
+		return nil
+	}
+	b, err := in.Content.Get(ctx, farm.SpaceCatalogs, c.ReadsDigest)
+	if err != nil {
+		return fmt.Errorf("read fact record %s of %s: %w", c.ReadsDigest, n.Certname, err)
+	}
+	var rec FactReads
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return fmt.Errorf("decode fact record %s of %s: %w", c.ReadsDigest, n.Certname, err)
+	}
+	in.readRecords.Store(c.ReadsDigest, &rec)
+	return nil
 }
 
 func (in *Intake) enqueue(ctx context.Context, n farm.Node) error {
@@ -159,11 +229,15 @@ func (in *Intake) enqueue(ctx context.Context, n farm.Node) error {
 }
 
 // digests returns the upload's fact digests, storing the document the first
-// time this process sees it.
-func (in *Intake) digests(ctx context.Context, up Upload) (recentFacts, error) {
+// time this process sees it. An upload whose raw bytes repeat the last one
+// this process saw for the node, which the node record holds (stored), is
+// not decoded again.
+func (in *Intake) digests(ctx context.Context, up Upload, stored farm.Digest) (recentFacts, error) {
 	if up.RawKey != "" {
-		if v, ok := in.recent.Load(up.Certname); ok && v.(recentFacts).rawKey == up.RawKey {
-			return v.(recentFacts), nil
+		if v, ok := in.recent.Load(up.Certname); ok && v.(recentFacts).rawKey == up.RawKey && v.(recentFacts).facts == stored {
+			r := v.(recentFacts)
+			r.values = nil
+			return r, nil
 		}
 	}
 	doc, err := up.Document()
@@ -186,6 +260,7 @@ func (in *Intake) digests(ctx context.Context, up Upload) (recentFacts, error) {
 	if up.RawKey != "" {
 		in.recent.Store(up.Certname, r)
 	}
+	r.values = d.Values
 	return r, nil
 }
 

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/compilefarm/compilefarm/pkg/catalog"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
@@ -140,7 +142,10 @@ func (p *Pool) Handle(ctx context.Context, d farm.Delivery) {
 	}
 }
 
-var errSuperseded = errors.New("superseded by a newer compile")
+var (
+	errSuperseded = errors.New("superseded by a newer compile")
+	errNeedStore  = errors.New("catalog bytes not stored yet")
+)
 
 func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) error {
 	node, err := p.Nodes.GetNode(ctx, d.Certname)
@@ -183,21 +188,61 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	if err != nil {
 		return fmt.Errorf("make catalog of %s static: %w", d.Certname, err)
 	}
-	ref, err := p.store(ctx, static)
+	sealed, content, err := catalog.Seal(static, d.CodeID)
 	if err != nil {
-		return err
+		return fmt.Errorf("seal catalog of %s: %w", d.Certname, err)
 	}
-	ref.CodeID, ref.FactsDigest, ref.Seq = d.CodeID, d.FactsDigest, d.Seq
-	ref.CompiledAt, ref.Duration = p.now(), dur
-	_, err = p.Nodes.UpdateNode(ctx, d.Certname, func(n *farm.Node) error {
+	var readsDigest farm.Digest
+	if res.Reads != nil {
+		b, err := json.Marshal(res.Reads)
+		if err != nil {
+			return fmt.Errorf("encode fact reads of %s: %w", d.Certname, err)
+		}
+		if readsDigest, err = p.Content.Put(ctx, farm.SpaceCatalogs, b); err != nil {
+			return fmt.Errorf("store fact reads of %s: %w", d.Certname, err)
+		}
+	}
+	at := p.now()
+	var ref farm.CatalogRef
+	if node.Catalog == nil || node.Catalog.ContentDigest != content {
+		if ref, err = p.store(ctx, sealed); err != nil {
+			return err
+		}
+	}
+	unchanged := false
+	move := func(n *farm.Node) error {
 		if n.Catalog != nil && n.Catalog.Seq >= d.Seq {
 			return fmt.Errorf("catalog seq %d is not newer than stored %d: %w", d.Seq, n.Catalog.Seq, farm.ErrConflict)
 		}
+		status := &farm.CompileStatus{Result: farm.ResultOK, Seq: d.Seq, CodeID: d.CodeID, At: at, Duration: dur}
+		unchanged = n.Catalog != nil && n.Catalog.ContentDigest == content
+		if unchanged {
+			// The same catalog: it answers this request too, and keeps its
+			// bytes (and code_id, whose snapshot stays in the store).
+			c := *n.Catalog
+			c.Seq, c.FactsDigest, c.ReadsDigest = d.Seq, d.FactsDigest, readsDigest
+			n.Catalog = &c
+			status.Result = farm.ResultUnchanged
+			n.Compile = status
+			return nil
+		}
+		if ref.Digest == "" {
+			return errNeedStore // another catalog moved in since we looked
+		}
 		c := ref
+		c.CodeID, c.FactsDigest, c.Seq, c.ContentDigest, c.ReadsDigest = d.CodeID, d.FactsDigest, d.Seq, content, readsDigest
+		c.CompiledAt, c.Duration = at, dur
 		n.Catalog = &c
-		n.Compile = &farm.CompileStatus{Result: farm.ResultOK, Seq: d.Seq, CodeID: d.CodeID, At: ref.CompiledAt, Duration: dur}
+		n.Compile = status
 		return nil
-	})
+	}
+	_, err = p.Nodes.UpdateNode(ctx, d.Certname, move)
+	if errors.Is(err, errNeedStore) {
+		if ref, err = p.store(ctx, sealed); err != nil {
+			return err
+		}
+		_, err = p.Nodes.UpdateNode(ctx, d.Certname, move)
+	}
 	if errors.Is(err, farm.ErrConflict) {
 		p.observe(metrics.CompileStale, dur)
 		log.Info("compiled catalog discarded: a newer one was stored first")
@@ -206,8 +251,13 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	if err != nil {
 		return fmt.Errorf("move catalog pointer of %s: %w", d.Certname, err)
 	}
+	if unchanged {
+		p.observe(metrics.CompileUnchanged, dur)
+		log.Info("catalog recompiled unchanged", "duration", dur.Round(time.Millisecond), "reason", d.Reason)
+		return nil
+	}
 	p.observe(metrics.CompileOK, dur)
-	log.Info("catalog compiled", "duration", dur.Round(time.Millisecond), "bytes", len(static), "reason", d.Reason)
+	log.Info("catalog compiled", "duration", dur.Round(time.Millisecond), "bytes", len(sealed), "reason", d.Reason)
 	return nil
 }
 

@@ -98,24 +98,31 @@ type Job struct {
 
 // CatalogRef points at one stored catalog of a node.
 type CatalogRef struct {
-	Digest      Digest        `json:"digest"`      // catalog JSON in the content store
-	GzipDigest  Digest        `json:"gzip_digest"` // the same JSON gzipped, served as is
-	CodeID      string        `json:"code_id"`
-	FactsDigest Digest        `json:"facts_digest"` // facts the catalog was compiled from
-	Seq         uint64        `json:"seq"`          // request sequence of the compile that made it
+	Digest      Digest `json:"digest"`      // catalog JSON in the content store
+	GzipDigest  Digest `json:"gzip_digest"` // the same JSON gzipped, served as is
+	CodeID      string `json:"code_id"`
+	FactsDigest Digest `json:"facts_digest"` // facts the catalog was compiled from
+	Seq         uint64 `json:"seq"`          // request sequence of the latest compile it answers
+	// ContentDigest identifies what the catalog makes an agent do: equal
+	// for two compiles that differ only in code_id, version or catalog_uuid.
+	ContentDigest Digest `json:"content_digest,omitempty"`
+	// ReadsDigest points at the record of the facts the compile read
+	// (compiler.FactReads JSON in SpaceCatalogs); empty when not recorded.
+	ReadsDigest Digest        `json:"reads_digest,omitempty"`
 	CompiledAt  time.Time     `json:"compiled_at"`
 	Duration    time.Duration `json:"duration"`
 }
 
 // Compile results recorded on a node.
 const (
-	ResultOK     = "ok"
-	ResultFailed = "failed"
+	ResultOK        = "ok"
+	ResultFailed    = "failed"
+	ResultUnchanged = "unchanged" // recompiled to the same catalog: kept
 )
 
 // CompileStatus is the outcome of a node's latest finished compile.
 type CompileStatus struct {
-	Result   string        `json:"result"` // ResultOK or ResultFailed
+	Result   string        `json:"result"` // ResultOK, ResultFailed or ResultUnchanged
 	Error    string        `json:"error,omitempty"`
 	Seq      uint64        `json:"seq"`
 	CodeID   string        `json:"code_id,omitempty"`

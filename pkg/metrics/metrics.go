@@ -19,6 +19,7 @@ const (
 	CompileFailed    = "failed"    // Puppet reported a compile error
 	CompileTransient = "transient" // the engine failed; the job is retried
 	CompileStale     = "stale"     // a newer compile had already won
+	CompileUnchanged = "unchanged" // the same catalog as the node has: kept
 )
 
 // Catalog request outcomes counted in compilefarm_catalog_requests_total.
@@ -52,7 +53,7 @@ func New(queue QueueStatser) *Farm {
 		Registry: reg,
 		Compiles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "compilefarm_compiles_total",
-			Help: "Catalog compiles finished, by result (ok, failed, transient, stale).",
+			Help: "Catalog compiles finished, by result (ok, failed, transient, stale, unchanged).",
 		}, []string{"result"}),
 		CompileDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "compilefarm_compile_duration_seconds",
@@ -68,7 +69,7 @@ func New(queue QueueStatser) *Farm {
 			Help: "Fact uploads received, by whether they queued a compile (queued, unchanged).",
 		}, []string{"result"}),
 	}
-	for _, r := range []string{CompileOK, CompileFailed, CompileTransient, CompileStale} {
+	for _, r := range []string{CompileOK, CompileFailed, CompileTransient, CompileStale, CompileUnchanged} {
 		m.Compiles.WithLabelValues(r)
 	}
 	for _, o := range []string{CatalogFresh, CatalogStale, CatalogWaited, CatalogFailed, CatalogPending} {
@@ -90,7 +91,7 @@ func (m *Farm) Handler() http.Handler {
 // ObserveCompile counts one finished compile.
 func (m *Farm) ObserveCompile(result string, d time.Duration) {
 	m.Compiles.WithLabelValues(result).Inc()
-	if result == CompileOK || result == CompileFailed {
+	if result == CompileOK || result == CompileFailed || result == CompileUnchanged {
 		m.CompileDuration.Observe(d.Seconds())
 	}
 }

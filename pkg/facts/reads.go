@@ -1,0 +1,125 @@
+package facts
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+// ReadKind says what a compile observed of a fact path.
+type ReadKind string
+
+const (
+	// ReadValue: the value at the path (or that it is missing).
+	ReadValue ReadKind = "value"
+	// ReadHash: only whether the value at the path is a hash.
+	ReadHash ReadKind = "hash"
+	// ReadPresent: only whether the path exists.
+	ReadPresent ReadKind = "present"
+	// ReadKeys: the key set of the hash at the path.
+	ReadKeys ReadKind = "keys"
+)
+
+// Read is one observation a compile made of the node's facts: Path is the
+// key path from the top of the facts hash (an empty path is the whole
+// hash); Value is what was observed, in canonical JSON: the value (null
+// with Missing set when absent), true/false for hash and present, the
+// sorted key list for keys.
+type Read struct {
+	Path    []string        `json:"path"`
+	Kind    ReadKind        `json:"kind"`
+	Value   json.RawMessage `json:"value,omitempty"`
+	Missing bool            `json:"missing,omitempty"`
+}
+
+// Observe computes what a read of this path and kind sees in values.
+func Observe(values map[string]any, path []string, kind ReadKind) (Read, error) {
+	r := Read{Path: path, Kind: kind}
+	v, ok := lookup(values, path)
+	var obs any
+	switch kind {
+	case ReadValue:
+		if !ok {
+			r.Missing = true
+			return r, nil
+		}
+		obs = v
+	case ReadHash:
+		_, isHash := v.(map[string]any)
+		obs = ok && isHash
+	case ReadPresent:
+		obs = ok
+	case ReadKeys:
+		m, isHash := v.(map[string]any)
+		if !ok || !isHash {
+			r.Missing = true
+			return r, nil
+		}
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		obs = keys
+	default:
+		return Read{}, fmt.Errorf("fact read kind %q is not value, hash, present or keys: %w", kind, farm.ErrInvalid)
+	}
+	b, err := json.Marshal(obs)
+	if err != nil {
+		return Read{}, fmt.Errorf("encode fact read %v: %w", path, err)
+	}
+	r.Value = b
+	return r, nil
+}
+
+func lookup(values map[string]any, path []string) (any, bool) {
+	var cur any = values
+	for _, k := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[k]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+// Changed reports whether any read would observe something else in values:
+// the recompile rule. Values must be decoded with numbers kept exact (as
+// Decode does), so 1 and 1.0 differ.
+func Changed(reads []Read, values map[string]any) (bool, error) {
+	for _, r := range reads {
+		now, err := Observe(values, r.Path, r.Kind)
+		if err != nil {
+			return false, err
+		}
+		if now.Missing != r.Missing || !bytes.Equal(canonicalJSON(now.Value), canonicalJSON(r.Value)) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// canonicalJSON re-encodes JSON with sorted keys so that equal values
+// compare equal whatever produced them (Ruby's or Go's encoder).
+func canonicalJSON(b json.RawMessage) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return b
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return b
+	}
+	return out
+}

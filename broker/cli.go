@@ -4,12 +4,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/admin"
+	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -84,32 +86,111 @@ func runCA(ctx context.Context, args []string) error {
 func runCode(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("code", flag.ExitOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: broker code deploy ENV [--from DIR] [--admin URL]")
+		fmt.Fprintln(fs.Output(), "usage: broker code deploy ENV [--from DIR] [--detach] | status ENV  [--admin URL]")
 		fs.PrintDefaults()
 	}
 	addr := adminFlag(fs)
 	from := fs.String("from", "", "directory holding the environment's code (default: ENV under the broker's --environments)")
+	detach := fs.Bool("detach", false, "return once the recompiles are queued instead of following them")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 2 || pos[0] != "deploy" {
-		fs.Usage()
-		return fmt.Errorf("code: expected deploy ENV")
-	}
 	c := &admin.Client{Base: *addr}
+	switch {
+	case len(pos) == 2 && pos[0] == "status":
+		st, err := c.DeployStatus(ctx, pos[1])
+		if err != nil {
+			return err
+		}
+		fmt.Println(statusLine(st, 0, time.Since(st.DeployedAt)))
+		return nil
+	case len(pos) == 2 && pos[0] == "deploy":
+	default:
+		fs.Usage()
+		return fmt.Errorf("code: expected deploy ENV or status ENV")
+	}
 	fmt.Printf("deploying %s: snapshotting code and queueing recompiles...\n", pos[1])
 	res, err := c.Deploy(ctx, pos[1], *from)
 	if err != nil {
 		return err
 	}
-	if !res.Changed {
+	if !res.Changed && res.Queued == 0 {
 		fmt.Printf("%s: code unchanged (code_id %s, %d files); nothing queued\n", res.Environment, short(res.CodeID), res.Files)
 		return nil
 	}
 	fmt.Printf("%s: code_id %s -> %s (%d files); %d nodes queued for recompile on the bulk lane\n",
 		res.Environment, orDash(short(res.Previous)), short(res.CodeID), res.Files, res.Queued)
-	return nil
+	if *detach {
+		fmt.Printf("follow it with: broker code status %s\n", res.Environment)
+		return nil
+	}
+	return followDeploy(ctx, c, res.Environment, os.Stdout)
+}
+
+// followDeploy prints a deploy's progress (when it changes, at least every
+// 10s) until no compile for the code is waiting or ctx ends (detach).
+func followDeploy(ctx context.Context, c *admin.Client, env string, out io.Writer) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var (
+		last   string
+		lastAt time.Time
+		start  time.Time
+		done0  int
+	)
+	for {
+		st, err := c.DeployStatus(context.WithoutCancel(ctx), env)
+		if err != nil {
+			return err
+		}
+		if start.IsZero() {
+			// The rate counts from the first look: compiles finished before
+			// it are not this command's to time.
+			start, done0 = time.Now(), st.Compiled+st.Unchanged+st.Failed
+		}
+		line := statusLine(st, done0, time.Since(start))
+		if counts := countsOf(st); counts != last || time.Since(lastAt) >= 10*time.Second || st.Done() {
+			fmt.Fprintln(out, line)
+			last, lastAt = counts, time.Now()
+		}
+		if st.Done() {
+			if st.Failed > 0 {
+				fmt.Fprintf(out, "%d nodes failed to compile with the new code: see `broker nodes`\n", st.Failed)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(out, "detached; the deploy goes on: broker code status %s\n", env)
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func countsOf(st compiler.DeployStatus) string {
+	return fmt.Sprint(st.Queued, st.Compiled, st.Unchanged, st.Failed, st.Other)
+}
+
+// statusLine is one progress line: counts, the rate of compiles finished
+// since done0 were, over elapsed, and the ETA at that rate.
+func statusLine(st compiler.DeployStatus, done0 int, elapsed time.Duration) string {
+	done := st.Compiled + st.Unchanged + st.Failed
+	waiting := st.Queued + st.Other
+	rate := 0.0
+	if elapsed > 0 {
+		rate = float64(done-done0) / elapsed.Seconds()
+	}
+	eta := "-"
+	switch {
+	case waiting == 0:
+		eta = "done"
+	case rate > 0:
+		eta = time.Duration(float64(waiting) / rate * float64(time.Second)).Round(time.Second).String()
+	}
+	return fmt.Sprintf("%s %s  %d/%d done: compiled %d, unchanged %d, failed %d; queued %d  (%.1f/s, ETA %s)",
+		st.Environment, short(st.CodeID), done, st.Nodes, st.Compiled, st.Unchanged, st.Failed, waiting, rate, eta)
 }
 
 func runNodes(ctx context.Context, args []string) error {

@@ -123,7 +123,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	m := metrics.New(queue)
 	lib := code.NewLibrary(store, filepath.Join(c.data, "code"))
 	intake := &compiler.Intake{Content: store, Nodes: store, Envs: store, Queue: queue, Filter: filter, Log: log}
-	deployer := &compiler.Deployer{Content: store, Envs: store, Intake: intake, Root: envRoot, Log: log}
+	deployer := &compiler.Deployer{Content: store, Envs: store, Nodes: store, Intake: intake, Root: envRoot, Log: log}
 	pool := &compiler.Pool{Queue: queue, Nodes: store, Content: store, Engine: engine, Code: lib, Metrics: m, Log: log}
 
 	// Compiles requested just before a crash, and code changed on disk

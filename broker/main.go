@@ -17,7 +17,8 @@ const usage = `usage: broker <command> [flags]
 commands:
   dev                         run the whole farm in one process (embedded default)
   ca list|sign NAME|revoke NAME   manage certificates of a running broker
-  code deploy ENV [--from DIR]    snapshot an environment's code and queue recompiles
+  code deploy ENV [--from DIR]    snapshot an environment's code, queue recompiles, show progress
+  code status ENV             how far the environment's nodes are with its current code
   nodes                       list nodes: environment, catalog age, code_id, last compile and report
   version                     print the version
 

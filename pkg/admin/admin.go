@@ -34,6 +34,7 @@ type Nodes interface {
 // Deployer snapshots an environment's code and queues recompiles.
 type Deployer interface {
 	Deploy(ctx context.Context, environment, fromDir string) (compiler.DeployResult, error)
+	Status(ctx context.Context, environment string) (compiler.DeployStatus, error)
 }
 
 // Server serves the operator API.
@@ -63,6 +64,10 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /admin/v1/code/deploy/{env}", func(w http.ResponseWriter, r *http.Request) {
 		res, err := s.Deployer.Deploy(r.Context(), r.PathValue("env"), r.URL.Query().Get("from"))
 		reply(w, res, err)
+	})
+	mux.HandleFunc("GET /admin/v1/code/status/{env}", func(w http.ResponseWriter, r *http.Request) {
+		st, err := s.Deployer.Status(r.Context(), r.PathValue("env"))
+		reply(w, st, err)
 	})
 }
 
@@ -160,4 +165,10 @@ func (c *Client) Deploy(ctx context.Context, env, from string) (compiler.DeployR
 		q = "?from=" + url.QueryEscape(from)
 	}
 	return out, c.do(ctx, http.MethodPost, "/admin/v1/code/deploy/"+url.PathEscape(env)+q, &out)
+}
+
+// DeployStatus reports how far an environment's nodes are with its code.
+func (c *Client) DeployStatus(ctx context.Context, env string) (compiler.DeployStatus, error) {
+	var out compiler.DeployStatus
+	return out, c.do(ctx, http.MethodGet, "/admin/v1/code/status/"+url.PathEscape(env), &out)
 }

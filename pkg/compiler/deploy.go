@@ -31,6 +31,7 @@ type DeployResult struct {
 type Deployer struct {
 	Content farm.ContentStore
 	Envs    farm.EnvironmentStore
+	Nodes   farm.NodeStore
 	Intake  *Intake
 	// Root is the environmentpath deploys read from by default.
 	Root string
@@ -119,4 +120,53 @@ func (d *Deployer) log() *slog.Logger {
 		return d.Log
 	}
 	return slog.Default()
+}
+
+// DeployStatus is how far an environment's nodes are with its current code.
+type DeployStatus struct {
+	Environment string    `json:"environment"`
+	CodeID      string    `json:"code_id"`
+	DeployedAt  time.Time `json:"deployed_at"`
+	Nodes       int       `json:"nodes"`     // nodes in the environment
+	Queued      int       `json:"queued"`    // compile for this code requested, not finished
+	Compiled    int       `json:"compiled"`  // a new catalog for this code
+	Unchanged   int       `json:"unchanged"` // recompiled to the catalog they had
+	Failed      int       `json:"failed"`    // compile for this code failed
+	Other       int       `json:"other"`     // latest request is for other code (not queued yet)
+}
+
+// Done reports whether no compile for the code is waiting.
+func (s DeployStatus) Done() bool { return s.Queued == 0 && s.Other == 0 }
+
+// Status counts the environment's nodes by where their compile for the
+// environment's current code stands.
+func (d *Deployer) Status(ctx context.Context, environment string) (DeployStatus, error) {
+	env, err := d.Envs.GetEnvironment(ctx, environment)
+	if err != nil {
+		return DeployStatus{}, fmt.Errorf("read environment %s: %w", environment, err)
+	}
+	nodes, err := d.Nodes.ListNodes(ctx)
+	if err != nil {
+		return DeployStatus{}, fmt.Errorf("list nodes: %w", err)
+	}
+	st := DeployStatus{Environment: environment, CodeID: env.CodeID, DeployedAt: env.DeployedAt}
+	for _, n := range nodes {
+		if n.Environment != environment || n.Requested == nil {
+			continue
+		}
+		st.Nodes++
+		switch {
+		case n.Requested.CodeID != env.CodeID:
+			st.Other++
+		case n.Pending():
+			st.Queued++
+		case n.Compile != nil && n.Compile.Result == farm.ResultFailed:
+			st.Failed++
+		case n.Compile != nil && n.Compile.Result == farm.ResultUnchanged:
+			st.Unchanged++
+		default:
+			st.Compiled++
+		}
+	}
+	return st, nil
 }

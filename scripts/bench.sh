@@ -1,0 +1,281 @@
+#!/usr/bin/env bash
+# `make bench`: measures the farm's front door like a fleet of Puppet agents
+# and writes docs/benchmarks.md.
+#
+#  1. starts `bin/broker dev` on free loopback ports with a fresh --data and
+#     the benchmark environment (scripts/bench/environments: ~300 KB catalog);
+#  2. runs scripts/loadgen: cached catalog requests over keep-alive at 1, 16
+#     and 128 clients (identical facts, then fresh facts per request), and new
+#     mTLS connections per request at 16 clients;
+#  3. stops the broker (its process group: the Ruby workers too) and runs the
+#     warm compile benchmark of the puppet engine;
+#  4. writes docs/benchmarks.md.
+#
+# Knobs (environment): BENCH_DURATION (10s per run), BENCH_NODES (32),
+# BENCH_CLIENTS (1,16,128), BENCH_CONN_CLIENTS (16), BENCH_FACTS (same,fresh),
+# BENCH_WORKERS (nproc), BENCH_BENCHTIME (10x), BENCH_OUT (docs/benchmarks.md),
+# BENCH_QUIET_WAIT (120: seconds to wait for other processes to leave the CPUs
+# alone before starting; the tables show how much CPU they took anyway).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+DURATION=${BENCH_DURATION:-10s}
+NODES=${BENCH_NODES:-32}
+CLIENTS=${BENCH_CLIENTS:-1,16,128}
+CONN_CLIENTS=${BENCH_CONN_CLIENTS:-16}
+FACTS=${BENCH_FACTS:-same,fresh}
+WORKERS=${BENCH_WORKERS:-$(nproc)}
+BENCHTIME=${BENCH_BENCHTIME:-10x}
+OUT=${BENCH_OUT:-docs/benchmarks.md}
+QUIET_WAIT=${BENCH_QUIET_WAIT:-120}
+BROKER=bin/broker
+ENVS=scripts/bench/environments
+
+say() { printf 'bench: %s\n' "$*" >&2; }
+
+if [ ! -x "$BROKER" ]; then
+  say "building $BROKER"
+  go build -o "$BROKER" ./broker
+fi
+
+work=$(mktemp -d /tmp/cfbench.XXXXXX)
+broker_pid=""
+stop_broker() {
+  [ -n "$broker_pid" ] || return 0
+  if kill -0 "$broker_pid" 2>/dev/null; then
+    say "stopping the broker (pid $broker_pid, its process group)"
+    kill -TERM -- "-$broker_pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+      kill -0 "$broker_pid" 2>/dev/null || break
+      sleep 0.2
+    done
+    if kill -0 "$broker_pid" 2>/dev/null; then
+      say "the broker did not stop in 20s: SIGKILL to its process group"
+      kill -KILL -- "-$broker_pid" 2>/dev/null || true
+    fi
+  fi
+  wait "$broker_pid" 2>/dev/null || true
+  broker_pid=""
+}
+cleanup() {
+  local rc=$?
+  stop_broker
+  if [ $rc -ne 0 ] && [ -f "$work/broker.log" ]; then
+    say "failed (exit $rc); last lines of the broker log:"
+    tail -n 30 "$work/broker.log" >&2 || true
+  fi
+  rm -rf "$work"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# busy_cores prints how many CPUs the machine kept busy over the next 2 s.
+busy_cores() {
+  local a b
+  if ! a=$(head -n1 /proc/stat 2>/dev/null); then echo 0; return; fi
+  sleep 2
+  b=$(head -n1 /proc/stat)
+  awk -v a="$a" -v b="$b" 'BEGIN {
+    n = split(a, x, " "); split(b, y, " "); t = 0; i = 0
+    for (k = 2; k <= 9 && k <= n; k++) { d = y[k] - x[k]; t += d; if (k == 5 || k == 6) i += d }
+    printf "%.2f", (t - i) / 200 }'
+}
+
+# The machine, before we load it.
+cpu_model=$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || true)
+[ -n "$cpu_model" ] || cpu_model=unknown
+ncpu=$(nproc)
+mem=$(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo 2>/dev/null || echo unknown)
+go_version=$(go env GOVERSION)
+puppet_version=$(puppet --version 2>/dev/null || echo "not installed")
+kernel=$(uname -sr)
+
+say "building the load generator"
+go build -o "$work/loadgen" ./scripts/loadgen
+
+waited=0
+busy=$(busy_cores)
+while awk -v b="$busy" 'BEGIN { exit !(b > 0.3) }' && [ "$waited" -lt "$QUIET_WAIT" ]; do
+  say "other processes keep $busy CPUs busy; waiting for a quieter machine (${waited}s of ${QUIET_WAIT}s)"
+  sleep 8
+  waited=$((waited + 10))
+  busy=$(busy_cores)
+done
+load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
+started=$(date -u +'%Y-%m-%d %H:%M UTC')
+say "CPUs busy before the start: $busy (load average $load_before)"
+
+# 1. The broker, in its own process group (setsid) so that stopping it stops
+#    its Ruby compile workers too.
+data="$work/data"
+broker_cmd=("$BROKER" dev --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0
+  --environments "$ENVS" --data "$data" --workers "$WORKERS" --autosign)
+say "starting: ${broker_cmd[*]}"
+setsid "${broker_cmd[@]}" >"$work/broker.log" 2>&1 &
+broker_pid=$!
+addr="" metrics=""
+for _ in $(seq 1 360); do
+  if line=$(grep -m1 'compilefarm dev is up' "$work/broker.log" 2>/dev/null); then
+    addr=$(sed -n 's/.*front_door=https:\/\/\([^ ]*\).*/\1/p' <<<"$line")
+    metrics=$(sed -n 's/.*metrics=\(http:\/\/[^ ]*\/metrics\).*/\1/p' <<<"$line")
+    break
+  fi
+  kill -0 "$broker_pid" 2>/dev/null || { say "the broker exited before it was up"; exit 1; }
+  sleep 0.5
+done
+[ -n "$addr" ] && [ -n "$metrics" ] || { say "the broker did not come up in 3 minutes"; exit 1; }
+say "broker up (pid $broker_pid): front door https://$addr, metrics $metrics"
+
+# 2. Catalogs, then new connections.
+lg_common=(--target "$addr" --metrics "$metrics" --environment production --duration "$DURATION")
+cat_cmd=("$work/loadgen" "${lg_common[@]}" --phase catalog --clients "$CLIENTS" --nodes "$NODES" --facts "$FACTS"
+  --json="$work/catalog.json" --markdown="$work/catalog.md" --tsv="$work/catalog.tsv")
+say "catalog runs: ${cat_cmd[*]}"
+"${cat_cmd[@]}" >&2
+conn_cmd=("$work/loadgen" "${lg_common[@]}" --phase connections --clients "$CONN_CLIENTS" --nodes "$CONN_CLIENTS"
+  --json="$work/conns.json" --markdown="$work/conns.md" --tsv="$work/conns.tsv")
+say "connection runs: ${conn_cmd[*]}"
+"${conn_cmd[@]}" >&2
+stop_broker
+
+# 3. Warm compile time of the puppet engine.
+bench_cmd=(go test -run '^$' -bench . -benchtime "$BENCHTIME" ./pkg/compiler/puppet)
+compile_out=""
+if grep -qs 'func BenchmarkCompileWarm' pkg/compiler/puppet/*_test.go; then
+  say "compile benchmark: ${bench_cmd[*]}"
+  if compile_out=$("${bench_cmd[@]}" 2>&1); then
+    printf '%s\n' "$compile_out" | grep -E '^(Benchmark|ok|PASS|cpu)' >&2 || true
+  else
+    say "the compile benchmark failed:"
+    printf '%s\n' "$compile_out" | tail -n 20 >&2
+    compile_out="FAILED"
+  fi
+else
+  say "BenchmarkCompileWarm is absent from pkg/compiler/puppet: skipping the compile benchmark"
+fi
+
+# 4. The report. loadgen --tsv lines: phase clients facts per_second p50 p90 p99 max errors
+pick() { awk -F'\t' -v p="$1" -v c="$2" -v f="$3" -v col="$4" '$1==p && $2==c && $3==f {print $col; exit}' "$5"; }
+verdict() {
+  awk -v v="$1" -v t="$2" -v op="$3" 'BEGIN {
+    if (v == "") { print "not measured"; exit }
+    ok = (op == ">=") ? (v+0 >= t+0) : (v+0 <= t+0); print ok ? "**met**" : "**missed**" }'
+}
+rps16=$(pick catalog 16 same 4 "$work/catalog.tsv")
+p99_16=$(pick catalog 16 same 7 "$work/catalog.tsv")
+fresh16=$(pick catalog 16 fresh 4 "$work/catalog.tsv")
+fresh16_p99=$(pick catalog 16 fresh 7 "$work/catalog.tsv")
+conn_rps=$(pick connections "$CONN_CLIENTS" - 4 "$work/conns.tsv")
+fmt() { [ -z "$1" ] || awk -v v="$1" -v f="$2" 'BEGIN {printf f, v}'; }
+cmp_rps=${rps16:-$(awk -F'\t' '$4+0 > m {m = $4+0} END {print m+0}' "$work/catalog.tsv")}
+others_max=$(cat "$work/catalog.json" "$work/conns.json" | sed -n 's/.*"other_processes_cores": \([0-9.]*\).*/\1/p' |
+  awk '$1+0 > m {m = $1+0} END {printf "%.2f", m}')
+ratio=$(awk -v r="$cmp_rps" 'BEGIN {printf "%.0f", r/0.6}')
+json_num() { sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p" "$2" | head -n1; }
+compiles=$(json_num compiles "$work/catalog.json")
+compile_mean=$(json_num compile_mean_seconds "$work/catalog.json")
+compile_p50=$(grep -A2 '"compile_ms"' "$work/catalog.json" | json_num p50 /dev/stdin || true)
+nocmd() { sed "s#$work/loadgen#loadgen#g; s#$work#\$TMP#g; s#--target [^ ]*#--target 127.0.0.1:PORT#; s#--metrics [^ ]*#--metrics http://127.0.0.1:PORT/metrics#; s#=[^ ]*\.\(json\|md\|tsv\)#=FILE#g"; }
+
+mkdir -p "$(dirname "$OUT")"
+{
+  echo "# Benchmarks"
+  echo
+  echo "Generated by \`make bench\` (scripts/bench.sh) on $started. Re-run \`make bench\` to refresh"
+  echo "this file; the numbers are from that one run on the machine described here."
+  echo
+  echo "## Machine"
+  echo
+  echo "- CPU: $cpu_model, $ncpu CPUs (nproc)"
+  echo "- Memory: $mem"
+  echo "- OS: $kernel"
+  echo "- Go: $go_version; Puppet (compile engine): $puppet_version"
+  echo "- Before the run: load average $load_before; other processes kept $busy CPUs busy"
+  echo "  (over 2 s, after waiting up to ${QUIET_WAIT}s for a quiet machine)."
+  echo "- The broker, its $WORKERS Ruby compile workers and the load generator share these CPUs."
+  echo "  The tables give the load generator's CPU time, the broker's CPU per request (its"
+  echo "  \`process_cpu_seconds_total\`: the cost that decides how much one core serves) and the"
+  echo "  CPU that other processes took during each run (not ~0: the run was disturbed)."
+  echo
+  echo "## Commands"
+  echo
+  echo '```'
+  echo "make bench   # = make deps build, then scripts/bench.sh"
+  echo "# BENCH_DURATION=$DURATION BENCH_NODES=$NODES BENCH_CLIENTS=$CLIENTS BENCH_CONN_CLIENTS=$CONN_CLIENTS BENCH_FACTS=$FACTS BENCH_WORKERS=$WORKERS BENCH_BENCHTIME=$BENCHTIME"
+  echo "${broker_cmd[*]}" | nocmd
+  echo "${cat_cmd[*]}" | nocmd
+  echo "${conn_cmd[*]}" | nocmd
+  echo "${bench_cmd[*]}"
+  echo '```'
+  echo
+  echo "## Against the targets"
+  echo
+  echo "| target | measured | |"
+  echo "|:--|--:|:--|"
+  echo "| ≥ 2,000 cached catalog requests/s with keep-alive, 16 clients | $(fmt "$rps16" %.0f) req/s | $(verdict "$rps16" 2000 '>=') |"
+  echo "| p99 ≤ 20 ms at 16 clients | $(fmt "$p99_16" %.1f) ms | $(verdict "$p99_16" 20 '<=') |"
+  echo "| ≥ 500 new agent connections/s ($CONN_CLIENTS clients) | $(fmt "$conn_rps" %.0f) conn/s | $(verdict "$conn_rps" 500 '>=') |"
+  echo "| Puppet Server 7.9.5: about 0.6 catalog requests/s for such a catalog (it compiles every one) | $(fmt "$cmp_rps" %.0f) req/s | ≈ ${ratio}× |"
+  if [ -n "$fresh16" ]; then
+    echo "| (not a target) 16 clients sending fresh facts in every request, as real agent runs do | $(fmt "$fresh16" %.0f) req/s, p99 $(fmt "$fresh16_p99" %.1f) ms | see below |"
+  fi
+  if awk -v m="$others_max" 'BEGIN { exit !(m > 0.25) }'; then
+    echo
+    echo "Other processes on this machine took up to $others_max of its $ncpu CPUs during some runs (last"
+    echo "column of the tables): those runs are slower and their tails longer than on a quiet machine."
+  fi
+  echo
+  echo "## Catalog requests over keep-alive"
+  echo
+  echo "Each client is one agent on its own keep-alive TLS connection (client i is node i mod $NODES),"
+  echo "looping \`POST /puppet/v3/catalog/NAME?environment=production\` with the recorded agent's"
+  echo "27 KB form body (~120 facts URL-encoded twice, names rewritten per node) and the agent's"
+  echo "headers; every answer is read whole, and a sample is gunzipped and checked."
+  echo "*same*: each upload repeats the node's previous facts byte for byte (the broker's fast path)."
+  echo "*fresh*: each upload carries a new facts timestamp, as every real agent run does, so the"
+  echo "broker decodes, digests and stores the facts each time (no compile: nothing relevant changed)."
+  echo "Every node's catalog is compiled before measuring (warm-up): these runs measure serving"
+  echo "stored catalogs."
+  echo
+  cat "$work/catalog.md"
+  echo
+  echo "## New agent connections"
+  echo
+  echo "Each request opens a new TCP + TLS connection presenting the node's client certificate"
+  echo "(ECDSA P-256 key, no session resumption, the key exchange groups of puppet agent 7's"
+  echo "OpenSSL 3.0), sends \`GET /status/v1/simple\` with \`Connection: close\`, reads the answer"
+  echo "and closes."
+  echo
+  cat "$work/conns.md"
+  echo
+  echo "## Compile time"
+  echo
+  if [ -n "$compiles" ]; then
+    echo "- The benchmark catalog through the farm: $compiles first compiles during the warm-up, mean"
+    echo "  ${compile_mean}s${compile_p50:+, median $(awk -v m="$compile_p50" 'BEGIN {printf "%.2f", m/1000}')s} ($WORKERS workers compiling at once; the first compile on each"
+    echo "  worker also loads the environment). From the broker's metrics and operator API."
+  fi
+  if [ "$compile_out" = "FAILED" ]; then
+    echo "- \`BenchmarkCompileWarm\` failed in this run; run \`${bench_cmd[*]}\` to see why."
+  elif [ -n "$compile_out" ]; then
+    echo "- \`BenchmarkCompileWarm\` (the small example environment, examples/environments, one warm worker):"
+    echo
+    echo '```'
+    printf '%s\n' "$compile_out" | grep -E '^Benchmark'
+    echo '```'
+  else
+    echo "- \`BenchmarkCompileWarm\` does not exist in pkg/compiler/puppet yet: not measured."
+  fi
+  echo
+  echo "## How to read this"
+  echo
+  echo "- Latency is per request, from sending it to having read the whole answer."
+  echo "- *bytes/resp* is the catalog as sent (gzip, which the agent asks for); the decoded size is"
+  echo "  in the line above the table."
+  echo "- Run the load generator by hand against any local broker, e.g."
+  echo "  \`go run ./scripts/loadgen --target 127.0.0.1:8140 --metrics http://127.0.0.1:9140/metrics\`"
+  echo "  (\`--json\` for machine-readable results, \`--markdown\` for these tables, \`-h\` for the rest)."
+} >"$OUT"
+say "wrote $OUT"
+say "16 clients: $(fmt "$rps16" %.0f) catalog req/s, p99 $(fmt "$p99_16" %.1f) ms (fresh facts: $(fmt "$fresh16" %.0f) req/s); new connections: $(fmt "$conn_rps" %.0f)/s; other processes took up to $others_max CPUs"

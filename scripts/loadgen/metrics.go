@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// scrape reads the broker's Prometheus text exposition into sample → value
+// (only the compilefarm_* and process_cpu_seconds_total samples).
+func scrape(ctx context.Context, metricsURL string) (map[string]float64, error) {
+	if metricsURL == "" {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", metricsURL, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: %s", metricsURL, resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "compilefarm_") && !strings.HasPrefix(line, "process_cpu_seconds_total") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// counterDelta returns the catalog outcome and fact upload counters that
+// moved between two scrapes.
+func counterDelta(before, after map[string]float64) map[string]float64 {
+	if before == nil || after == nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for k, v := range after {
+		if !strings.HasPrefix(k, "compilefarm_catalog_requests_total") && !strings.HasPrefix(k, "compilefarm_fact_uploads_total") &&
+			!strings.HasPrefix(k, "compilefarm_compiles_total") {
+			continue
+		}
+		if d := v - before[k]; d != 0 {
+			k = strings.TrimPrefix(k, "compilefarm_")
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// cpuSeconds is this process's user+system CPU time so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
+}
+
+// measureAround records loadgen and broker CPU and the broker's counters
+// across fn.
+func measureAround(ctx context.Context, metricsURL string, res *Result, fn func()) {
+	before, _ := scrape(ctx, metricsURL)
+	c0 := cpuSeconds()
+	m0, _, mok := machineCPU()
+	fn()
+	res.LoadgenCPU = round(cpuSeconds()-c0, 2)
+	m1, _, mok2 := machineCPU()
+	if mok && mok2 && res.Seconds > 0 {
+		res.MachineCores = round((m1-m0)/res.Seconds, 2)
+	}
+	after, err := scrape(ctx, metricsURL)
+	if err != nil || before == nil {
+		return
+	}
+	res.Outcomes = counterDelta(before, after)
+	if cpu := after["process_cpu_seconds_total"] - before["process_cpu_seconds_total"]; cpu > 0 {
+		res.BrokerCPU = round(cpu, 2)
+		if res.MachineCores > 0 {
+			res.OtherCores = round(max(res.MachineCores-(cpu+res.LoadgenCPU)/res.Seconds, 0), 2)
+		}
+		if res.Requests > 0 {
+			res.BrokerCPUUsec = round(cpu/float64(res.Requests)*1e6, 0)
+		}
+	}
+}
+
+func round(x float64, digits int) float64 {
+	p := 1.0
+	for range digits {
+		p *= 10
+	}
+	return float64(int64(x*p+0.5)) / p
+}
+
+// compileDurations reads, from the broker's operator API (same address as
+// /metrics), how long each of these nodes' last compile took.
+func compileDurations(ctx context.Context, metricsURL string, names []string) ([]time.Duration, error) {
+	if metricsURL == "" {
+		return nil, nil
+	}
+	u, err := url.Parse(metricsURL)
+	if err != nil {
+		return nil, err
+	}
+	u.Path, u.RawQuery = "/admin/v1/nodes", ""
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", u, resp.Status)
+	}
+	var nodes []struct {
+		Certname string `json:"certname"`
+		Compile  *struct {
+			Result   string        `json:"result"`
+			Duration time.Duration `json:"duration"`
+		} `json:"compile"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&nodes); err != nil {
+		return nil, fmt.Errorf("%s: %w", u, err)
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var out []time.Duration
+	for _, n := range nodes {
+		if want[n.Certname] && n.Compile != nil && n.Compile.Result == "ok" && n.Compile.Duration > 0 {
+			out = append(out, n.Compile.Duration)
+		}
+	}
+	return out, nil
+}
+
+// machineCPU returns the machine's busy and total CPU time in seconds
+// since boot (Linux /proc/stat; ok is false elsewhere).
+func machineCPU() (busy, total float64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	var idle float64
+	for i, s := range f[1:] {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		if i >= 8 { // guest and guest_nice are already in user and nice
+			break
+		}
+		total += v
+		if i == 3 || i == 4 { // idle, iowait
+			idle += v
+		}
+	}
+	const hz = 100 // USER_HZ, 100 on every Linux architecture Go supports
+	return (total - idle) / hz, total / hz, true
+}

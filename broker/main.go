@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
@@ -19,6 +20,10 @@ commands:
   ca list|sign NAME|revoke NAME   manage certificates of a running broker
   code deploy ENV [--from DIR]    snapshot an environment's code, queue recompiles, show progress
   code status ENV             how far the environment's nodes are with its current code
+  release ENV --hold|--no-hold|--percent P|--nodes a,b|--all
+                              staged release of an environment's code (ARM-11)
+  release status ENV          per code_id: nodes compiled, released, applied, failed
+  diff NODE [--from ID] [--to ID]  resource-level difference between two catalogs of a node
   nodes                       list nodes: environment, catalog age, code_id, last compile and report
   version                     print the version
 
@@ -29,6 +34,12 @@ Run 'broker <command> -h' for a command's flags.
 var version = "dev"
 
 func main() {
+	if os.Getenv("GOGC") == "" {
+		// The front door allocates per request (bodies, TLS records) over a
+		// small live heap; the default GOGC=100 collects ~50 times a second
+		// under load. 400 measured about a quarter less CPU per request.
+		debug.SetGCPercent(400)
+	}
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
@@ -45,6 +56,10 @@ func main() {
 		err = runCode(ctx, args)
 	case "nodes":
 		err = runNodes(ctx, args)
+	case "release":
+		err = runRelease(ctx, args)
+	case "diff":
+		err = runDiff(ctx, args)
 	case "version", "--version":
 		fmt.Println("broker", version)
 	case "help", "-h", "--help":

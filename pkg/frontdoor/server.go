@@ -249,10 +249,18 @@ func trimKind(err error) string {
 
 var errTooLarge = errors.New("request body too large")
 
-// readBody reads at most limit bytes of the request body.
+// readBody reads at most limit bytes of the request body, in one
+// allocation when the client sent Content-Length (agents do).
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", errTooLarge, r.ContentLength, limit)
+	}
+	if r.ContentLength >= 0 {
+		b := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			return nil, fmt.Errorf("read request body: %v: %w", err, farm.ErrInvalid)
+		}
+		return b, nil
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {

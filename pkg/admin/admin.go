@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/compilefarm/compilefarm/pkg/catalog"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
@@ -35,6 +36,9 @@ type Nodes interface {
 type Deployer interface {
 	Deploy(ctx context.Context, environment, fromDir string) (compiler.DeployResult, error)
 	Status(ctx context.Context, environment string) (compiler.DeployStatus, error)
+	Release(ctx context.Context, environment string, ch compiler.ReleaseChange) (compiler.ReleaseResult, error)
+	ReleaseStatus(ctx context.Context, environment string) (compiler.ReleaseStatus, error)
+	Diff(ctx context.Context, certname, from, to string) (catalog.Diff, error)
 }
 
 // Server serves the operator API.
@@ -64,6 +68,23 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /admin/v1/code/deploy/{env}", func(w http.ResponseWriter, r *http.Request) {
 		res, err := s.Deployer.Deploy(r.Context(), r.PathValue("env"), r.URL.Query().Get("from"))
 		reply(w, res, err)
+	})
+	mux.HandleFunc("POST /admin/v1/release/{env}", func(w http.ResponseWriter, r *http.Request) {
+		var ch compiler.ReleaseChange
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&ch); err != nil {
+			reply(w, nil, fmt.Errorf("release change is not JSON: %v: %w", err, farm.ErrInvalid))
+			return
+		}
+		res, err := s.Deployer.Release(r.Context(), r.PathValue("env"), ch)
+		reply(w, res, err)
+	})
+	mux.HandleFunc("GET /admin/v1/release/{env}", func(w http.ResponseWriter, r *http.Request) {
+		st, err := s.Deployer.ReleaseStatus(r.Context(), r.PathValue("env"))
+		reply(w, st, err)
+	})
+	mux.HandleFunc("GET /admin/v1/nodes/{name}/diff", func(w http.ResponseWriter, r *http.Request) {
+		d, err := s.Deployer.Diff(r.Context(), r.PathValue("name"), r.URL.Query().Get("from"), r.URL.Query().Get("to"))
+		reply(w, d, err)
 	})
 	mux.HandleFunc("GET /admin/v1/code/status/{env}", func(w http.ResponseWriter, r *http.Request) {
 		st, err := s.Deployer.Status(r.Context(), r.PathValue("env"))
@@ -102,11 +123,23 @@ type Client struct {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, out any) error {
+	return c.call(ctx, method, path, nil, out)
+}
+
+func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
 	hc := c.HTTP
 	if hc == nil {
 		hc = &http.Client{Timeout: 10 * time.Minute}
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, nil)
+	var reqBody io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encode request %s %s: %w", method, path, err)
+		}
+		reqBody = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, reqBody)
 	if err != nil {
 		return fmt.Errorf("build request %s %s: %w", method, path, err)
 	}
@@ -171,4 +204,29 @@ func (c *Client) Deploy(ctx context.Context, env, from string) (compiler.DeployR
 func (c *Client) DeployStatus(ctx context.Context, env string) (compiler.DeployStatus, error) {
 	var out compiler.DeployStatus
 	return out, c.do(ctx, http.MethodGet, "/admin/v1/code/status/"+url.PathEscape(env), &out)
+}
+
+// Release changes an environment's release policy.
+func (c *Client) Release(ctx context.Context, env string, ch compiler.ReleaseChange) (compiler.ReleaseResult, error) {
+	var out compiler.ReleaseResult
+	return out, c.call(ctx, http.MethodPost, "/admin/v1/release/"+url.PathEscape(env), ch, &out)
+}
+
+// ReleaseStatus reports an environment's release per code_id.
+func (c *Client) ReleaseStatus(ctx context.Context, env string) (compiler.ReleaseStatus, error) {
+	var out compiler.ReleaseStatus
+	return out, c.do(ctx, http.MethodGet, "/admin/v1/release/"+url.PathEscape(env), &out)
+}
+
+// Diff compares two stored catalogs of a node.
+func (c *Client) Diff(ctx context.Context, certname, from, to string) (catalog.Diff, error) {
+	var out catalog.Diff
+	q := url.Values{}
+	if from != "" {
+		q.Set("from", from)
+	}
+	if to != "" {
+		q.Set("to", to)
+	}
+	return out, c.do(ctx, http.MethodGet, "/admin/v1/nodes/"+url.PathEscape(certname)+"/diff?"+q.Encode(), &out)
 }

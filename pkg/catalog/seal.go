@@ -36,7 +36,7 @@ func Seal(data []byte, codeID string) ([]byte, farm.Digest, error) {
 		return nil, "", fmt.Errorf("seal catalog %s: %w", c.Name, err)
 	}
 	content := farm.DigestOf(blank)
-	c.CodeID, c.Version, c.CatalogUUID = codeID, version, uuidFrom(content)
+	c.CodeID, c.Version, c.CatalogUUID = codeID, version, UUIDOf(content)
 	out, err := c.Marshal()
 	if err != nil {
 		return nil, "", fmt.Errorf("seal catalog %s: %w", c.Name, err)
@@ -49,9 +49,9 @@ func isNumber(raw json.RawMessage) bool {
 	return len(b) > 0 && (b[0] == '-' || (b[0] >= '0' && b[0] <= '9'))
 }
 
-// uuidFrom formats the first 16 bytes of a digest as an RFC 9562 version 8
-// (custom) UUID.
-func uuidFrom(d farm.Digest) string {
+// UUIDOf is the catalog_uuid Seal gives a catalog with this content
+// digest: its first 16 bytes as an RFC 9562 version 8 (custom) UUID.
+func UUIDOf(d farm.Digest) string {
 	b, _ := hex.DecodeString(string(d[:32]))
 	b[6] = b[6]&0x0f | 0x80
 	b[8] = b[8]&0x3f | 0x80

@@ -24,6 +24,9 @@ type scriptedEngine struct {
 	calls int
 	fail  func(req Request) error
 	reads []string // top-level facts the "manifests" read, recorded when set
+	// codeInCatalog makes the catalog depend on the code (a resource
+	// parameter carries the code_id).
+	codeInCatalog bool
 }
 
 func (e *scriptedEngine) Compile(ctx context.Context, req Request) (Result, error) {
@@ -36,8 +39,13 @@ func (e *scriptedEngine) Compile(ctx context.Context, req Request) (Result, erro
 			return Result{}, err
 		}
 	}
+	resources := []any{}
+	if e.codeInCatalog {
+		resources = append(resources, map[string]any{"type": "Notify", "title": "code", "exported": false,
+			"parameters": map[string]any{"message": req.CodeID}})
+	}
 	b, _ := json.Marshal(map[string]any{"name": req.Certname, "environment": req.Environment,
-		"version": 1795306186, "resources": []any{}, "facts_seen": req.Facts["cf_role"]})
+		"version": 1795306186, "resources": resources, "facts_seen": req.Facts["cf_role"]})
 	res := Result{Catalog: b}
 	if e.reads != nil {
 		res.Reads = &FactReads{}
@@ -426,11 +434,18 @@ func TestIntakeUsesRecordedReads(t *testing.T) {
 			if out := r.submit(t, "n1", tt.second); out.Queued != tt.wantQueued {
 				t.Errorf("queued = %v (%s), want %v", out.Queued, out.Reason, tt.wantQueued)
 			}
-			// The node keeps the latest facts either way.
+			// An upload that queues nothing is not written until the
+			// facts are FactsRefresh old; then the node takes them.
 			n, _ := r.store.GetNode(context.Background(), "n1")
-			doc := factsDoc("n1", tt.second)
-			if n.FactsDigest != farm.DigestOf(doc) {
-				t.Errorf("node facts digest not updated to the latest upload")
+			latest := farm.DigestOf(factsDoc("n1", tt.second))
+			if tt.wantQueued != (n.FactsDigest == latest) {
+				t.Errorf("facts written = %v, want %v (only with a compile)", n.FactsDigest == latest, tt.wantQueued)
+			}
+			now := time.Now().Add(time.Hour)
+			r.intake.Now = func() time.Time { return now }
+			r.submit(t, "n1", tt.second)
+			if n, _ := r.store.GetNode(context.Background(), "n1"); n.FactsDigest != latest {
+				t.Errorf("facts not refreshed after FactsRefresh")
 			}
 		})
 	}

@@ -72,7 +72,16 @@ func (d *Deployer) Deploy(ctx context.Context, environment, fromDir string) (Dep
 		if d.Now != nil {
 			now = d.Now()
 		}
-		if err := d.Envs.PutEnvironment(ctx, farm.Environment{Name: environment, CodeID: res.CodeID, DeployedAt: now}); err != nil {
+		next := farm.Environment{Name: environment, CodeID: res.CodeID, DeployedAt: now}
+		if r := prev.Release; r != nil && r.Hold {
+			// Held: the new code starts a new release, from no node; the
+			// stable code stays what every node not released runs.
+			next.Release = &farm.Release{Hold: true, Stable: r.Stable}
+			if next.Release.Stable == "" {
+				next.Release.Stable = prev.CodeID
+			}
+		}
+		if err := d.Envs.PutEnvironment(ctx, next); err != nil {
 			return res, fmt.Errorf("record code %s for %s: %w", res.CodeID, environment, err)
 		}
 		res.Changed = true
@@ -155,14 +164,22 @@ func (d *Deployer) Status(ctx context.Context, environment string) (DeployStatus
 			continue
 		}
 		st.Nodes++
+		// A node a held release keeps on the stable code counts by its
+		// precompiled candidate of the new code.
+		slot := ""
+		if env.TargetCode(n.Certname) != env.CodeID {
+			slot = farm.SlotCandidate
+		}
+		reqp, _, stp := n.Slot(slot)
+		req, status := *reqp, *stp
 		switch {
-		case n.Requested.CodeID != env.CodeID:
+		case req == nil || req.CodeID != env.CodeID:
 			st.Other++
-		case n.Pending():
+		case n.SlotPending(slot):
 			st.Queued++
-		case n.Compile != nil && n.Compile.Result == farm.ResultFailed:
+		case status != nil && status.Result == farm.ResultFailed:
 			st.Failed++
-		case n.Compile != nil && n.Compile.Result == farm.ResultUnchanged:
+		case status != nil && status.Result == farm.ResultUnchanged:
 			st.Unchanged++
 		default:
 			st.Compiled++

@@ -25,6 +25,10 @@ type Intake struct {
 	Filter  *facts.Filter
 	Log     *slog.Logger
 	Now     func() time.Time
+	// FactsRefresh is how often a node's stored facts are brought up to
+	// date when they changed only in ways no catalog depends on (uptime,
+	// free memory...); such uploads otherwise cost no write. Default 30m.
+	FactsRefresh time.Duration
 
 	// recent remembers, per node, the digests of the last fact upload seen
 	// by this process, keyed by the digest of its raw (still encoded) form,
@@ -41,6 +45,9 @@ type recentFacts struct {
 	// values are the decoded facts; nil when the upload repeats the node's
 	// last one byte for byte (nothing about the facts can have changed).
 	values map[string]any
+	// doc is the facts document, to store when the node record is written;
+	// nil when it is stored already.
+	doc []byte
 }
 
 // Upload is one fact upload.
@@ -102,89 +109,167 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, err
 	}
-	x := inputs{environment: up.Environment, codeID: env.CodeID, facts: digests}
+	lane := farm.LaneUrgent
 	if known {
-		// Load the read record the decision needs before the update, so the
-		// update function does no I/O.
+		// Load the read records the decision needs before the update, so
+		// the update function does no I/O.
 		if err := in.loadReads(ctx, &node); err != nil {
 			return Outcome{}, err
 		}
-		if node.FactsDigest == digests.facts && node.Environment == up.Environment && in.decide(&node, x) == "" {
+		if jobs, _ := in.plan(&node, env, digests, lane, true); len(jobs) == 0 && node.Environment == up.Environment &&
+			(node.FactsDigest == digests.facts || in.now().Sub(node.FactsAt) < in.factsRefresh()) {
+			// Nothing to compile, and nothing worth a write.
 			return Outcome{Node: node}, nil
 		}
 	}
-	var reason string
+	if digests.doc != nil {
+		if _, err := in.Content.Put(ctx, farm.SpaceFacts, digests.doc); err != nil {
+			return Outcome{}, fmt.Errorf("store facts of %s: %w", up.Certname, err)
+		}
+	}
+	var jobs []plannedJob
 	node, err = in.Nodes.UpdateNode(ctx, up.Certname, func(n *farm.Node) error {
 		n.Environment = up.Environment
 		n.FactsDigest = digests.facts
 		n.RelevantDigest = digests.relevant
 		n.FactsAt = in.now()
-		reason = in.decide(n, x)
-		if reason != "" {
-			n.RequestSeq++
-			n.Requested = &farm.CompileRequest{
-				Seq: n.RequestSeq, Environment: up.Environment, CodeID: env.CodeID,
-				FactsDigest: digests.facts, RelevantDigest: digests.relevant,
-				Reason: reason, Lane: farm.LaneUrgent, At: in.now(),
-			}
-		}
+		jobs, _ = in.plan(n, env, digests, lane, false)
 		return nil
 	})
 	if err != nil {
 		return Outcome{}, fmt.Errorf("record facts of %s: %w", up.Certname, err)
 	}
-	if reason == "" {
-		return Outcome{Node: node}, nil
+	if up.RawKey != "" {
+		in.recent.Store(up.Certname, recentFacts{rawKey: up.RawKey, facts: digests.facts, relevant: digests.relevant})
 	}
-	if err := in.enqueue(ctx, node); err != nil {
-		return Outcome{}, err
+	out := Outcome{Node: node}
+	for _, j := range jobs {
+		if err := in.enqueue(ctx, node, j.slot); err != nil {
+			return Outcome{}, err
+		}
+		if j.slot == "" {
+			out.Queued, out.Reason = true, j.reason
+		}
+		in.log().Info("compile queued", "node", up.Certname, "reason", j.reason, "slot", j.slot, "code_id", j.codeID)
 	}
-	in.log().Info("compile queued", "node", up.Certname, "reason", reason, "seq", node.RequestSeq, "code_id", env.CodeID)
-	return Outcome{Node: node, Queued: true, Reason: reason}, nil
+	return out, nil
 }
 
-// inputs are what a node's catalog would be compiled from now.
-type inputs struct {
-	environment, codeID string
-	facts               recentFacts
+// plannedJob is a compile plan decided to queue for a node's slot.
+type plannedJob struct {
+	slot, reason, codeID string
 }
 
-// decide returns why node needs a compile for these inputs, or "" if the
-// compile it already has (or has queued) is for the same inputs. With a
-// record of the facts its catalog read, only a change to one of those
-// counts; without one, any change outside the volatile facts does.
-func (in *Intake) decide(n *farm.Node, x inputs) string {
-	r := n.Requested
+// plan brings the node's compile requests in line with its inputs: the
+// served slot must be for the code the environment's release targets for
+// the node; while a release holds the environment's code back from it, the
+// candidate slot precompiles that code. It records new requests on n
+// (unless dryRun) and returns the jobs to queue. A candidate ready for the
+// code the node is now released to is promoted instead of compiled.
+func (in *Intake) plan(n *farm.Node, env farm.Environment, f recentFacts, lane farm.Lane, dryRun bool) (jobs []plannedJob, promoted bool) {
+	target := env.TargetCode(n.Certname)
+	if reason := in.decide(n, "", env.Name, target, f); reason != "" {
+		if !dryRun && in.promote(n, target) {
+			reason, promoted = "", true
+		}
+		if reason != "" {
+			jobs = append(jobs, plannedJob{"", reason, target})
+			if !dryRun {
+				n.RequestSeq++
+				n.Requested = in.request(n, env.Name, target, f, reason, lane)
+			}
+		}
+	}
+	if target != env.CodeID {
+		if reason := in.decide(n, farm.SlotCandidate, env.Name, env.CodeID, f); reason != "" {
+			jobs = append(jobs, plannedJob{farm.SlotCandidate, reason, env.CodeID})
+			if !dryRun {
+				n.RequestSeq++
+				n.CandidateRequested = in.request(n, env.Name, env.CodeID, f, reason, farm.LaneBulk)
+			}
+		}
+	} else if !dryRun && n.CandidateRequested != nil {
+		// Released (or no release): the candidate slot has no purpose.
+		n.CandidateRequested, n.Candidate, n.CandidateCompile = nil, nil, nil
+	}
+	return jobs, promoted
+}
+
+func (in *Intake) request(n *farm.Node, env, code string, f recentFacts, reason string, lane farm.Lane) *farm.CompileRequest {
+	return &farm.CompileRequest{
+		Seq: n.RequestSeq, Environment: env, CodeID: code,
+		FactsDigest: f.facts, RelevantDigest: f.relevant,
+		Reason: reason, Lane: lane, At: in.now(),
+	}
+}
+
+// promote makes the node's precompiled candidate its served catalog when
+// the candidate is for code and was compiled from the facts the node has.
+func (in *Intake) promote(n *farm.Node, code string) bool {
+	c, r := n.Candidate, n.CandidateRequested
+	if c == nil || r == nil || r.CodeID != code || c.Seq != r.Seq || r.FactsDigest != n.FactsDigest {
+		return false
+	}
+	n.RequestSeq++
+	req := *r
+	req.Seq, req.Reason, req.Lane, req.At = n.RequestSeq, farm.ReasonReleased, farm.LaneUrgent, in.now()
+	n.Requested = &req
+	cat := *c
+	cat.Seq = req.Seq
+	n.SetCatalog(cat)
+	st := farm.CompileStatus{Result: farm.ResultOK, Seq: req.Seq, CodeID: code, At: req.At}
+	if n.CandidateCompile != nil {
+		st.Duration = n.CandidateCompile.Duration
+	}
+	n.Compile = &st
+	n.CandidateRequested, n.Candidate, n.CandidateCompile = nil, nil, nil
+	return true
+}
+
+// decide returns why the node's slot needs a compile of code for these
+// facts, or "" if the compile it has (or has queued) is for the same
+// inputs. With a record of the facts the slot's catalog read, only a change
+// to one of those counts; without one, any change outside the volatile
+// facts does. Facts with nil values repeat the node's last upload.
+func (in *Intake) decide(n *farm.Node, slot, environment, code string, f recentFacts) string {
+	reqp, catp, _ := n.Slot(slot)
+	r := *reqp
 	switch {
+	case r == nil && slot == farm.SlotCandidate:
+		return farm.ReasonPrecompile
 	case r == nil:
 		return farm.ReasonNewNode
-	case r.Environment != x.environment || r.CodeID != x.codeID:
+	case r.Environment != environment || r.CodeID != code:
 		return farm.ReasonCodeChanged
-	case x.facts.values == nil:
-		// The same bytes as the node's last upload, which was decided on.
+	case f.values == nil:
+		if r.FactsDigest == f.facts || n.FactsDigest == f.facts {
+			return ""
+		}
+		if r.RelevantDigest != f.relevant {
+			return farm.ReasonFactsChanged
+		}
 		return ""
 	}
-	if rec, ok := in.readsFor(n); ok {
+	if rec, ok := in.readsFor(*catp, r); ok {
 		if rec.AlwaysRecompile {
 			return farm.ReasonFactsChanged
 		}
-		changed, err := facts.Changed(rec.Reads, x.facts.values)
+		changed, err := facts.Changed(rec.Reads, f.values)
 		if err != nil || changed {
 			return farm.ReasonFactsChanged
 		}
 		return ""
 	}
-	if r.RelevantDigest != x.facts.relevant {
+	if r.RelevantDigest != f.relevant {
 		return farm.ReasonFactsChanged
 	}
 	return ""
 }
 
-// readsFor returns the fact-read record of the catalog that answers the
-// node's latest request, from memory (loadReads puts it there).
-func (in *Intake) readsFor(n *farm.Node) (*FactReads, bool) {
-	c := n.Catalog
-	if c == nil || n.Requested == nil || c.Seq != n.Requested.Seq || c.ReadsDigest == "" {
+// readsFor returns the fact-read record of a catalog that answers req,
+// from memory (loadReads puts it there).
+func (in *Intake) readsFor(c *farm.CatalogRef, req *farm.CompileRequest) (*FactReads, bool) {
+	if c == nil || req == nil || c.Seq != req.Seq || c.ReadsDigest == "" {
 		return nil, false
 	}
 	v, ok := in.readRecords.Load(c.ReadsDigest)
@@ -197,7 +282,15 @@ func (in *Intake) readsFor(n *farm.Node) (*FactReads, bool) {
 // loadReads caches the read record of the node's catalog (records are
 // immutable, keyed by digest).
 func (in *Intake) loadReads(ctx context.Context, n *farm.Node) error {
-	c := n.Catalog
+	for _, c := range []*farm.CatalogRef{n.Catalog, n.Candidate} {
+		if err := in.loadRecord(ctx, n, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (in *Intake) loadRecord(ctx context.Context, n *farm.Node, c *farm.CatalogRef) error {
 	if c == nil || c.ReadsDigest == "" {
 		return nil
 	}
@@ -216,11 +309,13 @@ func (in *Intake) loadReads(ctx context.Context, n *farm.Node) error {
 	return nil
 }
 
-func (in *Intake) enqueue(ctx context.Context, n farm.Node) error {
-	r := n.Requested
+func (in *Intake) enqueue(ctx context.Context, n farm.Node, slot string) error {
+	reqp, _, _ := n.Slot(slot)
+	r := *reqp
 	job := farm.Job{
 		Certname: n.Certname, Environment: r.Environment, Reason: r.Reason,
 		FactsDigest: r.FactsDigest, CodeID: r.CodeID, Seq: r.Seq, Lane: r.Lane, EnqueuedAt: r.At,
+		Slot: slot,
 	}
 	if err := in.Queue.Enqueue(ctx, job); err != nil {
 		return fmt.Errorf("queue compile of %s: %w", n.Certname, err)
@@ -228,10 +323,9 @@ func (in *Intake) enqueue(ctx context.Context, n farm.Node) error {
 	return nil
 }
 
-// digests returns the upload's fact digests, storing the document the first
-// time this process sees it. An upload whose raw bytes repeat the last one
-// this process saw for the node, which the node record holds (stored), is
-// not decoded again.
+// digests decodes an upload and returns its digests. An upload whose raw
+// bytes repeat the last one this process recorded for the node, which the
+// node record still holds (stored), is not decoded again.
 func (in *Intake) digests(ctx context.Context, up Upload, stored farm.Digest) (recentFacts, error) {
 	if up.RawKey != "" {
 		if v, ok := in.recent.Load(up.Certname); ok && v.(recentFacts).rawKey == up.RawKey && v.(recentFacts).facts == stored {
@@ -252,66 +346,77 @@ func (in *Intake) digests(ctx context.Context, up Upload, stored farm.Digest) (r
 	if err != nil {
 		return recentFacts{}, fmt.Errorf("digest facts of %s: %w", up.Certname, err)
 	}
-	fd, err := in.Content.Put(ctx, farm.SpaceFacts, doc)
-	if err != nil {
-		return recentFacts{}, fmt.Errorf("store facts of %s: %w", up.Certname, err)
-	}
-	r := recentFacts{rawKey: up.RawKey, facts: fd, relevant: relevant}
-	if up.RawKey != "" {
-		in.recent.Store(up.Certname, r)
-	}
-	r.values = d.Values
-	return r, nil
+	return recentFacts{rawKey: up.RawKey, facts: farm.DigestOf(doc), relevant: relevant, values: d.Values, doc: doc}, nil
 }
 
-// Requeue queues a compile of every node in environment whose latest
-// request is for other code, on the given lane: what a code deploy does.
-// progress, if not nil, is called after each node is queued. It returns how
-// many nodes were queued.
+func (in *Intake) factsRefresh() time.Duration {
+	if in.FactsRefresh > 0 {
+		return in.FactsRefresh
+	}
+	return 30 * time.Minute
+}
+
+// Requeue brings every node of environment in line with its code and
+// release policy (see plan), queueing what is needed on lane: what a code
+// deploy does. progress, if not nil, is called after each node queued. It
+// returns how many nodes got a job.
 func (in *Intake) Requeue(ctx context.Context, environment string, lane farm.Lane, progress func(queued int)) (int, error) {
+	st, err := in.replan(ctx, environment, lane)
+	if progress != nil && st.Queued > 0 {
+		progress(st.Queued)
+	}
+	return st.Queued, err
+}
+
+// ReplanResult counts what replanning an environment did.
+type ReplanResult struct {
+	Nodes    int `json:"nodes"`    // nodes in the environment
+	Queued   int `json:"queued"`   // nodes that got a compile job
+	Promoted int `json:"promoted"` // nodes whose precompiled candidate became their catalog
+}
+
+// replan runs plan over the environment's nodes with the facts they have.
+func (in *Intake) replan(ctx context.Context, environment string, lane farm.Lane) (ReplanResult, error) {
+	var res ReplanResult
 	env, err := in.Envs.GetEnvironment(ctx, environment)
 	if err != nil {
-		return 0, fmt.Errorf("read environment %s: %w", environment, err)
+		return res, fmt.Errorf("read environment %s: %w", environment, err)
 	}
 	nodes, err := in.Nodes.ListNodes(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("list nodes: %w", err)
+		return res, fmt.Errorf("list nodes: %w", err)
 	}
-	queued := 0
 	for _, n := range nodes {
 		if n.Environment != environment || n.FactsDigest == "" {
 			continue
 		}
-		changed := false
+		res.Nodes++
+		var jobs []plannedJob
+		promoted := false
 		node, err := in.Nodes.UpdateNode(ctx, n.Certname, func(n *farm.Node) error {
-			changed = false
-			if n.Environment != environment || (n.Requested != nil && n.Requested.CodeID == env.CodeID) {
+			jobs, promoted = nil, false
+			if n.Environment != environment {
 				return nil
 			}
-			changed = true
-			n.RequestSeq++
-			n.Requested = &farm.CompileRequest{
-				Seq: n.RequestSeq, Environment: environment, CodeID: env.CodeID,
-				FactsDigest: n.FactsDigest, RelevantDigest: n.RelevantDigest,
-				Reason: farm.ReasonCodeChanged, Lane: lane, At: in.now(),
-			}
+			jobs, promoted = in.plan(n, env, recentFacts{facts: n.FactsDigest, relevant: n.RelevantDigest}, lane, false)
 			return nil
 		})
 		if err != nil {
-			return queued, fmt.Errorf("requeue %s: %w", n.Certname, err)
+			return res, fmt.Errorf("replan %s: %w", n.Certname, err)
 		}
-		if !changed {
-			continue
+		if promoted {
+			res.Promoted++
 		}
-		if err := in.enqueue(ctx, node); err != nil {
-			return queued, err
+		for _, j := range jobs {
+			if err := in.enqueue(ctx, node, j.slot); err != nil {
+				return res, err
+			}
 		}
-		queued++
-		if progress != nil {
-			progress(queued)
+		if len(jobs) > 0 {
+			res.Queued++
 		}
 	}
-	return queued, nil
+	return res, nil
 }
 
 // RequeuePending queues again the latest requested compile of every node
@@ -326,13 +431,15 @@ func (in *Intake) RequeuePending(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, node := range nodes {
-		if !node.Pending() {
-			continue
+		for _, slot := range []string{"", farm.SlotCandidate} {
+			if !node.SlotPending(slot) {
+				continue
+			}
+			if err := in.enqueue(ctx, node, slot); err != nil {
+				return n, err
+			}
+			n++
 		}
-		if err := in.enqueue(ctx, node); err != nil {
-			return n, err
-		}
-		n++
 	}
 	if n > 0 {
 		in.log().Info("requeued pending compiles", "nodes", n)

@@ -152,7 +152,7 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	if err != nil {
 		return fmt.Errorf("read node %s: %w", d.Certname, err)
 	}
-	if superseded(&node, d.Seq) {
+	if superseded(&node, d.Slot, d.Seq) {
 		p.observe(metrics.CompileStale, 0)
 		log.Info("compile skipped: a newer one exists")
 		return errSuperseded
@@ -203,27 +203,30 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 		}
 	}
 	at := p.now()
+	_, curp, _ := node.Slot(d.Slot)
 	var ref farm.CatalogRef
-	if node.Catalog == nil || node.Catalog.ContentDigest != content {
+	if *curp == nil || (*curp).ContentDigest != content {
 		if ref, err = p.store(ctx, sealed); err != nil {
 			return err
 		}
 	}
 	unchanged := false
 	move := func(n *farm.Node) error {
-		if n.Catalog != nil && n.Catalog.Seq >= d.Seq {
-			return fmt.Errorf("catalog seq %d is not newer than stored %d: %w", d.Seq, n.Catalog.Seq, farm.ErrConflict)
+		_, catp, stp := n.Slot(d.Slot)
+		cur := *catp
+		if cur != nil && cur.Seq >= d.Seq {
+			return fmt.Errorf("catalog seq %d is not newer than stored %d: %w", d.Seq, cur.Seq, farm.ErrConflict)
 		}
 		status := &farm.CompileStatus{Result: farm.ResultOK, Seq: d.Seq, CodeID: d.CodeID, At: at, Duration: dur}
-		unchanged = n.Catalog != nil && n.Catalog.ContentDigest == content
+		unchanged = cur != nil && cur.ContentDigest == content
 		if unchanged {
 			// The same catalog: it answers this request too, and keeps its
 			// bytes (and code_id, whose snapshot stays in the store).
-			c := *n.Catalog
+			c := *cur
 			c.Seq, c.FactsDigest, c.ReadsDigest = d.Seq, d.FactsDigest, readsDigest
-			n.Catalog = &c
+			*catp = &c
 			status.Result = farm.ResultUnchanged
-			n.Compile = status
+			*stp = status
 			return nil
 		}
 		if ref.Digest == "" {
@@ -231,9 +234,14 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 		}
 		c := ref
 		c.CodeID, c.FactsDigest, c.Seq, c.ContentDigest, c.ReadsDigest = d.CodeID, d.FactsDigest, d.Seq, content, readsDigest
+		c.UUID = catalog.UUIDOf(content)
 		c.CompiledAt, c.Duration = at, dur
-		n.Catalog = &c
-		n.Compile = status
+		if d.Slot == farm.SlotCandidate {
+			n.Candidate = &c
+		} else {
+			n.SetCatalog(c)
+		}
+		*stp = status
 		return nil
 	}
 	_, err = p.Nodes.UpdateNode(ctx, d.Certname, move)
@@ -261,13 +269,16 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	return nil
 }
 
-// superseded reports whether a compile with sequence seq can no longer
-// matter: a catalog at least as new is stored, or a newer compile is queued.
-func superseded(n *farm.Node, seq uint64) bool {
-	if n.Catalog != nil && n.Catalog.Seq >= seq {
+// superseded reports whether a compile with sequence seq for a slot can no
+// longer matter: the slot has a catalog at least as new, or a newer compile
+// (or none: a release promoted or dropped the candidate) is requested.
+func superseded(n *farm.Node, slot string, seq uint64) bool {
+	reqp, catp, _ := n.Slot(slot)
+	if cat := *catp; cat != nil && cat.Seq >= seq {
 		return true
 	}
-	return n.Requested != nil && n.Requested.Seq > seq
+	req := *reqp
+	return req == nil || req.Seq > seq
 }
 
 // store writes the catalog and its gzip form to the content store.
@@ -294,10 +305,11 @@ func (p *Pool) store(ctx context.Context, catalog []byte) (farm.CatalogRef, erro
 func (p *Pool) recordFailure(ctx context.Context, d farm.Delivery, cause error, log *slog.Logger) {
 	at := p.now()
 	_, err := p.Nodes.UpdateNode(ctx, d.Certname, func(n *farm.Node) error {
-		if n.Compile != nil && n.Compile.Seq > d.Seq {
+		_, _, stp := n.Slot(d.Slot)
+		if *stp != nil && (*stp).Seq > d.Seq {
 			return nil
 		}
-		n.Compile = &farm.CompileStatus{Result: farm.ResultFailed, Error: cause.Error(), Seq: d.Seq, CodeID: d.CodeID, At: at}
+		*stp = &farm.CompileStatus{Result: farm.ResultFailed, Error: cause.Error(), Seq: d.Seq, CodeID: d.CodeID, At: at}
 		return nil
 	})
 	if err != nil {

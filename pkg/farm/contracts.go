@@ -75,8 +75,9 @@ type QueueStats struct {
 // one of Ack (done, successfully or for good) or Retry (deliver again after a
 // delay); a delivery neither acked nor retried is delivered again after the
 // driver's visibility timeout. Drivers that can (the embedded queue) collapse a
-// waiting job with a newer job for the same node and never hand out two jobs of
-// one node at once; the others rely on the node store's sequence check.
+// waiting job with a newer job of the same Key (node and slot) and never hand
+// out two jobs of one Key at once; the others rely on the node store's
+// sequence checks.
 // Safe for concurrent use.
 type Queue interface {
 	Enqueue(ctx context.Context, job Job) error

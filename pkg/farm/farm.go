@@ -7,10 +7,12 @@ package farm
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 )
 
@@ -81,6 +83,8 @@ const (
 	ReasonFactsChanged = "facts-changed"
 	ReasonCodeChanged  = "code-changed"
 	ReasonManual       = "manual"
+	ReasonPrecompile   = "precompile" // a held-back release's code, compiled ahead
+	ReasonReleased     = "released"   // a release reached the node
 )
 
 // Job asks for one node's catalog to be compiled. Its fields mirror Puppet
@@ -94,6 +98,21 @@ type Job struct {
 	Seq         uint64    `json:"seq"` // the node's request sequence; newer compiles win
 	Lane        Lane      `json:"lane"`
 	EnqueuedAt  time.Time `json:"enqueued_at"`
+	// Slot is "" for the catalog the node is served, SlotCandidate for a
+	// precompile of code a staged release still holds back from it.
+	Slot string `json:"slot,omitempty"`
+}
+
+// SlotCandidate marks a job compiling a release's held-back code.
+const SlotCandidate = "candidate"
+
+// Key identifies the catalog a job is for: queues that collapse jobs and
+// run one job at a time do so per key (node and slot).
+func (j Job) Key() string {
+	if j.Slot == "" {
+		return j.Certname
+	}
+	return j.Certname + "#" + j.Slot
 }
 
 // CatalogRef points at one stored catalog of a node.
@@ -106,6 +125,8 @@ type CatalogRef struct {
 	// ContentDigest identifies what the catalog makes an agent do: equal
 	// for two compiles that differ only in code_id, version or catalog_uuid.
 	ContentDigest Digest `json:"content_digest,omitempty"`
+	// UUID is the catalog's catalog_uuid; an agent's report names it.
+	UUID string `json:"uuid,omitempty"`
 	// ReadsDigest points at the record of the facts the compile read
 	// (compiler.FactReads JSON in SpaceCatalogs); empty when not recorded.
 	ReadsDigest Digest        `json:"reads_digest,omitempty"`
@@ -158,6 +179,40 @@ type Node struct {
 	Catalog   *CatalogRef     `json:"catalog,omitempty"`
 	Compile   *CompileStatus  `json:"compile,omitempty"`
 	Report    *ReportSummary  `json:"report,omitempty"`
+	// History holds the node's previous catalogs, newest first (at most
+	// HistoryLen), for diffs and rollbacks.
+	History []CatalogRef `json:"history,omitempty"`
+
+	// The candidate slot: while a staged release holds the environment's
+	// current code back from this node, a catalog of that code is
+	// precompiled here and becomes Catalog when the node is released.
+	CandidateRequested *CompileRequest `json:"candidate_requested,omitempty"`
+	Candidate          *CatalogRef     `json:"candidate,omitempty"`
+	CandidateCompile   *CompileStatus  `json:"candidate_compile,omitempty"`
+}
+
+// HistoryLen bounds Node.History.
+const HistoryLen = 5
+
+// Slot returns pointers to the node's fields for a job slot: the latest
+// request, the catalog that answers it, and the latest compile status.
+func (n *Node) Slot(slot string) (req **CompileRequest, cat **CatalogRef, status **CompileStatus) {
+	if slot == SlotCandidate {
+		return &n.CandidateRequested, &n.Candidate, &n.CandidateCompile
+	}
+	return &n.Requested, &n.Catalog, &n.Compile
+}
+
+// SetCatalog makes ref the node's catalog, keeping the one it replaces in
+// History when their content differs.
+func (n *Node) SetCatalog(ref CatalogRef) {
+	if old := n.Catalog; old != nil && old.ContentDigest != ref.ContentDigest {
+		n.History = append([]CatalogRef{*old}, n.History...)
+		if len(n.History) > HistoryLen {
+			n.History = n.History[:HistoryLen]
+		}
+	}
+	n.Catalog = &ref
 }
 
 // CompileRequest records the inputs of a compile the farm queued for a node.
@@ -174,14 +229,19 @@ type CompileRequest struct {
 
 // Pending reports whether the node's latest requested compile has neither a
 // catalog nor a finished compile yet.
-func (n *Node) Pending() bool {
-	if n.Requested == nil {
+func (n *Node) Pending() bool { return n.SlotPending("") }
+
+// SlotPending is Pending for a job slot.
+func (n *Node) SlotPending(slot string) bool {
+	reqp, catp, stp := n.Slot(slot)
+	req, cat, st := *reqp, *catp, *stp
+	if req == nil {
 		return false
 	}
-	if n.Catalog != nil && n.Catalog.Seq >= n.Requested.Seq {
+	if cat != nil && cat.Seq >= req.Seq {
 		return false
 	}
-	if n.Compile != nil && n.Compile.Seq >= n.Requested.Seq {
+	if st != nil && st.Seq >= req.Seq {
 		return false
 	}
 	return true
@@ -192,4 +252,41 @@ type Environment struct {
 	Name       string    `json:"name"`
 	CodeID     string    `json:"code_id"` // digest of the code manifest
 	DeployedAt time.Time `json:"deployed_at"`
+	Release    *Release  `json:"release,omitempty"`
+}
+
+// Release is an environment's staged-release policy (ARM-11). While Hold
+// is on, a code deploy does not reach nodes at once: they keep being
+// served catalogs of the Stable code, catalogs of the new code are
+// precompiled, and nodes get them as they are released (by percentage of
+// the fleet, or by name). Releasing all makes the new code the stable one.
+type Release struct {
+	Hold    bool     `json:"hold"`
+	Stable  string   `json:"stable_code_id,omitempty"`
+	Percent int      `json:"percent,omitempty"` // 0..100
+	Nodes   []string `json:"nodes,omitempty"`
+}
+
+// ReleaseBucket places a node in one of 100 buckets, stably: a release to
+// P percent releases the nodes in buckets below P.
+func ReleaseBucket(certname string) int {
+	s := sha256.Sum256([]byte(certname))
+	return int(binary.BigEndian.Uint32(s[:4]) % 100)
+}
+
+// Released reports whether the release has reached the node.
+func (r *Release) Released(certname string) bool {
+	if r == nil || !r.Hold || ReleaseBucket(certname) < r.Percent {
+		return true
+	}
+	return slices.Contains(r.Nodes, certname)
+}
+
+// TargetCode is the code_id whose catalog the node should be served.
+func (e Environment) TargetCode(certname string) string {
+	r := e.Release
+	if r == nil || !r.Hold || r.Stable == "" || r.Stable == e.CodeID || r.Released(certname) {
+		return e.CodeID
+	}
+	return r.Stable
 }

@@ -181,13 +181,13 @@ func (c *Core) Load(jobs []Stored) (puts []Stored, dels []uint64) {
 	rewrite := map[uint64]*entry{}
 	for _, j := range jobs {
 		c.lastID = max(c.lastID, j.ID)
-		if w := c.waiting[j.Job.Certname]; w != nil {
+		if w := c.waiting[j.Job.Key()]; w != nil {
 			w.Stored = merge(w.Stored, j, true)
 			rewrite[w.ID] = w
 			dels = append(dels, j.ID)
 			continue
 		}
-		c.waiting[j.Job.Certname] = &entry{Stored: j, index: -1}
+		c.waiting[j.Job.Key()] = &entry{Stored: j, index: -1}
 	}
 	for _, e := range rewrite {
 		puts = append(puts, e.Stored)
@@ -222,7 +222,7 @@ func (c *Core) Close() {
 // place puts a waiting job where it belongs: nowhere while its node is in
 // flight, the delayed heap until it is available, else its lane's heap.
 func (c *Core) place(e *entry, now time.Time) {
-	if c.inflight[e.Job.Certname] != nil {
+	if c.inflight[e.Job.Key()] != nil {
 		return
 	}
 	if e.AvailableAt.After(now) {
@@ -262,8 +262,8 @@ func (c *Core) tick(now time.Time) {
 // requeue turns in-flight e back into a waiting job with record rec,
 // collapsing it with a newer waiting job of its node if there is one.
 func (c *Core) requeue(e *entry, rec Stored, now time.Time) error {
-	cert := e.Job.Certname
-	if w := c.waiting[cert]; w != nil {
+	key := e.Job.Key()
+	if w := c.waiting[key]; w != nil {
 		m := merge(w.Stored, rec, false)
 		if err := c.save([]Stored{m}, []uint64{e.ID}); err != nil {
 			return err
@@ -279,7 +279,7 @@ func (c *Core) requeue(e *entry, rec Stored, now time.Time) error {
 	}
 	c.land(e)
 	e.Stored = rec
-	c.waiting[cert] = e
+	c.waiting[key] = e
 	c.place(e, now)
 	return nil
 }
@@ -287,7 +287,7 @@ func (c *Core) requeue(e *entry, rec Stored, now time.Time) error {
 // land ends e's delivery in memory.
 func (c *Core) land(e *entry) {
 	c.unplace(e)
-	delete(c.inflight, e.Job.Certname)
+	delete(c.inflight, e.Job.Key())
 	delete(c.receipts, e.receipt)
 	e.receipt, e.deadline = "", time.Time{}
 }
@@ -333,7 +333,7 @@ func (c *Core) Enqueue(ctx context.Context, job farm.Job) error {
 	if c.closed {
 		return fmt.Errorf("enqueue job of %s: %w", job.Certname, ErrClosed)
 	}
-	if w := c.waiting[job.Certname]; w != nil {
+	if w := c.waiting[job.Key()]; w != nil {
 		m := merge(w.Stored, in, true)
 		if err := c.save([]Stored{m}, nil); err != nil {
 			return fmt.Errorf("enqueue job of %s: %w", job.Certname, err)
@@ -348,7 +348,7 @@ func (c *Core) Enqueue(ctx context.Context, job farm.Job) error {
 		}
 		c.lastID = in.ID
 		e := &entry{Stored: in, index: -1}
-		c.waiting[job.Certname] = e
+		c.waiting[job.Key()] = e
 		c.place(e, now)
 	}
 	c.broadcast()
@@ -415,12 +415,12 @@ func (c *Core) deliver(e *entry, now time.Time, visibility time.Duration) (farm.
 		return farm.Delivery{}, fmt.Errorf("receive job of %s: %w", rec.Job.Certname, err)
 	}
 	c.unplace(e)
-	delete(c.waiting, rec.Job.Certname)
+	delete(c.waiting, rec.Job.Key())
 	e.Stored = rec
 	c.deliveries++
 	e.receipt = fmt.Sprintf("%s-%d-%d", c.nonce, e.ID, c.deliveries)
 	e.deadline = now.Add(visibility)
-	c.inflight[rec.Job.Certname] = e
+	c.inflight[rec.Job.Key()] = e
 	c.receipts[e.receipt] = e
 	heap.Push(c.flying, e)
 	return farm.Delivery{Job: rec.Job, ID: e.receipt, Attempts: rec.Attempts}, nil
@@ -453,7 +453,7 @@ func (c *Core) Ack(ctx context.Context, d farm.Delivery) error {
 		return fmt.Errorf("ack job of %s: %w", d.Certname, err)
 	}
 	c.land(e)
-	if w := c.waiting[e.Job.Certname]; w != nil {
+	if w := c.waiting[e.Job.Key()]; w != nil {
 		c.place(w, time.Now())
 	}
 	c.broadcast()

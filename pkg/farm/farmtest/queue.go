@@ -52,6 +52,7 @@ func TestQueue(t *testing.T, newQueue func(t *testing.T) farm.Queue, caps QueueC
 			test{"CollapseWaitingJobs", queueCollapse},
 			test{"CollapseWithRetriedJob", queueCollapseRetried},
 			test{"DifferentNodesDoNotCollapse", queueNoCollapseAcrossNodes},
+			test{"DifferentSlotsDoNotCollapseOrBlock", queueSlots},
 		)
 	}
 	if caps.NodeExclusive {
@@ -585,6 +586,24 @@ func queueNoCollapseAcrossNodes(t *testing.T, q farm.Queue) {
 	got := map[string]uint64{d1.Certname: d1.Seq, d2.Certname: d2.Seq}
 	if got["a.example.com"] != 2 || got["b.example.com"] != 1 {
 		t.Fatalf("deliveries %v, want a seq 2 and b seq 1", got)
+	}
+	ack(t, q, d1)
+	ack(t, q, d2)
+}
+
+// queueSlots: a node's candidate precompile and its served catalog's
+// compile are different jobs: neither collapses into the other, and both
+// may be in flight at once.
+func queueSlots(t *testing.T, q farm.Queue) {
+	served := testJob("a.example.com", 2, farm.LaneUrgent, base)
+	candidate := testJob("a.example.com", 1, farm.LaneBulk, base)
+	candidate.Slot = farm.SlotCandidate
+	enqueue(t, q, candidate, served)
+	wantCounts(t, q, "two slots of one node", 1, 0, 1, 0)
+	d1 := receive(t, q)
+	d2 := receive(t, q)
+	if d1.Slot != "" || d1.Seq != 2 || d2.Slot != farm.SlotCandidate || d2.Seq != 1 {
+		t.Fatalf("deliveries (%q seq %d), (%q seq %d); want the served slot (urgent) then the candidate", d1.Slot, d1.Seq, d2.Slot, d2.Seq)
 	}
 	ack(t, q, d1)
 	ack(t, q, d2)

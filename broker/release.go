@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/compilefarm/compilefarm/pkg/admin"
+	"github.com/compilefarm/compilefarm/pkg/catalog"
+	"github.com/compilefarm/compilefarm/pkg/compiler"
+)
+
+func runRelease(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("release", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), `usage: broker release ENV --hold | --no-hold | --percent P | --nodes a,b | --all
+       broker release status ENV
+--hold keeps later code deploys from reaching nodes until released (their
+catalogs are precompiled); --percent and --nodes release the environment's
+code to a share of the nodes or to named ones; --all releases it to every
+node and makes it the stable code.`)
+		fs.PrintDefaults()
+	}
+	addr := adminFlag(fs)
+	hold := fs.Bool("hold", false, "hold new code back until released")
+	noHold := fs.Bool("no-hold", false, "stop holding: every node gets the environment's code")
+	percent := fs.Int("percent", -1, "release to this percentage of the environment's nodes (0-100)")
+	nodes := fs.String("nodes", "", "release to these nodes (comma separated)")
+	all := fs.Bool("all", false, "release to every node")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	c := &admin.Client{Base: *addr}
+	if len(pos) == 2 && pos[0] == "status" {
+		st, err := c.ReleaseStatus(ctx, pos[1])
+		if err != nil {
+			return err
+		}
+		printReleaseStatus(os.Stdout, st)
+		return nil
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return fmt.Errorf("release: expected ENV and one of --hold, --no-hold, --percent, --nodes, --all, or status ENV")
+	}
+	var ch compiler.ReleaseChange
+	set := 0
+	if *hold {
+		ch.Hold, set = hold, set+1
+	}
+	if *noHold {
+		f := false
+		ch.Hold, set = &f, set+1
+	}
+	if *percent >= 0 {
+		ch.Percent, set = percent, set+1
+	}
+	if *nodes != "" {
+		ch.Nodes, set = splitList(*nodes), set+1
+	}
+	if *all {
+		ch.All, set = true, set+1
+	}
+	if set != 1 {
+		fs.Usage()
+		return fmt.Errorf("release: give exactly one of --hold, --no-hold, --percent, --nodes, --all")
+	}
+	res, err := c.Release(ctx, pos[0], ch)
+	if err != nil {
+		return err
+	}
+	printReleaseResult(os.Stdout, res)
+	return nil
+}
+
+func printReleaseResult(w io.Writer, res compiler.ReleaseResult) {
+	r := res.Release
+	switch {
+	case r == nil:
+		fmt.Fprintf(w, "%s: not holding; every node gets code %s\n", res.Environment, short(res.CodeID))
+	case r.Stable == res.CodeID:
+		fmt.Fprintf(w, "%s: holding; code %s is stable on every node; the next deploy waits for a release\n", res.Environment, short(res.CodeID))
+	default:
+		fmt.Fprintf(w, "%s: code %s released to %d%% of nodes", res.Environment, short(res.CodeID), r.Percent)
+		if len(r.Nodes) > 0 {
+			fmt.Fprintf(w, " and %d named (%s)", len(r.Nodes), strings.Join(r.Nodes, ", "))
+		}
+		fmt.Fprintf(w, "; the others keep %s\n", short(r.Stable))
+	}
+	fmt.Fprintf(w, "%d nodes newly released: %d got their precompiled catalog at once, %d queued for compile\n",
+		res.Released, res.Replan.Promoted, res.Replan.Queued)
+	if len(res.Changes) > 0 {
+		fmt.Fprintf(w, "what changes for them (resources, by type): %s\n", typeCounts(res.Changes))
+	}
+}
+
+func typeCounts(m map[string]int) string {
+	types := make([]string, 0, len(m))
+	for t := range m {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	parts := make([]string, len(types))
+	for i, t := range types {
+		parts[i] = fmt.Sprintf("%s %d", t, m[t])
+	}
+	return strings.Join(parts, ", ")
+}
+
+func printReleaseStatus(w io.Writer, st compiler.ReleaseStatus) {
+	hold := "not holding"
+	if r := st.Release; r != nil && r.Hold {
+		hold = fmt.Sprintf("holding (released to %d%%, %d named)", r.Percent, len(r.Nodes))
+	}
+	fmt.Fprintf(w, "%s: %d nodes, %s\n", st.Environment, st.Nodes, hold)
+	fmt.Fprintf(w, "%-8s %-14s %8s %8s %8s %8s %8s\n", "ROLE", "CODE_ID", "TARGETED", "COMPILED", "RELEASED", "APPLIED", "FAILED")
+	for _, c := range st.Codes {
+		released := fmt.Sprint(c.Released)
+		if c.Role != "new" {
+			released = "-"
+		}
+		fmt.Fprintf(w, "%-8s %-14s %8d %8d %8s %8d %8d\n", c.Role, short(c.CodeID), c.Targeted, c.Compiled, released, c.Applied, c.Failed)
+	}
+	for _, c := range st.Codes {
+		for _, f := range c.Failures {
+			fmt.Fprintf(w, "failed (%s): %s\n", short(c.CodeID), f)
+		}
+	}
+}
+
+func runDiff(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("diff", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: broker diff NODE [--from CODE_ID] [--to CODE_ID] [--json]")
+		fs.PrintDefaults()
+	}
+	addr := adminFlag(fs)
+	from := fs.String("from", "", "code_id (or a prefix) of the older catalog (default: the one before --to)")
+	to := fs.String("to", "", "code_id (or a prefix) of the newer catalog (default: the precompiled candidate, else the current catalog)")
+	asJSON := fs.Bool("json", false, "print the difference as JSON")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return fmt.Errorf("diff: expected one NODE")
+	}
+	c := &admin.Client{Base: *addr}
+	d, err := c.Diff(ctx, pos[0], *from, *to)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(d)
+	}
+	printDiff(os.Stdout, pos[0], d)
+	return nil
+}
+
+func printDiff(w io.Writer, node string, d catalog.Diff) {
+	fmt.Fprintf(w, "%s: %s -> %s: %d resources differ\n", node, short(d.From), short(d.To), len(d.Resources))
+	for _, r := range d.Resources {
+		switch r.Change {
+		case catalog.Added:
+			fmt.Fprintf(w, "+ %s\n", r.Ref)
+		case catalog.Removed:
+			fmt.Fprintf(w, "- %s\n", r.Ref)
+		default:
+			fmt.Fprintf(w, "~ %s\n", r.Ref)
+			names := make([]string, 0, len(r.Params))
+			for p := range r.Params {
+				names = append(names, p)
+			}
+			sort.Strings(names)
+			for _, p := range names {
+				v := r.Params[p]
+				fmt.Fprintf(w, "    %s: %s -> %s\n", p, v[0], v[1])
+			}
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package compiler
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+// served returns the code_id of the catalog each node is served.
+func served(t *testing.T, r *rig, names []string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, name := range names {
+		n, err := r.store.GetNode(context.Background(), name)
+		if err != nil || n.Catalog == nil {
+			t.Fatalf("node %s: %v %+v", name, err, n.Catalog)
+		}
+		out[name] = n.Catalog.CodeID
+	}
+	return out
+}
+
+func TestStagedRelease(t *testing.T) {
+	r := newRig(t)
+	r.engine.codeInCatalog = true
+	ctx := context.Background()
+	d := &Deployer{Content: r.store, Envs: r.store, Nodes: r.store, Intake: r.intake}
+	var names []string
+	for i := 0; i < 40; i++ {
+		names = append(names, fmt.Sprintf("n%02d.example.test", i))
+	}
+	for _, n := range names {
+		r.submit(t, n, map[string]any{"cf_role": "web"})
+	}
+	r.drain(t)
+
+	hold := true
+	if _, err := d.Release(ctx, "production", ReleaseChange{Hold: &hold}); err != nil {
+		t.Fatal(err)
+	}
+	// A deploy under hold: "code2" is precompiled for everyone, served to no one.
+	env, _ := r.store.GetEnvironment(ctx, "production")
+	env.CodeID = "code2"
+	r.store.PutEnvironment(ctx, farm.Environment{Name: "production", CodeID: "code2", Release: &farm.Release{Hold: true, Stable: "code1"}})
+	if _, err := r.intake.Requeue(ctx, "production", farm.LaneBulk, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t)
+	for name, code := range served(t, r, names) {
+		if code != "code1" {
+			t.Fatalf("%s is served %s before any release", name, code)
+		}
+	}
+	st, _ := d.ReleaseStatus(ctx, "production")
+	if st.Codes[0].CodeID != "code2" || st.Codes[0].Compiled != 40 || st.Codes[0].Released != 0 || st.Codes[1].Targeted != 40 {
+		t.Fatalf("status after deploy under hold: %+v", st.Codes)
+	}
+	// A node's fact change while held recompiles both its served catalog
+	// (stable code) and its candidate.
+	before := r.engine.count()
+	r.submit(t, names[0], map[string]any{"cf_role": "db"})
+	r.drain(t)
+	if got := r.engine.count() - before; got != 2 {
+		t.Errorf("fact change under hold: %d compiles, want 2 (served and candidate)", got)
+	}
+
+	// Release to named nodes, then to 10%: promoted, not compiled.
+	before = r.engine.count()
+	res, err := d.Release(ctx, "production", ReleaseChange{Nodes: []string{names[1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Released != 1 || res.Replan.Promoted != 1 || res.Changes["Notify"] != 1 {
+		t.Errorf("release to one node: %+v", res)
+	}
+	pct := 10
+	res, err = d.Release(ctx, "production", ReleaseChange{Percent: &pct})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t)
+	if r.engine.count() != before {
+		t.Errorf("releasing compiled %d catalogs; precompiled ones should be promoted", r.engine.count()-before)
+	}
+	in := 0
+	for name, code := range served(t, r, names) {
+		released := name == names[1] || farm.ReleaseBucket(name) < 10
+		if released != (code == "code2") {
+			t.Errorf("%s served %s, released %v", name, code, released)
+		}
+		if released {
+			in++
+		}
+	}
+	st, _ = d.ReleaseStatus(ctx, "production")
+	if st.Codes[0].Released != in {
+		t.Errorf("status released = %d, want %d", st.Codes[0].Released, in)
+	}
+	// Diff on a released node: its previous catalog against the current.
+	diff, err := d.Diff(ctx, names[1], "", "")
+	if err != nil || len(diff.Resources) != 1 || diff.Resources[0].Ref != "Notify[code]" {
+		t.Errorf("diff after release: %+v %v", diff, err)
+	}
+
+	// All: everyone on code2, which becomes stable.
+	if _, err := d.Release(ctx, "production", ReleaseChange{All: true}); err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t)
+	for name, code := range served(t, r, names) {
+		if code != "code2" {
+			t.Errorf("%s served %s after release --all", name, code)
+		}
+	}
+	env, _ = r.store.GetEnvironment(ctx, "production")
+	if env.Release == nil || env.Release.Stable != "code2" || !env.Release.Hold {
+		t.Errorf("release after --all: %+v", env.Release)
+	}
+	// Widening without hold is refused.
+	off := false
+	d.Release(ctx, "production", ReleaseChange{Hold: &off})
+	if _, err := d.Release(ctx, "production", ReleaseChange{Percent: &pct}); err == nil {
+		t.Error("a percentage release without hold was accepted")
+	}
+}

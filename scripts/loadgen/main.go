@@ -94,7 +94,9 @@ func run() error {
 		duration    = flag.Duration("duration", 10*time.Second, "length of each measured run")
 		maxReq      = flag.Int64("max-requests", 1_000_000, "at most this many requests (or connections) per run")
 		environment = flag.String("environment", "production", "Puppet environment the nodes ask for")
-		phase       = flag.String("phase", "all", "catalog, connections or all")
+		phase       = flag.String("phase", "all", "catalog, connections, all (both), or churn (compiles per fact uploads; needs --metrics)")
+		uploads     = flag.Int("uploads", 1000, "churn phase: fact uploads to send")
+		usedChange  = flag.Float64("used-change", 0.01, "churn phase: fraction of uploads that change a fact the manifests read")
 		factsMode   = flag.String("facts", "same", "catalog uploads: same (identical facts each run), fresh (a new facts timestamp per request, "+
 			"as successive agent runs send), or same,fresh for both")
 		keyType     = flag.String("key", "ecdsa", "node key type: ecdsa (P-256) or rsa (2048)")
@@ -147,8 +149,12 @@ func run() error {
 		}
 	}
 	doCatalog, doConns := *phase == "catalog" || *phase == "all", *phase == "connections" || *phase == "all"
-	if !doCatalog && !doConns {
-		return fmt.Errorf("--phase %q: want catalog, connections or all", *phase)
+	doChurn := *phase == "churn"
+	if !doCatalog && !doConns && !doChurn {
+		return fmt.Errorf("--phase %q: want catalog, connections, all or churn", *phase)
+	}
+	if doChurn && (*metricsURL == "" || *uploads < 1 || *uploads > 1_000_000 || *usedChange < 0 || *usedChange > 1) {
+		return fmt.Errorf("--phase churn needs --metrics, --uploads between 1 and 1000000 and --used-change between 0 and 1")
 	}
 	switch {
 	case *nodesN < 1 || *nodesN > 100_000:
@@ -242,6 +248,15 @@ func run() error {
 				progress(fmt.Sprintf("  %.0f req/s, p50 %.2fms p99 %.2fms, %d errors", res.PerSecond, res.Latency.P50, res.Latency.P99, res.Errors))
 			}
 		}
+	}
+	if doChurn {
+		progress(fmt.Sprintf("churn: %d fact uploads over %d nodes, %.1f%% changing a fact the manifests read", *uploads, len(nodes), *usedChange*100))
+		res, err := runChurn(ctx, farm, nodes, recorded, *environment, *metricsURL, *uploads, *usedChange, progress)
+		if err != nil {
+			return fmt.Errorf("churn: %w", err)
+		}
+		rep.Churn = &res
+		progress(fmt.Sprintf("  %v compiles for %d uploads (%d changed a used fact): %.2f per 1,000", res.Compiles, res.Uploads, res.UsedChanges, res.PerThousand))
 	}
 	if doConns {
 		for _, c := range clients {

@@ -83,7 +83,9 @@ type Report struct {
 	Command     string    `json:"command"`
 	Key         string    `json:"key"`
 	Nodes       int       `json:"nodes"`
-	EnrolSecs   float64   `json:"enrol_seconds"`
+	// Churn is the churn phase's result, when it ran.
+	Churn     *ChurnResult `json:"churn,omitempty"`
+	EnrolSecs float64      `json:"enrol_seconds"`
 	// Warm-up of the catalog phase: every node's first catalog.
 	WarmupSecs      float64 `json:"warmup_seconds,omitempty"`
 	CatalogBytes    int64   `json:"catalog_bytes,omitempty"`      // decoded JSON, one node
@@ -122,6 +124,10 @@ func (r *Report) writeTSV(w io.Writer) error {
 // writeMarkdown writes one table per phase, a row per run, after a line
 // on the catalog served.
 func (r *Report) writeMarkdown(w io.Writer) {
+	if c := r.Churn; c != nil {
+		fmt.Fprintf(w, "| fact uploads | nodes | uploads changing a used fact | compiles | compiles per 1,000 uploads | seconds |\n|--:|--:|--:|--:|--:|--:|\n")
+		fmt.Fprintf(w, "| %d | %d | %d (%.1f%%) | %.0f | **%.2f** | %.1f |\n", c.Uploads, r.Nodes, c.UsedChanges, c.UsedFraction*100, c.Compiles, c.PerThousand, c.Seconds)
+	}
 	if r.CatalogBytes > 0 {
 		fmt.Fprintf(w, "Catalog served: %d resources, %.0f KB of JSON, %.1f KB gzip on the wire (%s environment, %d nodes warmed up in %.1fs",
 			r.CatalogRes, float64(r.CatalogBytes)/1000, float64(r.CatalogGzip)/1000, r.Environment, r.Nodes, r.WarmupSecs)
@@ -183,6 +189,10 @@ func (r *Report) writeMarkdown(w io.Writer) {
 // writeText is the human summary.
 func (r *Report) writeText(w io.Writer) {
 	fmt.Fprintf(w, "target %s, environment %s, %s keys\n", r.Target, r.Environment, r.Key)
+	if c := r.Churn; c != nil {
+		fmt.Fprintf(w, "churn: %d fact uploads (%d changed a fact the manifests read): %.0f compiles, %.2f per 1,000 uploads\n",
+			c.Uploads, c.UsedChanges, c.Compiles, c.PerThousand)
+	}
 	if r.CatalogBytes > 0 {
 		fmt.Fprintf(w, "catalog: %d resources, %d bytes JSON, %d bytes gzip; warm-up %.1fs", r.CatalogRes, r.CatalogBytes, r.CatalogGzip, r.WarmupSecs)
 		if r.Compiles > 0 {

@@ -14,7 +14,7 @@
 # Knobs (environment): BENCH_DURATION (10s per run), BENCH_NODES (32),
 # BENCH_CLIENTS (1,16,128), BENCH_CONN_CLIENTS (16), BENCH_FACTS (same,fresh),
 # BENCH_WORKERS (nproc), BENCH_BENCHTIME (10x), BENCH_OUT (docs/benchmarks.md),
-# BENCH_QUIET_WAIT (120: seconds to wait for other processes to leave the CPUs
+# BENCH_UPLOADS (1000: churn phase fact uploads), BENCH_QUIET_WAIT (120: seconds to wait for other processes to leave the CPUs
 # alone before starting; the tables show how much CPU they took anyway).
 set -euo pipefail
 
@@ -27,6 +27,7 @@ FACTS=${BENCH_FACTS:-same,fresh}
 WORKERS=${BENCH_WORKERS:-$(nproc)}
 BENCHTIME=${BENCH_BENCHTIME:-10x}
 OUT=${BENCH_OUT:-docs/benchmarks.md}
+UPLOADS=${BENCH_UPLOADS:-1000}
 QUIET_WAIT=${BENCH_QUIET_WAIT:-120}
 BROKER=bin/broker
 ENVS=scripts/bench/environments
@@ -137,6 +138,10 @@ conn_cmd=("$work/loadgen" "${lg_common[@]}" --phase connections --clients "$CONN
   --json="$work/conns.json" --markdown="$work/conns.md" --tsv="$work/conns.tsv")
 say "connection runs: ${conn_cmd[*]}"
 "${conn_cmd[@]}" >&2
+churn_cmd=("$work/loadgen" "${lg_common[@]}" --phase churn --nodes "$NODES" --uploads "$UPLOADS" --used-change 0.01
+  --prefix churn --json="$work/churn.json" --markdown="$work/churn.md")
+say "fact churn: ${churn_cmd[*]}"
+"${churn_cmd[@]}" >&2
 stop_broker
 
 # 3. Warm compile time of the puppet engine.
@@ -206,6 +211,7 @@ mkdir -p "$(dirname "$OUT")"
   echo "${broker_cmd[*]}" | nocmd
   echo "${cat_cmd[*]}" | nocmd
   echo "${conn_cmd[*]}" | nocmd
+  echo "${churn_cmd[*]}" | nocmd
   echo "${bench_cmd[*]}"
   echo '```'
   echo
@@ -248,6 +254,17 @@ mkdir -p "$(dirname "$OUT")"
   echo "and closes."
   echo
   cat "$work/conns.md"
+  echo
+  echo "## Compiles per 1,000 fact uploads"
+  echo
+  echo "A synthetic fleet uploads facts (\`PUT /puppet/v3/facts\`) round robin after a baseline"
+  echo "upload: every upload changes volatile facts (uptime, free memory, load) and a"
+  echo "non-volatile fact no manifest reads; 1% of uploads (deterministic) also change"
+  echo "\`networking.fqdn\`, which the benchmark manifests read. Target: 0 compiles for the"
+  echo "first kind, one per changed used fact for the second. Compiles come from the broker's"
+  echo "metrics after the queue drained."
+  echo
+  cat "$work/churn.md"
   echo
   echo "## Compile time"
   echo

@@ -124,7 +124,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	lib := code.NewLibrary(store, filepath.Join(c.data, "code"))
 	intake := &compiler.Intake{Content: store, Nodes: store, Envs: store, Queue: queue, Filter: filter, Log: log}
 	deployer := &compiler.Deployer{Content: store, Envs: store, Nodes: store, Intake: intake, Root: envRoot, Log: log}
-	pool := &compiler.Pool{Queue: queue, Nodes: store, Content: store, Engine: engine, Code: lib, Metrics: m, Log: log}
+	pool := &compiler.Pool{Queue: queue, Nodes: store, Content: store, Engine: engine, Code: lib, Metrics: m, Log: log, Collectors: intake}
 
 	// Compiles requested just before a crash, and code changed on disk
 	// while the farm was down, are queued again.

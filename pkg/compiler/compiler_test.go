@@ -27,6 +27,9 @@ type scriptedEngine struct {
 	// codeInCatalog makes the catalog depend on the code (a resource
 	// parameter carries the code_id).
 	codeInCatalog bool
+	// exportsHost makes nodes with an "ip" fact export Host[certname], and
+	// nodes with collect_hosts collect every exported Host.
+	exportsHost bool
 }
 
 func (e *scriptedEngine) Compile(ctx context.Context, req Request) (Result, error) {
@@ -44,9 +47,27 @@ func (e *scriptedEngine) Compile(ctx context.Context, req Request) (Result, erro
 		resources = append(resources, map[string]any{"type": "Notify", "title": "code", "exported": false,
 			"parameters": map[string]any{"message": req.CodeID}})
 	}
+	var exports []ExportedResource
+	var collects []Collect
+	if e.exportsHost {
+		if ip, ok := req.Facts["ip"]; ok {
+			p, _ := json.Marshal(map[string]any{"ip": ip})
+			exports = append(exports, ExportedResource{Type: "Host", Title: req.Certname, Parameters: p})
+		}
+		if req.Facts["collect_hosts"] == true {
+			c := Collect{Type: "Host"}
+			for _, x := range req.Exported {
+				if x.Type == "Host" {
+					resources = append(resources, map[string]any{"type": "Host", "title": x.Title, "exported": false, "parameters": x.Parameters})
+					c.Matched = append(c.Matched, x.Certname)
+				}
+			}
+			collects = append(collects, c)
+		}
+	}
 	b, _ := json.Marshal(map[string]any{"name": req.Certname, "environment": req.Environment,
 		"version": 1795306186, "resources": resources, "facts_seen": req.Facts["cf_role"]})
-	res := Result{Catalog: b}
+	res := Result{Catalog: b, Exports: exports, Collects: collects}
 	if e.reads != nil {
 		res.Reads = &FactReads{}
 		for _, name := range e.reads {
@@ -98,12 +119,14 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	eng := &scriptedEngine{}
-	return &rig{
+	r := &rig{
 		store: store, queue: queue, engine: eng,
 		intake: &Intake{Content: store, Nodes: store, Envs: store, Queue: queue, Filter: filter},
 		pool: &Pool{Queue: queue, Nodes: store, Content: store, Engine: eng, Code: plainCode{},
 			Metrics: metrics.New(queue), MaxAttempts: 2, RetryDelay: time.Millisecond},
 	}
+	r.pool.Collectors = r.intake
+	return r
 }
 
 func factsDoc(name string, values map[string]any) []byte {
@@ -448,5 +471,66 @@ func TestIntakeUsesRecordedReads(t *testing.T) {
 				t.Errorf("facts not refreshed after FactsRefresh")
 			}
 		})
+	}
+}
+
+// TestExportedResources: node a exports a Host, node b collects Hosts.
+// When a's export changes, b is recompiled (once) and gets the new Host.
+func TestExportedResources(t *testing.T) {
+	r := newRig(t)
+	r.engine.exportsHost = true
+	r.engine.reads = []string{"ip", "collect_hosts"}
+	ctx := context.Background()
+	r.submit(t, "a", map[string]any{"ip": "10.0.0.1"})
+	r.drain(t)
+	r.submit(t, "b", map[string]any{"collect_hosts": true})
+	r.drain(t)
+	hostIP := func() string {
+		t.Helper()
+		n, _ := r.store.GetNode(ctx, "b")
+		b, _ := r.store.Get(ctx, farm.SpaceCatalogs, n.Catalog.Digest)
+		var c struct {
+			Resources []struct {
+				Type       string
+				Title      string
+				Parameters map[string]any
+			}
+		}
+		json.Unmarshal(b, &c)
+		for _, res := range c.Resources {
+			if res.Type == "Host" && res.Title == "a" {
+				return fmt.Sprint(res.Parameters["ip"])
+			}
+		}
+		return ""
+	}
+	if got := hostIP(); got != "10.0.0.1" {
+		t.Fatalf("b collected Host[a] ip = %q", got)
+	}
+	a, _ := r.store.GetNode(ctx, "a")
+	b, _ := r.store.GetNode(ctx, "b")
+	if a.ExportsDigest == "" || a.ExportTypes[0] != "Host" || b.Collects[0] != "Host" {
+		t.Fatalf("exports/collects not recorded: a %v %v, b %v", a.ExportsDigest, a.ExportTypes, b.Collects)
+	}
+
+	before := r.engine.count()
+	r.submit(t, "a", map[string]any{"ip": "10.0.0.2"})
+	r.drain(t)
+	if got := r.engine.count() - before; got != 2 {
+		t.Errorf("export change caused %d compiles, want 2 (a, then its collector b)", got)
+	}
+	if got := hostIP(); got != "10.0.0.2" {
+		t.Errorf("after a's export changed, b collects ip %q", got)
+	}
+	nb, _ := r.store.GetNode(ctx, "b")
+	if nb.Requested.Reason != farm.ReasonExports {
+		t.Errorf("b's recompile reason = %q", nb.Requested.Reason)
+	}
+	// A change of a's facts that does not change its exports leaves b alone.
+	before = r.engine.count()
+	r.submit(t, "a", map[string]any{"ip": "10.0.0.2", "unrelated": 1})
+	r.drain(t)
+	if got := r.engine.count() - before; got != 0 {
+		t.Errorf("an unread fact change caused %d compiles", got)
 	}
 }

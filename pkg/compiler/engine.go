@@ -6,6 +6,7 @@ package compiler
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -24,6 +25,28 @@ type Request struct {
 	EnvironmentPath string
 	// Facts are the node's fact values (the "values" of Puppet's facts object).
 	Facts map[string]any
+	// Exported are the resources other nodes of the environment export
+	// (@@): what exported collectors (<<| |>>) in this compile may collect.
+	Exported []ExportedResource
+}
+
+// ExportedResource is a resource a node exports, as the farm stores it in
+// place of PuppetDB.
+type ExportedResource struct {
+	Certname   string          `json:"certname"` // the exporting node
+	Type       string          `json:"type"`     // capitalised, e.g. "Host"
+	Title      string          `json:"title"`
+	Tags       []string        `json:"tags,omitempty"`
+	Parameters json.RawMessage `json:"parameters,omitempty"`
+	File       string          `json:"file,omitempty"`
+	Line       int             `json:"line,omitempty"`
+}
+
+// Collect is one exported-resource collector a compile evaluated.
+type Collect struct {
+	Type string `json:"type"` // capitalised resource type
+	// Matched lists the exporting nodes whose resources it collected.
+	Matched []string `json:"matched,omitempty"`
 }
 
 // Result is a compiled catalog.
@@ -35,6 +58,10 @@ type Result struct {
 	// the engine did not record (the farm then falls back to its
 	// volatile-fact filter).
 	Reads *FactReads
+	// Exports are the resources the node exports (@@), which Puppet leaves
+	// out of the agent's catalog; Collects the exported collectors it ran.
+	Exports  []ExportedResource
+	Collects []Collect
 }
 
 // FactReads is an engine's record of the facts one compile read.

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -47,6 +49,11 @@ type Pool struct {
 	// Default 2s.
 	RetryDelay time.Duration
 	Now        func() time.Time
+	// Collectors, when set, is told when a node's exported resources
+	// change, to recompile the nodes that collect them.
+	Collectors Collectors
+
+	exportLists sync.Map // farm.Digest -> []ExportedResource
 }
 
 func (p *Pool) now() time.Time {
@@ -169,10 +176,14 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	if err != nil {
 		return fmt.Errorf("check out code %s: %w", d.CodeID, err)
 	}
+	exported, err := p.exportedBy(ctx, d.Environment, d.Certname)
+	if err != nil {
+		return err
+	}
 	start := p.now()
 	res, err := p.Engine.Compile(ctx, Request{
 		Certname: d.Certname, Environment: d.Environment, CodeID: d.CodeID,
-		EnvironmentPath: envPath, Facts: fd.Values,
+		EnvironmentPath: envPath, Facts: fd.Values, Exported: exported,
 	})
 	dur := p.now().Sub(start)
 	if err != nil {
@@ -202,6 +213,11 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 			return fmt.Errorf("store fact reads of %s: %w", d.Certname, err)
 		}
 	}
+	exportsDigest, exportTypes, collects, err := p.storeExports(ctx, d.Certname, res)
+	if err != nil {
+		return err
+	}
+	var exportsChanged []string // types whose exports changed, to tell collectors
 	at := p.now()
 	_, curp, _ := node.Slot(d.Slot)
 	var ref farm.CatalogRef
@@ -216,6 +232,14 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 		cur := *catp
 		if cur != nil && cur.Seq >= d.Seq {
 			return fmt.Errorf("catalog seq %d is not newer than stored %d: %w", d.Seq, cur.Seq, farm.ErrConflict)
+		}
+		exportsChanged = nil
+		if d.Slot == "" {
+			// Only the served catalog publishes exports.
+			if n.ExportsDigest != exportsDigest {
+				exportsChanged = union(n.ExportTypes, exportTypes)
+			}
+			n.ExportsDigest, n.ExportTypes, n.Collects = exportsDigest, exportTypes, collects
 		}
 		status := &farm.CompileStatus{Result: farm.ResultOK, Seq: d.Seq, CodeID: d.CodeID, At: at, Duration: dur}
 		unchanged = cur != nil && cur.ContentDigest == content
@@ -259,6 +283,7 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	if err != nil {
 		return fmt.Errorf("move catalog pointer of %s: %w", d.Certname, err)
 	}
+	p.tellCollectors(ctx, d, exportsChanged, log)
 	if unchanged {
 		p.observe(metrics.CompileUnchanged, dur)
 		log.Info("catalog recompiled unchanged", "duration", dur.Round(time.Millisecond), "reason", d.Reason)
@@ -315,6 +340,34 @@ func (p *Pool) recordFailure(ctx context.Context, d farm.Delivery, cause error, 
 	if err != nil {
 		log.Error("record compile failure", "err", err)
 	}
+}
+
+// tellCollectors has the nodes that collect the changed export types
+// recompiled. A failure is logged: the collectors keep their catalogs, and
+// their next compile for any reason collects the new exports.
+func (p *Pool) tellCollectors(ctx context.Context, d farm.Delivery, types []string, log *slog.Logger) {
+	if len(types) == 0 || p.Collectors == nil {
+		return
+	}
+	n, err := p.Collectors.RecompileCollectors(ctx, d.Environment, d.Certname, types)
+	if err != nil {
+		log.Error("recompile collectors of changed exports", "types", types, "err", err)
+		return
+	}
+	if n > 0 {
+		log.Info("exports changed: collectors queued", "types", types, "collectors", n)
+	}
+}
+
+func union(a, b []string) []string {
+	out := slices.Clone(a)
+	for _, x := range b {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (p *Pool) observe(result string, d time.Duration) {

@@ -83,8 +83,9 @@ const (
 	ReasonFactsChanged = "facts-changed"
 	ReasonCodeChanged  = "code-changed"
 	ReasonManual       = "manual"
-	ReasonPrecompile   = "precompile" // a held-back release's code, compiled ahead
-	ReasonReleased     = "released"   // a release reached the node
+	ReasonPrecompile   = "precompile"      // a held-back release's code, compiled ahead
+	ReasonReleased     = "released"        // a release reached the node
+	ReasonExports      = "exports-changed" // a resource it collects changed
 )
 
 // Job asks for one node's catalog to be compiled. Its fields mirror Puppet
@@ -179,6 +180,14 @@ type Node struct {
 	Catalog   *CatalogRef     `json:"catalog,omitempty"`
 	Compile   *CompileStatus  `json:"compile,omitempty"`
 	Report    *ReportSummary  `json:"report,omitempty"`
+	// ExportsDigest points at the resources the node's catalog exports
+	// (@@, a JSON list in SpaceCatalogs; empty when none) and ExportTypes
+	// names their types; Collects names the types its catalog collects
+	// from other nodes' exports (<<| |>>). The farm keeps these in place of
+	// PuppetDB, to recompile collectors when an export changes.
+	ExportsDigest Digest   `json:"exports_digest,omitempty"`
+	ExportTypes   []string `json:"export_types,omitempty"`
+	Collects      []string `json:"collects,omitempty"`
 	// History holds the node's previous catalogs, newest first (at most
 	// HistoryLen), for diffs and rollbacks.
 	History []CatalogRef `json:"history,omitempty"`

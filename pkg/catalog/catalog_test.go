@@ -16,7 +16,7 @@ import (
 
 func readTestdata(t *testing.T, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
+	b, err := os.ReadFile(filepath.Join("../../testdata/puppet-protocol", name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 func TestCompare(t *testing.T) {
-	base, err := os.ReadFile("testdata/catalog-agent1-static-with-code_id.body")
+	base, err := os.ReadFile("../../testdata/puppet-protocol/catalog-agent1-static-with-code_id.body")
 	if err != nil {
 		t.Fatal(err)
 	}

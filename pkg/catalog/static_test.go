@@ -20,11 +20,11 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/memstore"
 )
 
-// fixtureFiles snapshots testdata/production (copied with modes 0755/0644)
+// fixtureFiles snapshots ../../testdata/puppet-protocol/production (copied with modes 0755/0644)
 // and serves it from envDir.
 func fixtureFiles(t *testing.T, envDir string) *code.Files {
 	t.Helper()
-	src := filepath.Join("testdata", "production")
+	src := filepath.Join("../../testdata/puppet-protocol", "production")
 	dst := filepath.Join(t.TempDir(), "production")
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

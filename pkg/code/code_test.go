@@ -15,13 +15,13 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/memstore"
 )
 
-// fixtureEnv copies testdata/production (the environment the recordings
+// fixtureEnv copies ../../testdata/puppet-protocol/production (the environment the recordings
 // were made with) into a temporary directory with modes 0755 and 0644, so
 // results do not depend on how the repository was checked out.
 func fixtureEnv(t *testing.T) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "production")
-	copyTree(t, filepath.Join("testdata", "production"), dst)
+	copyTree(t, filepath.Join("../../testdata/puppet-protocol", "production"), dst)
 	return dst
 }
 

@@ -42,7 +42,7 @@ func normalize(t *testing.T, b []byte) string {
 
 func readRecorded(t *testing.T, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "recorded", name))
+	b, err := os.ReadFile(filepath.Join("../../testdata/puppet-protocol", name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 func TestParseCatalogFormGolden(t *testing.T) {
-	body, err := os.ReadFile("testdata/catalog-request-agent1.form-urlencoded.txt")
+	body, err := os.ReadFile("../../testdata/puppet-protocol/catalog-request-agent1.form-urlencoded.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestParseCatalogFormGolden(t *testing.T) {
 			Values map[string]any `json:"values"`
 		} `json:"facts"`
 	}
-	raw, _ := os.ReadFile("testdata/catalog-request-agent1.decoded.json")
+	raw, _ := os.ReadFile("../../testdata/puppet-protocol/catalog-request-agent1.decoded.json")
 	if err := json.Unmarshal(raw, &want); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestRelevantDigest(t *testing.T) {
 }
 
 func BenchmarkRawDigest(b *testing.B) {
-	body, _ := os.ReadFile("testdata/catalog-request-agent1.form-urlencoded.txt")
+	body, _ := os.ReadFile("../../testdata/puppet-protocol/catalog-request-agent1.form-urlencoded.txt")
 	b.SetBytes(int64(len(body)))
 	for i := 0; i < b.N; i++ {
 		raw, _ := RawFactsParam(body)
@@ -152,7 +152,7 @@ func BenchmarkRawDigest(b *testing.B) {
 }
 
 func BenchmarkFullDecode(b *testing.B) {
-	body, _ := os.ReadFile("testdata/catalog-request-agent1.form-urlencoded.txt")
+	body, _ := os.ReadFile("../../testdata/puppet-protocol/catalog-request-agent1.form-urlencoded.txt")
 	f, _ := NewFilter(DefaultVolatile)
 	b.SetBytes(int64(len(body)))
 	for i := 0; i < b.N; i++ {

@@ -2,6 +2,8 @@ package farm
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 	"time"
 )
 
@@ -16,6 +18,29 @@ const (
 	SpaceReports  Space = "reports"  // agent reports
 	SpaceCode     Space = "code"     // code manifests
 )
+
+var spaceRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
+
+// Validate returns an ErrInvalid error for a space name that is not a plain
+// lowercase name (drivers use spaces as directory names and key prefixes).
+func (s Space) Validate() error {
+	if !spaceRE.MatchString(string(s)) {
+		return fmt.Errorf("content space %q must be lowercase letters, digits, '-' or '_': %w", s, ErrInvalid)
+	}
+	return nil
+}
+
+// ValidateAddress returns an ErrInvalid error unless space is valid and d
+// is a SHA-256 hex digest: the check every content store makes on Get/Has.
+func ValidateAddress(space Space, d Digest) error {
+	if err := space.Validate(); err != nil {
+		return err
+	}
+	if !d.Valid() {
+		return fmt.Errorf("digest %q is not a lowercase hex sha256: %w", d, ErrInvalid)
+	}
+	return nil
+}
 
 // ContentStore keeps immutable blobs addressed by the SHA-256 of their bytes.
 //

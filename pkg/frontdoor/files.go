@@ -60,26 +60,21 @@ func writeOctets(w http.ResponseWriter, b []byte) {
 }
 
 func (s *Server) fileMetadatas(w http.ResponseWriter, r *http.Request) {
-	key := r.PathValue("path")
-	codeID, err := s.currentCode(r)
-	if err != nil {
-		s.envError(w, r, err)
-		return
-	}
-	opts, err := code.ParseMetadataQuery(r.URL.Query())
-	if err != nil {
-		s.apiError(w, r, err)
-		return
-	}
-	list, err := s.Files.FileMetadatas(r.Context(), codeID, key, opts)
-	if err != nil {
-		s.fileError(w, r, "file_metadatas", key, err)
-		return
-	}
-	writeJSON(w, list)
+	s.serveMetadata(w, r, "file_metadatas", func(codeID, key string, opts catalog.MetadataOptions) (any, error) {
+		return s.Files.FileMetadatas(r.Context(), codeID, key, opts)
+	})
 }
 
 func (s *Server) fileMetadata(w http.ResponseWriter, r *http.Request) {
+	s.serveMetadata(w, r, "file_metadata", func(codeID, key string, opts catalog.MetadataOptions) (any, error) {
+		return s.Files.FileMetadata(r.Context(), codeID, key, opts)
+	})
+}
+
+// serveMetadata answers a file_metadata(s) request for the environment's
+// current code with what lookup finds.
+func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request, what string,
+	lookup func(codeID, key string, opts catalog.MetadataOptions) (any, error)) {
 	key := r.PathValue("path")
 	codeID, err := s.currentCode(r)
 	if err != nil {
@@ -91,12 +86,12 @@ func (s *Server) fileMetadata(w http.ResponseWriter, r *http.Request) {
 		s.apiError(w, r, err)
 		return
 	}
-	md, err := s.Files.FileMetadata(r.Context(), codeID, key, opts)
+	v, err := lookup(codeID, key, opts)
 	if err != nil {
-		s.fileError(w, r, "file_metadata", key, err)
+		s.fileError(w, r, what, key, err)
 		return
 	}
-	writeJSON(w, md)
+	writeJSON(w, v)
 }
 
 func (s *Server) fileContent(w http.ResponseWriter, r *http.Request) {

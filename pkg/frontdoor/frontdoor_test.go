@@ -54,7 +54,7 @@ func newRig(t *testing.T) *rig {
 	}
 	store := memstore.New()
 	queue := memstore.NewQueue(memstore.QueueOptions{})
-	m, err := code.Snapshot(ctx, store, "production", "testdata/production")
+	m, err := code.Snapshot(ctx, store, "production", "../../testdata/puppet-protocol/production")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func (r *rig) do(c *http.Client, method, path string, body []byte, header map[st
 }
 
 func golden(t *testing.T, name string) string {
-	b, err := os.ReadFile("testdata/golden/" + name)
+	b, err := os.ReadFile("../../testdata/puppet-protocol/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}

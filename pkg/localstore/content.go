@@ -8,30 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
-
-var spaceRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
-
-// checkSpace refuses space names that are not plain directory names.
-func checkSpace(space farm.Space) error {
-	if !spaceRE.MatchString(string(space)) {
-		return fmt.Errorf("content space %q must be lowercase letters, digits, '-' or '_': %w", space, farm.ErrInvalid)
-	}
-	return nil
-}
-
-func checkDigest(space farm.Space, d farm.Digest) error {
-	if err := checkSpace(space); err != nil {
-		return err
-	}
-	if !d.Valid() {
-		return fmt.Errorf("digest %q is not a lowercase hex sha256: %w", d, farm.ErrInvalid)
-	}
-	return nil
-}
 
 // contentPath is where the blob d of space lives.
 func (s *Store) contentPath(space farm.Space, d farm.Digest) string {
@@ -48,7 +27,7 @@ func (s *Store) Put(ctx context.Context, space farm.Space, data []byte) (farm.Di
 	if err := s.checkOpen(); err != nil {
 		return "", fmt.Errorf("put content in %s: %w", space, err)
 	}
-	if err := checkSpace(space); err != nil {
+	if err := space.Validate(); err != nil {
 		return "", fmt.Errorf("put content: %w", err)
 	}
 	d := farm.DigestOf(data)
@@ -113,7 +92,7 @@ func (s *Store) Get(ctx context.Context, space farm.Space, d farm.Digest) ([]byt
 	if err := s.checkOpen(); err != nil {
 		return nil, fmt.Errorf("get content %s/%s: %w", space, d, err)
 	}
-	if err := checkDigest(space, d); err != nil {
+	if err := farm.ValidateAddress(space, d); err != nil {
 		return nil, fmt.Errorf("get content: %w", err)
 	}
 	p := s.contentPath(space, d)
@@ -139,7 +118,7 @@ func (s *Store) Has(ctx context.Context, space farm.Space, d farm.Digest) (bool,
 	if err := s.checkOpen(); err != nil {
 		return false, fmt.Errorf("has content %s/%s: %w", space, d, err)
 	}
-	if err := checkDigest(space, d); err != nil {
+	if err := farm.ValidateAddress(space, d); err != nil {
 		return false, fmt.Errorf("has content: %w", err)
 	}
 	fi, err := os.Stat(s.contentPath(space, d))

@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"sort"
 	"sync"
 
@@ -45,31 +44,12 @@ func New() *Store {
 	}
 }
 
-var spaceRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
-
-func checkSpace(space farm.Space) error {
-	if !spaceRE.MatchString(string(space)) {
-		return fmt.Errorf("content space %q must be lowercase letters, digits, '-' or '_': %w", space, farm.ErrInvalid)
-	}
-	return nil
-}
-
-func checkDigest(space farm.Space, d farm.Digest) error {
-	if err := checkSpace(space); err != nil {
-		return err
-	}
-	if !d.Valid() {
-		return fmt.Errorf("digest %q is not a lowercase hex sha256: %w", d, farm.ErrInvalid)
-	}
-	return nil
-}
-
 // Put stores a copy of data in space and returns its digest.
 func (s *Store) Put(ctx context.Context, space farm.Space, data []byte) (farm.Digest, error) {
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("put content in %s: %w", space, err)
 	}
-	if err := checkSpace(space); err != nil {
+	if err := space.Validate(); err != nil {
 		return "", fmt.Errorf("put content: %w", err)
 	}
 	d := farm.DigestOf(data)
@@ -91,7 +71,7 @@ func (s *Store) Get(ctx context.Context, space farm.Space, d farm.Digest) ([]byt
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("get content %s/%s: %w", space, d, err)
 	}
-	if err := checkDigest(space, d); err != nil {
+	if err := farm.ValidateAddress(space, d); err != nil {
 		return nil, fmt.Errorf("get content: %w", err)
 	}
 	s.mu.RLock()
@@ -114,7 +94,7 @@ func (s *Store) Has(ctx context.Context, space farm.Space, d farm.Digest) (bool,
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("has content %s/%s: %w", space, d, err)
 	}
-	if err := checkDigest(space, d); err != nil {
+	if err := farm.ValidateAddress(space, d); err != nil {
 		return false, fmt.Errorf("has content: %w", err)
 	}
 	s.mu.RLock()

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what compilefarm needs to run (`make run`) and to test (`make test`)
 # on Debian 12: Debian's puppet-agent (Ruby Puppet 7, the compile engine and
-# the real agent the end-to-end tests drive) and openssl (CA tests).
+# the real agent the end-to-end tests drive), openssl (CA tests), and real
+# Puppet modules from Debian (puppet-module-*, under /usr/share/puppet/modules)
+# that the puppet engine's fact-read mutation test compiles.
 # As root it installs with apt-get; otherwise it fails, saying what to install.
 set -euo pipefail
 
@@ -10,6 +12,13 @@ command -v go >/dev/null 2>&1 || { echo "install-deps: Go 1.24+ is required (htt
 command -v puppet >/dev/null 2>&1 && ruby -rpuppet -e 'exit 0' >/dev/null 2>&1 || need_pkgs+=(puppet-agent)
 command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
 command -v hostname >/dev/null 2>&1 || need_pkgs+=(hostname)
+# Module directory under /usr/share/puppet/modules => Debian package.
+for mod in stdlib:puppetlabs-stdlib ntp:puppetlabs-ntp apache:puppetlabs-apache concat:puppetlabs-concat \
+  apt:puppetlabs-apt mysql:puppetlabs-mysql inifile:puppetlabs-inifile translate:puppetlabs-translate \
+  cron_core:puppetlabs-cron-core; do
+  [ -d "/usr/share/puppet/modules/${mod%%:*}/manifests" ] || [ -d "/usr/share/puppet/modules/${mod%%:*}/lib" ] ||
+    need_pkgs+=("puppet-module-${mod#*:}")
+done
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -28,4 +37,7 @@ case "$v" in
   7.*) ;;
   *) echo "install-deps: puppet 7 is required, found '${v:-none}'" >&2; exit 1 ;;
 esac
-echo "install-deps: ok (go $(go env GOVERSION), puppet $v, $(openssl version | cut -d' ' -f1-2))"
+for d in stdlib ntp apache concat apt mysql inifile translate cron_core; do
+  [ -d "/usr/share/puppet/modules/$d" ] || { echo "install-deps: puppet module $d is missing from /usr/share/puppet/modules" >&2; exit 1; }
+done
+echo "install-deps: ok (go $(go env GOVERSION), puppet $v, $(openssl version | cut -d' ' -f1-2), puppet modules from Debian)"

@@ -14,6 +14,16 @@
 // one snapshot reuse its parsed code and a new snapshot is always read
 // fresh.
 //
+// Every compile records which facts it read (Result.Reads): worker.rb
+// instruments Puppet where facts enter the compiler (the fact hashes, the
+// top scope's variables, templates, 3.x function arguments, Ruby's C-level
+// Hash methods) and reports each read by key path with what it observed;
+// non-deterministic functions (generate, Timestamp.new, legacy strftime, ...)
+// mark the catalog always-recompile. The values are checked against, and
+// stored as, facts.Observe over the request's facts, so facts.Changed
+// decides recompiles. mutation_test.go proves on real modules that no read
+// is missed.
+//
 // A compile error in the code is returned as a *compiler.CompileError. A
 // worker that crashes, hangs past Options.Timeout, or whose compile is
 // cancelled is killed (its whole process group) and restarted in the
@@ -30,6 +40,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +82,12 @@ type Options struct {
 	Timeout time.Duration
 	// Logger receives the workers' Puppet log. Default slog.Default().
 	Logger *slog.Logger
+	// DisableHooks switches off fact-read recording hooks of the workers by
+	// name (facts, topscope, qualified, erb, convert, hashargs, nondet; "all"
+	// turns recording off, and Result.Reads is then nil). For tests only: a
+	// catalog compiled with a hook off may depend on facts it does not
+	// report. An unknown name makes New fail.
+	DisableHooks []string
 }
 
 // Engine compiles catalogs with Ruby Puppet. It is safe for concurrent use.
@@ -89,6 +106,11 @@ type Engine struct {
 	closeOnce sync.Once
 	closeErr  error
 	nextID    atomic.Uint64
+
+	// readMismatches counts reads whose value as the worker observed it
+	// differs (beyond number formatting) from facts.Observe over the
+	// request's facts: a bug in the worker's recording.
+	readMismatches atomic.Int64
 }
 
 var _ compiler.Engine = (*Engine)(nil)
@@ -178,7 +200,11 @@ func (e *Engine) start(ctx context.Context, w *worker) error {
 	defer cancel()
 	stopOnClose := context.AfterFunc(e.life, cancel)
 	defer stopOnClose()
-	p, err := startProcess(ctx, e.opts.Ruby, e.script, w.dir, startTimeout, e.log.With("worker", w.n))
+	var args []string
+	if len(e.opts.DisableHooks) > 0 {
+		args = append(args, "--disable-hooks="+strings.Join(e.opts.DisableHooks, ","))
+	}
+	p, err := startProcess(ctx, e.opts.Ruby, e.script, w.dir, args, startTimeout, e.log.With("worker", w.n))
 	if err != nil {
 		return fmt.Errorf("worker %d: %w", w.n, err)
 	}
@@ -188,6 +214,12 @@ func (e *Engine) start(ctx context.Context, w *worker) error {
 
 // Compile compiles req's catalog on a free worker.
 func (e *Engine) Compile(ctx context.Context, req compiler.Request) (compiler.Result, error) {
+	return e.compile(ctx, req, nil)
+}
+
+// compile is Compile with recording hooks switched off for this compile
+// only (tests).
+func (e *Engine) compile(ctx context.Context, req compiler.Request, disableHooks []string) (compiler.Result, error) {
 	if err := validate(req); err != nil {
 		return compiler.Result{}, err
 	}
@@ -203,6 +235,7 @@ func (e *Engine) Compile(ctx context.Context, req compiler.Request) (compiler.Re
 		CodeID:          req.CodeID,
 		EnvironmentPath: req.EnvironmentPath,
 		Facts:           facts,
+		DisableHooks:    disableHooks,
 	})
 	if err != nil {
 		return compiler.Result{}, fmt.Errorf("puppet compile %s: encode request: %w", req.Certname, err)
@@ -300,7 +333,7 @@ func (e *Engine) exchange(ctx context.Context, w *worker, id uint64, line []byte
 				e.log.Warn("puppet worker answered another request; ignored", "worker", w.n, "want", id, "line", truncate(out, 200))
 				continue
 			}
-			return e.result(what, resp, time.Since(start))
+			return e.result(what, resp, req, time.Since(start))
 		case <-timer.C:
 			return res, false, fmt.Errorf("%s: no answer after %s; killing the worker: %w", what, e.opts.Timeout, farm.ErrTransient)
 		case <-ctx.Done():
@@ -312,13 +345,21 @@ func (e *Engine) exchange(ctx context.Context, w *worker, id uint64, line []byte
 }
 
 // result turns a worker's answer into Compile's result.
-func (e *Engine) result(what string, resp response, took time.Duration) (compiler.Result, bool, error) {
+func (e *Engine) result(what string, resp response, req compiler.Request, took time.Duration) (compiler.Result, bool, error) {
 	if resp.OK {
 		if len(resp.Catalog) == 0 || resp.Catalog[0] != '{' {
 			return compiler.Result{}, false, fmt.Errorf("%s: answer without a catalog: %w", what, farm.ErrTransient)
 		}
-		e.log.Debug("compiled catalog", "what", what, "duration", took, "bytes", len(resp.Catalog))
-		return compiler.Result{Catalog: resp.Catalog}, true, nil
+		reads, err := e.checkReads(what, resp.Reads, req.Facts)
+		if err != nil {
+			return compiler.Result{}, false, fmt.Errorf("%s: %w: %w", what, err, farm.ErrTransient)
+		}
+		n := -1
+		if reads != nil {
+			n = len(reads.Reads)
+		}
+		e.log.Debug("compiled catalog", "what", what, "duration", took, "bytes", len(resp.Catalog), "fact_reads", n)
+		return compiler.Result{Catalog: resp.Catalog, Reads: reads}, true, nil
 	}
 	we := resp.Error
 	if we == nil {

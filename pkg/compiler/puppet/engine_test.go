@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -247,6 +248,20 @@ func TestCompileGolden(t *testing.T) {
 			c := parseCatalog(t, res.Catalog)
 			if c.CodeID == nil || *c.CodeID != req.CodeID {
 				t.Errorf("code_id = %v, want %q", c.CodeID, req.CodeID)
+			}
+			// Recording is on, and sees the manifest's and the ERB
+			// template's reads (the catalog above is unchanged by it).
+			if res.Reads == nil {
+				t.Fatal("no fact reads recorded")
+			}
+			var reads []string
+			for _, r := range res.Reads.Reads {
+				reads = append(reads, describe(r))
+			}
+			wantReads := []string{"present name=false", "present title=false", "value networking.fqdn", "value os.name", "value pupdemo_fact"}
+			slices.Sort(reads)
+			if !slices.Equal(reads, wantReads) || res.Reads.AlwaysRecompile {
+				t.Errorf("reads = %q (always %v), want %q", reads, res.Reads.AlwaysRecompile, wantReads)
 			}
 		})
 	}

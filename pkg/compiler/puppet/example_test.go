@@ -195,9 +195,15 @@ func TestExampleEnvironmentApply(t *testing.T) {
 }
 
 // BenchmarkCompileWarm compiles the example environment again and again on
-// one warm worker (environment already parsed).
-func BenchmarkCompileWarm(b *testing.B) {
-	e := newEngine(b, Options{Workers: 1})
+// one warm worker (environment already parsed), recording the facts read.
+func BenchmarkCompileWarm(b *testing.B) { benchmarkCompileWarm(b, nil) }
+
+// BenchmarkCompileWarmNoRecording is BenchmarkCompileWarm with fact-read
+// recording off (no hooks installed): the difference is its overhead.
+func BenchmarkCompileWarmNoRecording(b *testing.B) { benchmarkCompileWarm(b, []string{"all"}) }
+
+func benchmarkCompileWarm(b *testing.B, disableHooks []string) {
+	e := newEngine(b, Options{Workers: 1, DisableHooks: disableHooks})
 	envpath := snapshot(b, exampleEnv, "production")
 	req := compiler.Request{
 		Certname: "demo1.example.test", Environment: "production", CodeID: "bench",

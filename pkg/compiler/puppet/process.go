@@ -40,12 +40,17 @@ type readyLine struct {
 	PuppetVersion string `json:"puppet_version"`
 	RubyVersion   string `json:"ruby_version"`
 	PID           int    `json:"pid"`
+	// Recording tells whether the worker records the facts compiles read,
+	// Hooks which of its recording hooks are on.
+	Recording bool     `json:"recording"`
+	Hooks     []string `json:"hooks"`
 }
 
-// startProcess starts `ruby script dir` and waits until it reports ready,
-// ctx ends, or startTimeout passes. The process itself is not tied to ctx.
-func startProcess(ctx context.Context, ruby, script, dir string, startTimeout time.Duration, log *slog.Logger) (*process, error) {
-	cmd := exec.Command(ruby, script, dir)
+// startProcess starts `ruby script dir args...` and waits until it reports
+// ready, ctx ends, or startTimeout passes. The process itself is not tied to
+// ctx.
+func startProcess(ctx context.Context, ruby, script, dir string, args []string, startTimeout time.Duration, log *slog.Logger) (*process, error) {
+	cmd := exec.Command(ruby, append([]string{script, dir}, args...)...)
 	cmd.Dir = dir
 	// Its own process group, so that killing it also kills anything a
 	// manifest spawned (generate(), a custom function's system call).

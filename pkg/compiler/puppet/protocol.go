@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+
+	"github.com/compilefarm/compilefarm/pkg/compiler"
 )
 
 // request is one compile request line sent to worker.rb.
@@ -14,6 +16,9 @@ type request struct {
 	CodeID          string          `json:"code_id"`
 	EnvironmentPath string          `json:"environmentpath"`
 	Facts           json.RawMessage `json:"facts"`
+	// DisableHooks switches fact-read recording hooks off for this compile
+	// (tests only).
+	DisableHooks []string `json:"disable_hooks,omitempty"`
 }
 
 // response is one line worker.rb answers a request with.
@@ -21,7 +26,10 @@ type response struct {
 	ID      *uint64         `json:"id"`
 	OK      bool            `json:"ok"`
 	Catalog json.RawMessage `json:"catalog"`
-	Error   *workerError    `json:"error"`
+	// Reads are the facts the compile read; absent when the worker does
+	// not record (--disable-hooks=all).
+	Reads *compiler.FactReads `json:"reads"`
+	Error *workerError        `json:"error"`
 }
 
 // Kinds of workerError.

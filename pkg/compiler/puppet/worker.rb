@@ -9,12 +9,20 @@
 #
 # Protocol (one JSON document per line):
 #   stdout, once after start-up:
-#     {"ready":true,"puppet_version":"7.23.0","ruby_version":"3.1.2","pid":123}
+#     {"ready":true,"puppet_version":"7.23.0","ruby_version":"3.1.2","pid":123,
+#      "recording":true,"hooks":["facts",...]}
 #   stdin, one request per line:
 #     {"id":1,"certname":"n1","environment":"production","code_id":"...",
 #      "environmentpath":"/dir","facts":{...}}
+#   and, in tests only, "disable_hooks":["topscope"] switches recording hooks
+#   off for that compile (as --disable-hooks does for all).
 #   stdout, one response per request:
-#     {"id":1,"ok":true,"catalog":{...}}
+#     {"id":1,"ok":true,"catalog":{...},"reads":{"reads":[{"path":["os","family"],
+#      "kind":"value","value":"Debian"},...],"always_recompile":true,"why":"..."}}
+#   "reads" lists the facts the compile read (see CompileFarm::Reads below);
+#   kind is value, hash, present or keys; value is what the read observed
+#   (the value, keys sorted; true/false for hash and present; the sorted key
+#   list for keys), or "missing":true when the path is absent.
 #     {"id":1,"ok":false,"error":{"kind":"compile","message":"...","file":"...","line":3,"column":1}}
 #   "kind" is "compile" (the code failed; retrying cannot help), "invalid"
 #   (the request was malformed) or "internal" (the worker failed; it should
@@ -22,9 +30,11 @@
 #   stderr: Puppet's log as JSON lines {"level","msg","source","file","line"},
 #   and anything else Ruby prints.
 #
-# Usage: ruby worker.rb WORKDIR
+# Usage: ruby worker.rb WORKDIR [--disable-hooks=NAME,...]
 # WORKDIR holds this worker's confdir, vardir, codedir, logdir and rundir.
-# The process exits when stdin is closed.
+# --disable-hooks switches fact-read recording hooks off (tests only: they
+# prove that the mutation test notices a missing hook); "all" turns
+# recording off altogether. The process exits when stdin is closed.
 
 require 'json'
 require 'fileutils'
@@ -44,6 +54,8 @@ STDIN.set_encoding(Encoding::UTF_8)
 
 # The certname being compiled, for log lines.
 $cf_node = nil
+# The CompileFarm::Reads::Recorder of the compile in progress, if any.
+$cf_reads = nil
 
 def emit(obj)
   PROTO.write(JSON.generate(obj) << "\n")
@@ -61,15 +73,752 @@ rescue StandardError
   nil
 end
 
-workdir = ARGV[0] or abort('usage: worker.rb WORKDIR')
+workdir = ARGV[0] or abort('usage: worker.rb WORKDIR [--disable-hooks=NAME,...]')
 workdir = File.expand_path(workdir)
+disabled_hooks = []
+ARGV[1..].each do |arg|
+  case arg
+  when /\A--disable-hooks=(.*)\z/ then disabled_hooks.concat(Regexp.last_match(1).split(',').map(&:strip).reject(&:empty?))
+  else abort("worker.rb: unknown argument #{arg}")
+  end
+end
 
 begin
   require 'puppet'
   require 'puppet/pops'
+  require 'puppet/parser'
+  require 'puppet/parser/templatewrapper'
+  require 'puppet/util/profiler'
+  require 'puppet/util/execution'
 rescue LoadError => e
   log_json(:err, "cannot load puppet: #{e.message}")
   exit 3
+end
+
+# ---------------------------------------------------------------------------
+# Recording the facts a compile reads.
+#
+# Facts enter the compiler in one place: Puppet::Parser::Compiler
+# #set_node_parameters, which sets the top-scope variables from the node's
+# parameters (fact values by reference) and $facts (deep-frozen in place).
+# There, and only while a compile is being recorded, every Hash of the facts
+# is replaced by a copy that includes FactHash: still an instance_of?(Hash)
+# (its class is Hash; only its singleton class differs), but each method
+# notes what it reveals, by key path: [] / fetch / dig the value (or, for a
+# nested hash, only that it is a hash: what is done with it is recorded by
+# that hash), key? presence, size / keys the key set, anything else
+# (iteration, ==, merge, to_s, hash, ...) the whole value.
+# Top-scope variables ($::x, an unqualified $x that falls through to top
+# scope, defined('$x'), scope.to_hash) are recorded by hooks on the top
+# scope's symbol table and on Scope#lookup_qualified_variable; missing names
+# are recorded too. ERB templates see variables as instance variables, which
+# Ruby cannot observe: their compiled Ruby is lexed for @names, which are
+# resolved through the scope. Runtime3Converter's deep copies (3.x function
+# arguments, resource parameters) keep recording under the same path; Ruby's
+# C-level Hash methods that read an argument hash without calling its methods
+# (merge, update, replace, ==, eql?, <=, ...) count a fact hash argument as a
+# whole read. Recording stays open until the catalog has been rendered (a
+# fact hash in a resource parameter is only walked then). Non-deterministic
+# functions mark the compile "always recompile".
+#
+# Each hook has a name (HOOKS) so that tests can switch one off (for the
+# process with --disable-hooks=NAME,..., for one compile with the request's
+# "disable_hooks") and prove that the mutation test notices.
+# ---------------------------------------------------------------------------
+require 'ripper'
+
+module CompileFarm
+  module Reads
+    VALUE = 1
+    HASH = 2
+    PRESENT = 4
+    KEYS = 8
+    KIND_NAMES = [[VALUE, 'value'], [HASH, 'hash'], [PRESENT, 'present'], [KEYS, 'keys']].freeze
+
+    # Hook names, for --disable-hooks.
+    HOOKS = %w[facts topscope qualified erb convert hashargs nondet].freeze
+
+    # Top-scope names that never come from facts.
+    RESERVED = %w[facts trusted server_facts environment module_name caller_module_name].to_h { |n| [n, true] }.freeze
+    NUMERIC = /\A\d+\z/.freeze
+
+    EMPTY_PATH = [].freeze
+    H_KEYP = Hash.instance_method(:key?)
+    H_AREF = Hash.instance_method(:[])
+    H_EACH_PAIR = Hash.instance_method(:each_pair)
+    H_REPLACE = Hash.instance_method(:replace)
+    K_CLONE = Kernel.instance_method(:clone)
+
+    # Functions whose result is not a function of facts and code (keyed by
+    # name as String and Symbol: Puppet's profiler gets either).
+    NONDET_FUNCTIONS = {
+      'generate' => 'generate() runs a command',
+      'time' => 'time() reads the clock',
+      'shuffle' => 'shuffle() is random',
+      'str2saltedsha512' => 'str2saltedsha512() uses a random salt',
+    }.flat_map { |k, v| [[k, v], [k.to_sym, v]] }.to_h.freeze
+
+    class << self
+      attr_reader :enabled
+
+      # install installs the hooks not named in disabled. "all" disables
+      # recording altogether.
+      def install(disabled)
+        check(disabled)
+        @enabled = disabled.include?('all') ? [] : HOOKS - disabled
+        @recording = !disabled.include?('all')
+        return unless @recording
+
+        Puppet::Parser::Compiler.prepend(CompilerHook) if hook?('facts') || hook?('topscope')
+        hook?('facts') && Puppet::Pops::Types::PHashType.prepend(HashTypeHook)
+        hook?('qualified') && Puppet::Parser::Scope.prepend(QualifiedHook)
+        hook?('erb') && Puppet::Parser::TemplateWrapper.prepend(TemplateHook)
+        hook?('convert') && Puppet::Pops::Evaluator::Runtime3Converter.prepend(ConvertHook)
+        if hook?('hashargs')
+          Hash.prepend(HashArgs)
+          Hash.singleton_class.prepend(HashCreate)
+        end
+        if hook?('nondet')
+          Puppet::Util::Profiler.singleton_class.prepend(ProfileHook)
+          Puppet::Pops::Time::Timestamp.singleton_class.prepend(TimestampHook)
+          Puppet::Util::Execution.singleton_class.prepend(ExecuteHook)
+        end
+      end
+
+      def check(names)
+        unknown = names - HOOKS - ['all']
+        raise ArgumentError, "unknown recording hooks #{unknown.join(', ')} (known: #{HOOKS.join(', ')}, all)" unless unknown.empty?
+      end
+
+      def recording?
+        @recording
+      end
+
+      def hook?(name)
+        @enabled.include?(name)
+      end
+    end
+
+    # Recorder collects one compile's reads. raw is the request's fact values
+    # exactly as decoded from JSON (never given to Puppet): what a read
+    # observed is computed from it, so that it equals what the Go side
+    # computes from the same facts.
+    class Recorder
+      # off names hooks switched off for this compile only (tests).
+      def initialize(raw, off = [])
+        @raw = raw.is_a?(Hash) ? raw : {}
+        # path => kind bits, by identity: every path is either precomputed
+        # (a fact's, when it was wrapped) or interned.
+        @reads = {}.compare_by_identity
+        @interned = {}
+        @suspended = 0
+        @why = []
+        @top_paths = {} # top-level fact name => path
+        @top_hash = {} # top-level fact names whose value is a recording hash
+        on = ->(name) { CompileFarm::Reads.hook?(name) && !off.include?(name) }
+        @facts_on = on['facts']
+        @topscope_on = on['topscope']
+        @qualified_on = on['qualified']
+        @erb_on = on['erb']
+        @convert_on = on['convert']
+        @hashargs_on = on['hashargs']
+        @nondet_on = on['nondet']
+      end
+
+      attr_reader :facts_on, :topscope_on, :qualified_on, :erb_on, :convert_on, :hashargs_on, :nondet_on
+
+      def note(path, bit)
+        return if @suspended > 0
+
+        r = @reads
+        old = r[path]
+        r[path] = old ? (old | bit) : bit
+      end
+
+      # child notes a read of key k of the recording hash whose meta is m.
+      def child(m, k, bit)
+        return unless k.is_a?(String) # fact keys are strings: any other key is never found
+
+        note(m[1][k] || intern(m[0] + [k]), bit)
+      end
+
+      # intern returns the one path object for a path that is not a fact's.
+      def intern(path)
+        @interned[path] ||= path.map { |k| k.frozen? ? k : k.dup.freeze }.freeze
+      end
+
+      def whole(o)
+        m = o.instance_variable_get(:@__cf)
+        note(m[0], VALUE) if m && !m[2]
+      end
+
+      # top notes a read of the top-scope variable name; bit nil means "its
+      # value" (for a recording hash: only that it is a hash).
+      def top(name, bit)
+        return if @suspended > 0 || RESERVED[name] || NUMERIC.match?(name)
+
+        path = @top_paths[name] || intern([name])
+        note(path, bit || (@top_hash[name] ? HASH : VALUE))
+      end
+
+      def nondet(why)
+        @why << why if @nondet_on && !@why.include?(why)
+      end
+
+      def suspend
+        @suspended += 1
+        yield
+      ensure
+        @suspended -= 1
+      end
+
+      # wrap returns a recording copy of the plain fact hash h at path.
+      def wrap(h, path)
+        out = {}
+        kp = {}
+        h.each_pair do |k, v|
+          if k.is_a?(String)
+            cp = (path + [k.frozen? ? k : k.dup.freeze]).freeze
+            kp[k] = cp
+            v = wrap(v, cp) if v.instance_of?(Hash)
+          end
+          out[k] = v
+        end
+        CompileFarm::Reads.fact_hash(out, [path, kp.freeze, false])
+      end
+
+      def wrap_root(values)
+        root = wrap(values, EMPTY_PATH)
+        kp = root.instance_variable_get(:@__cf)[1]
+        @top_paths = kp
+        H_EACH_PAIR.bind_call(root) { |k, v| @top_hash[k] = true if FactHash === v }
+        root
+      end
+
+      # Resolves the ERB template's @names through scope (recording the
+      # top-scope ones) and notes dynamic variable access.
+      def erb(scope, source, file)
+        info = ErbInfo.for(source)
+        nondet("template #{File.basename(file.to_s)} uses #{info.nondet}") if info.nondet && @nondet_on
+        if info.dynamic
+          note(EMPTY_PATH, VALUE)
+          return
+        end
+        info.names.each do |name|
+          resolved = catch(:unevaluated_parameter) do
+            catch(:undefined_variable) { scope.lookupvar(name) }
+            true
+          end
+          # A parameter not yet evaluated (a template in a parameter
+          # default) is not among the template's variables: a top-scope
+          # variable of that name is.
+          top(name, nil) unless resolved == true
+        end
+      end
+
+      def observe(path)
+        cur = @raw
+        path.each do |k|
+          return [false, nil] unless cur.is_a?(Hash) && cur.key?(k)
+
+          cur = cur[k]
+        end
+        [true, cur]
+      end
+
+      def canonical(v)
+        case v
+        when Hash then v.keys.sort.each_with_object({}) { |k, h| h[k] = canonical(v[k]) }
+        when Array then v.map { |e| canonical(e) }
+        else v
+        end
+      end
+
+      # finish returns what the worker reports: the reads, deduplicated (a
+      # value read covers every other read of its path and below it; a
+      # positive observation below a path implies that the path is a present
+      # hash), each with what it observed.
+      def finish
+        value_paths = {}
+        @reads.each { |p, b| value_paths[p] = true if b & VALUE != 0 }
+        kept = []
+        @reads.each do |p, b|
+          next if (0...p.length).any? { |i| value_paths.key?(p[0, i]) }
+
+          kept << [p, b & VALUE != 0 ? VALUE : b]
+        end
+        implied = {}
+        kept.each do |p, b|
+          next if p.empty?
+
+          present, v = observe(p)
+          next unless present && (b & (VALUE | PRESENT) != 0 || v.is_a?(Hash))
+
+          (0...p.length).each { |i| implied[p[0, i]] = true }
+        end
+        out = []
+        kept.sort_by { |p, _| p }.each do |p, b|
+          present, v = observe(p)
+          # A positive read below p, or of the key set of p, implies that p
+          # is a present hash; a hash read of a hash implies presence.
+          b &= ~(HASH | PRESENT) if implied.key?(p) || (b & KEYS != 0 && v.is_a?(Hash))
+          b &= ~PRESENT if b & HASH != 0 && v.is_a?(Hash)
+          KIND_NAMES.each do |bit, kind|
+            next if b & bit == 0
+
+            r = { 'path' => p, 'kind' => kind }
+            case bit
+            when VALUE
+              r['value'] = canonical(v) if present
+              r['missing'] = !present
+            when HASH
+              r['value'] = present && v.is_a?(Hash)
+              r['missing'] = false
+            when PRESENT
+              r['value'] = present
+              r['missing'] = false
+            when KEYS
+              r['value'] = v.keys.sort if present && v.is_a?(Hash)
+              r['missing'] = !(present && v.is_a?(Hash))
+            end
+            out << r
+          end
+        end
+        res = { 'reads' => out }
+        unless @why.empty?
+          res['always_recompile'] = true
+          res['why'] = @why.join('; ')
+        end
+        res
+      end
+    end
+
+    # What an ERB template's compiled Ruby reveals, cached by source.
+    class ErbInfo
+      DYNAMIC = %w[instance_variable_get instance_variables instance_variable_defined? eval instance_eval
+                   instance_exec binding send __send__ public_send method].to_h { |n| [n, true] }.freeze
+      NONDET_CONSTS = %w[Time Date DateTime Random SecureRandom].to_h { |n| [n, true] }.freeze
+      NONDET_IDENTS = %w[rand srand system spawn exec fork].to_h { |n| [n, true] }.freeze
+      CACHE_MAX = 512
+      @cache = {}
+
+      attr_reader :names, :dynamic, :nondet
+
+      def self.for(source)
+        info = @cache[source]
+        return info if info
+
+        @cache.shift while @cache.size >= CACHE_MAX
+        @cache[source.frozen? ? source : source.dup.freeze] = new(source)
+      end
+
+      def initialize(source)
+        names = {}
+        @dynamic = false
+        @nondet = nil
+        Ripper.lex(Puppet::Util.create_erb(source).src).each do |(_, type, tok, _)|
+          case type
+          when :on_ivar
+            name = tok[1..]
+            names[name] = true unless name.start_with?('__')
+          when :on_ident
+            @dynamic = true if DYNAMIC[tok]
+            @nondet ||= "#{tok}()" if NONDET_IDENTS[tok]
+          when :on_const
+            @nondet ||= tok if NONDET_CONSTS[tok]
+          when :on_backtick
+            @nondet ||= 'a command'
+          end
+        end
+        @names = names.keys.freeze
+      end
+    end
+
+    # FactHash is extended into each recording copy of a fact hash. Its
+    # state is @__cf = [path, {key => child path}, detached].
+    module FactHash
+      def [](k)
+        v = super
+        if (r = $cf_reads) && !(m = @__cf)[2]
+          r.child(m, k, FactHash === v ? HASH : VALUE)
+        end
+        v
+      end
+
+      def fetch(k, *rest, &blk)
+        if (r = $cf_reads) && !(m = @__cf)[2]
+          r.child(m, k, H_KEYP.bind_call(self, k) && FactHash === H_AREF.bind_call(self, k) ? HASH : VALUE)
+        end
+        super
+      end
+
+      def dig(k, *rest)
+        v = self[k]
+        return v if rest.empty? || v.nil?
+        raise TypeError, "#{v.class} does not have #dig method" unless v.respond_to?(:dig)
+
+        v.dig(*rest)
+      end
+
+      %i[key? has_key? include? member?].each do |name|
+        module_eval <<~RUBY, __FILE__, __LINE__ + 1
+          def #{name}(k)
+            if (r = $cf_reads) && !(m = @__cf)[2]
+              r.child(m, k, PRESENT)
+            end
+            super
+          end
+        RUBY
+      end
+
+      %i[values_at fetch_values slice].each do |name|
+        module_eval <<~RUBY, __FILE__, __LINE__ + 1
+          def #{name}(*ks, &blk)
+            if (r = $cf_reads) && !(m = @__cf)[2]
+              ks.each { |k| r.child(m, k, H_KEYP.bind_call(self, k) && FactHash === H_AREF.bind_call(self, k) ? HASH : VALUE) }
+            end
+            super
+          end
+        RUBY
+      end
+
+      def assoc(k)
+        if (r = $cf_reads) && !(m = @__cf)[2]
+          r.child(m, k, H_KEYP.bind_call(self, k) && FactHash === H_AREF.bind_call(self, k) ? HASH : VALUE)
+        end
+        super
+      end
+
+      %i[size length empty? keys each_key].each do |name|
+        module_eval <<~RUBY, __FILE__, __LINE__ + 1
+          def #{name}(...)
+            if (r = $cf_reads) && !(m = @__cf)[2]
+              r.note(m[0], KEYS)
+            end
+            super
+          end
+        RUBY
+      end
+
+      %i[count any?].each do |name|
+        module_eval <<~RUBY, __FILE__, __LINE__ + 1
+          def #{name}(*args, &blk)
+            if (r = $cf_reads) && !(m = @__cf)[2]
+              r.note(m[0], args.empty? && blk.nil? ? KEYS : VALUE)
+            end
+            super
+          end
+        RUBY
+      end
+
+      %i[to_h].each do |name|
+        module_eval <<~RUBY, __FILE__, __LINE__ + 1
+          def #{name}(&blk)
+            if blk && (r = $cf_reads) && !(m = @__cf)[2]
+              r.note(m[0], VALUE)
+            end
+            super
+          end
+        RUBY
+      end
+
+      # Comparisons reveal the whole hash, unless the other side is not a
+      # hash at all (then the answer is known from hash-ness alone).
+      %i[== eql? < <= > >=].each do |name|
+        module_eval <<~RUBY, __FILE__, __LINE__ + 1
+          def #{name}(other)
+            if (r = $cf_reads) && (other.is_a?(Hash) || other.respond_to?(:to_hash))
+              r.whole(self)
+              r.whole(other) if FactHash === other
+            end
+            super
+          end
+        RUBY
+      end
+
+      def dup
+        m = @__cf
+        CompileFarm::Reads.fact_hash(super, [m[0], m[1], m[2]])
+      end
+
+      def clone(...)
+        c = super
+        m = @__cf
+        c.instance_variable_set(:@__cf, [m[0], m[1], m[2]]) unless c.frozen?
+        c
+      end
+
+      # A copy that is changed (a 3.x function's own argument) stops
+      # recording, once it has counted as read whole.
+      MUTATORS = %i[[]= store delete delete_if keep_if select! filter! reject! compact! clear replace
+                    merge! update shift transform_values! transform_keys! default= default_proc=
+                    rehash compare_by_identity].freeze
+      MUTATORS.each do |name|
+        module_eval <<~RUBY, __FILE__, __LINE__ + 1
+          def #{name}(...)
+            unless frozen?
+              m = @__cf
+              if (r = $cf_reads) && !m[2]
+                r.note(m[0], VALUE)
+              end
+              m[2] = true
+            end
+            super
+          end
+        RUBY
+      end
+
+      PASS = %i[! != !~ =~ === <=> __id__ __send__ class class_def daemonize define_singleton_method display
+                enum_for to_enum equal? extend freeze frozen? instance_eval instance_exec instance_of?
+                instance_variable_defined? instance_variable_get instance_variable_set instance_variables
+                is_a? itself kind_of? meta_def meta_eval meta_undef method methods nil? object_id
+                private_methods protected_methods public_method public_methods public_send respond_to?
+                send singleton_class singleton_method singleton_methods taint tainted? tap then trust
+                untaint untrust untrusted? yield_self remove_instance_variable default default_proc
+                compare_by_identity? lazy chain to_hash].freeze
+
+      # Every other method of Hash (iteration, values, merge, to_s, inspect,
+      # hash, to_json, to_a, sort, ...) reveals the whole hash.
+      (Hash.public_instance_methods(true) - instance_methods(false) - PASS - MUTATORS).each do |name|
+        module_eval <<~RUBY, __FILE__, __LINE__ + 1
+          def #{name}(...)
+            if (r = $cf_reads) && !(m = @__cf)[2]
+              r.note(m[0], VALUE)
+            end
+            super
+          end
+        RUBY
+      end
+    end
+
+    # A recording hash to clone: cloning copies the singleton class, which is
+    # several times faster than extending a fresh hash.
+    FACT_TEMPLATE = {}.extend(FactHash)
+
+    # fact_hash returns a recording hash with plain's contents and meta.
+    def self.fact_hash(plain, meta)
+      h = K_CLONE.bind_call(FACT_TEMPLATE)
+      H_REPLACE.bind_call(h, plain)
+      h.instance_variable_set(:@__cf, meta)
+      h
+    end
+
+    module CompilerHook
+      def set_node_parameters
+        r = $cf_reads
+        return super unless r
+
+        facts = node.facts
+        values = facts&.values
+        if r.facts_on && values.instance_of?(Hash)
+          root = r.wrap_root(values)
+          facts.values = root
+          params = node.parameters
+          values.each_pair do |k, v|
+            params[k] = H_AREF.bind_call(root, k) if params.key?(k) && params[k].equal?(v)
+          end
+        end
+        r.suspend { super }
+        @topscope.instance_variable_get(:@symtable).extend(TopTable) if r.topscope_on
+        # Ruby code may read node.parameters (facts by name) directly.
+        node.parameters.extend(NodeParams) if r.facts_on
+      end
+    end
+
+    # NodeParams is extended into node.parameters once the top scope is set.
+    module NodeParams
+      def [](name)
+        r = $cf_reads and r.top(name.to_s, nil)
+        super
+      end
+
+      def fetch(name, *rest, &blk)
+        r = $cf_reads and r.top(name.to_s, nil)
+        super
+      end
+
+      %i[key? has_key? include? member?].each do |name|
+        module_eval <<~RUBY, __FILE__, __LINE__ + 1
+          def #{name}(k)
+            r = $cf_reads and r.top(k.to_s, PRESENT)
+            super
+          end
+        RUBY
+      end
+
+      (Hash.public_instance_methods(true) - instance_methods(false) - FactHash::PASS - FactHash::MUTATORS).each do |name|
+        module_eval <<~RUBY, __FILE__, __LINE__ + 1
+          def #{name}(...)
+            r = $cf_reads and r.note(EMPTY_PATH, VALUE)
+            super
+          end
+        RUBY
+      end
+    end
+
+    # TopTable is extended into the top scope's symbol table: every
+    # unqualified variable lookup that reaches top scope ends here, as do
+    # defined('$x') (include?), assignments at top scope (bound?) and
+    # scope.to_hash (add_entries_to).
+    module TopTable
+      def [](name)
+        r = $cf_reads and r.top(name, nil)
+        super
+      end
+
+      def include?(name)
+        r = $cf_reads and r.top(name, PRESENT)
+        super
+      end
+
+      def bound?(name)
+        r = $cf_reads and r.top(name, PRESENT)
+        super
+      end
+
+      def add_entries_to(*args)
+        r = $cf_reads and r.note(EMPTY_PATH, VALUE)
+        super
+      end
+    end
+
+    module QualifiedHook
+      def lookup_qualified_variable(fqn, options)
+        r = $cf_reads
+        r.top(fqn, nil) if r&.qualified_on && !fqn.include?('::')
+        super
+      end
+    end
+
+    # Puppet::Parser::TemplateWrapper#result (Puppet 7.23), with the
+    # variables bound without counting as reads and the template's @names
+    # resolved through the scope instead.
+    module TemplateHook
+      def result(string = nil)
+        r = $cf_reads
+        return super unless r&.erb_on
+
+        if string
+          template_source = 'inline template'
+        else
+          string = Puppet::FileSystem.read_preserve_line_endings(@__file__)
+          template_source = @__file__
+        end
+        escaped_template_source = template_source.gsub(/%/, '%%')
+        benchmark(:debug, _('Bound template variables for %{template_source} in %%{seconds} seconds') % { template_source: escaped_template_source }) do
+          r.suspend { scope.to_hash }.each do |name, value|
+            realname = name.gsub(/[^\w]/, '_')
+            instance_variable_set("@#{realname}", value)
+          end
+        end
+        r.erb(scope, string, template_source)
+
+        result = nil
+        benchmark(:debug, _('Interpolated template %{template_source} in %%{seconds} seconds') % { template_source: escaped_template_source }) do
+          template = Puppet::Util.create_erb(string)
+          template.filename = @__file__
+          result = template.result(binding)
+        end
+        result
+      end
+    end
+
+    # Runtime3Converter#convert_Hash deep-copies hashes for 3.x functions
+    # and resource parameters: the copy of a fact hash records as the
+    # original (same path).
+    module ConvertHook
+      def convert_Hash(o, scope, undef_value)
+        m = FactHash === o && $cf_reads&.convert_on && o.instance_variable_get(:@__cf)
+        return super unless m && !m[2]
+
+        result = {}
+        ic = @inner_converter
+        H_EACH_PAIR.bind_call(o) { |k, v| result[ic.convert(k, scope, undef_value)] = ic.convert(v, scope, undef_value) }
+        CompileFarm::Reads.fact_hash(result, [m[0], m[1], false])
+      end
+    end
+
+    # A fact hash matched against a Hash type whose values may be anything
+    # (Hash, Hash[String, Any], a Hash parameter of keys(), ...) reveals
+    # only its key set, though PHashType#instance? walks the values.
+    module HashTypeHook
+      def instance?(o, guard = nil)
+        if FactHash === o && (r = $cf_reads)&.facts_on && @value_type.instance_of?(Puppet::Pops::Types::PAnyType)
+          m = o.instance_variable_get(:@__cf)
+          unless m[2]
+            r.note(m[0], KEYS)
+            return r.suspend { super }
+          end
+        end
+        super
+      end
+    end
+
+    # Ruby's C-level Hash methods read an argument hash's table directly.
+    module HashArgs
+      %i[merge merge! update].each do |name|
+        module_eval <<~RUBY, __FILE__, __LINE__ + 1
+          def #{name}(*others, &blk)
+            if (r = $cf_reads)&.hashargs_on
+              others.each { |o| r.whole(o) if FactHash === o }
+            end
+            super
+          end
+        RUBY
+      end
+
+      %i[replace == eql? < <= > >=].each do |name|
+        module_eval <<~RUBY, __FILE__, __LINE__ + 1
+          def #{name}(other)
+            if (r = $cf_reads)&.hashargs_on && FactHash === other
+              r.whole(other)
+            end
+            super
+          end
+        RUBY
+      end
+    end
+
+    module HashCreate
+      def [](*args)
+        if (r = $cf_reads)&.hashargs_on
+          args.each { |o| r.whole(o) if FactHash === o }
+        end
+        super
+      end
+    end
+
+    module ProfileHook
+      def profile(message, metric_id, &block)
+        if (r = $cf_reads) && metric_id.is_a?(Array) && metric_id[0] == :functions &&
+           (why = NONDET_FUNCTIONS[metric_id[1]])
+          r.nondet(why)
+        end
+        super
+      end
+    end
+
+    module TimestampHook
+      def now
+        r = $cf_reads and r.nondet('Timestamp.now (Timestamp.new() or Timestamp()) reads the clock')
+        super
+      end
+
+      def format_time(format, time, timezone)
+        if (r = $cf_reads) && caller_locations(1, 1).first&.label == 'legacy_strftime'
+          r.nondet('strftime(format) formats the current time')
+        end
+        super
+      end
+    end
+
+    module ExecuteHook
+      def execute(*args, **kw, &blk)
+        r = $cf_reads and r.nondet('a function ran a command (generate() or Puppet::Util::Execution.execute)')
+        super
+      end
+    end
+  end
 end
 
 module CompileFarm
@@ -194,16 +943,42 @@ module CompileFarm
         env = env.override_from_commandline(Puppet.settings)
 
         Puppet.override({ current_environment: env }, 'compilefarm environment') do
-          catalog = compile_in(env, loader, certname, req)
-          render(catalog, env)
+          recorded(req) do
+            catalog = compile_in(env, loader, certname, req)
+            render(catalog, env)
+          end
         end
       end
+    end
+
+    # recorded runs the block (compile and render) while recording the facts
+    # it reads, and returns [its result, the reads or nil].
+    def recorded(req)
+      off = Array(req['disable_hooks']).map(&:to_s)
+      begin
+        CompileFarm::Reads.check(off)
+      rescue ArgumentError => e
+        raise BadRequest, e.message
+      end
+      return [yield, nil] if !CompileFarm::Reads.recording? || off.include?('all')
+
+      rec = CompileFarm::Reads::Recorder.new(req['facts'], off)
+      $cf_reads = rec
+      begin
+        out = yield
+      ensure
+        $cf_reads = nil
+      end
+      [out, rec.finish]
     end
 
     # Puppet::Resource::Catalog::Compiler#find and #compile, with the node
     # the plain node terminus would return.
     def compile_in(env, loader, certname, req)
-      values = req['facts'].is_a?(Hash) ? req['facts'] : {}
+      # A shallow copy: Puppet deletes '_timestamp' from the values and
+      # sanitizes them in place; the request's own hash is what reads are
+      # observed in.
+      values = req['facts'].is_a?(Hash) ? req['facts'].dup : {}
       facts = Puppet::Node::Facts.from_data_hash({ 'name' => certname, 'values' => values })
       node = Puppet::Node.new(certname, environment: env)
       node.fact_merge(facts)
@@ -265,7 +1040,15 @@ rescue Exception => e # rubocop:disable Lint/RescueException
   exit 4
 end
 
-emit({ 'ready' => true, 'puppet_version' => Puppet.version.to_s, 'ruby_version' => RUBY_VERSION, 'pid' => Process.pid })
+begin
+  CompileFarm::Reads.install(disabled_hooks)
+rescue Exception => e # rubocop:disable Lint/RescueException
+  log_json(:err, "puppet worker: cannot install fact-read recording: #{e.class}: #{e.message}", 'backtrace' => e.backtrace&.first(10))
+  exit 4
+end
+
+emit({ 'ready' => true, 'puppet_version' => Puppet.version.to_s, 'ruby_version' => RUBY_VERSION, 'pid' => Process.pid,
+       'recording' => CompileFarm::Reads.recording?, 'hooks' => CompileFarm::Reads.enabled })
 
 while (line = STDIN.gets)
   line = line.strip
@@ -282,8 +1065,10 @@ while (line = STDIN.gets)
 
   begin
     $cf_node = req['certname'].to_s
-    catalog_json = worker.compile(req)
-    emit_raw(+'{"id":' << JSON.generate(id) << ',"ok":true,"catalog":' << catalog_json << '}')
+    catalog_json, reads = worker.compile(req)
+    line = +'{"id":' << JSON.generate(id) << ',"ok":true,"catalog":' << catalog_json
+    line << ',"reads":' << JSON.generate(reads) if reads
+    emit_raw(line << '}')
   rescue NoMemoryError, SignalException, SystemExit => e
     emit({ 'id' => id, 'ok' => false, 'error' => { 'kind' => 'internal', 'message' => "#{e.class}: #{e.message}" } })
     exit 5

@@ -534,3 +534,29 @@ func TestExportedResources(t *testing.T) {
 		t.Errorf("an unread fact change caused %d compiles", got)
 	}
 }
+
+// TestPendingCompileJudgedByReads: while a node's recompile is queued,
+// uploads that change only unread facts do not queue it again (each new
+// request would supersede the compile in flight).
+func TestPendingCompileJudgedByReads(t *testing.T) {
+	r := newRig(t)
+	r.engine.reads = []string{"cf_role"}
+	r.submit(t, "n1", map[string]any{"cf_role": "web", "noise": 0})
+	r.drain(t)
+	first := r.submit(t, "n1", map[string]any{"cf_role": "db", "noise": 1})
+	if !first.Queued {
+		t.Fatal("a read fact change queued nothing")
+	}
+	for i := 2; i < 6; i++ {
+		if out := r.submit(t, "n1", map[string]any{"cf_role": "db", "noise": i}); out.Queued {
+			t.Fatalf("upload %d (only an unread fact changed) queued a compile while one is pending", i)
+		}
+	}
+	if out := r.submit(t, "n1", map[string]any{"cf_role": "app", "noise": 9}); !out.Queued {
+		t.Error("a read fact change while pending queued nothing")
+	}
+	n, _ := r.store.GetNode(context.Background(), "n1")
+	if n.RequestSeq != first.Node.RequestSeq+1 {
+		t.Errorf("request seq went %d -> %d, want one more request", first.Node.RequestSeq, n.RequestSeq)
+	}
+}

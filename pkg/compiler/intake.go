@@ -176,7 +176,7 @@ func (in *Intake) plan(n *farm.Node, env farm.Environment, f recentFacts, lane f
 			jobs = append(jobs, plannedJob{"", reason, target})
 			if !dryRun {
 				n.RequestSeq++
-				n.Requested = in.request(n, env.Name, target, f, reason, lane)
+				n.Requested = in.request(n, n.Catalog, env.Name, target, f, reason, lane)
 			}
 		}
 	}
@@ -185,7 +185,7 @@ func (in *Intake) plan(n *farm.Node, env farm.Environment, f recentFacts, lane f
 			jobs = append(jobs, plannedJob{farm.SlotCandidate, reason, env.CodeID})
 			if !dryRun {
 				n.RequestSeq++
-				n.CandidateRequested = in.request(n, env.Name, env.CodeID, f, reason, farm.LaneBulk)
+				n.CandidateRequested = in.request(n, n.Candidate, env.Name, env.CodeID, f, reason, farm.LaneBulk)
 			}
 		}
 	} else if !dryRun && n.CandidateRequested != nil {
@@ -195,12 +195,25 @@ func (in *Intake) plan(n *farm.Node, env farm.Environment, f recentFacts, lane f
 	return jobs, promoted
 }
 
-func (in *Intake) request(n *farm.Node, env, code string, f recentFacts, reason string, lane farm.Lane) *farm.CompileRequest {
-	return &farm.CompileRequest{
+// request is a new compile request of the node for code with facts f. It
+// carries the projection of f onto the read record of the slot's current
+// catalog (when there is one), by which uploads are judged until it is
+// answered.
+func (in *Intake) request(n *farm.Node, cat *farm.CatalogRef, env, code string, f recentFacts, reason string, lane farm.Lane) *farm.CompileRequest {
+	r := &farm.CompileRequest{
 		Seq: n.RequestSeq, Environment: env, CodeID: code,
 		FactsDigest: f.facts, RelevantDigest: f.relevant,
 		Reason: reason, Lane: lane, At: in.now(),
 	}
+	if cat == nil || cat.ReadsDigest == "" || f.values == nil {
+		return r
+	}
+	if v, ok := in.readRecords.Load(cat.ReadsDigest); ok && !v.(*FactReads).AlwaysRecompile {
+		if p, err := facts.Projection(v.(*FactReads).Reads, f.values); err == nil {
+			r.ReadsDigest, r.Projection = cat.ReadsDigest, p
+		}
+	}
+	return r
 }
 
 // promote makes the node's precompiled candidate its served catalog when
@@ -260,6 +273,13 @@ func (in *Intake) decide(n *farm.Node, slot, environment, code string, f recentF
 		}
 		return ""
 	}
+	if v, ok := in.readRecords.Load(r.ReadsDigest); ok && r.Projection != "" {
+		// Still compiling: judge by what the last catalog read.
+		if p, err := facts.Projection(v.(*FactReads).Reads, f.values); err == nil && p == r.Projection {
+			return ""
+		}
+		return farm.ReasonFactsChanged
+	}
 	if r.RelevantDigest != f.relevant {
 		return farm.ReasonFactsChanged
 	}
@@ -282,30 +302,41 @@ func (in *Intake) readsFor(c *farm.CatalogRef, req *farm.CompileRequest) (*FactR
 // loadReads caches the read record of the node's catalog (records are
 // immutable, keyed by digest).
 func (in *Intake) loadReads(ctx context.Context, n *farm.Node) error {
+	var digests []farm.Digest
 	for _, c := range []*farm.CatalogRef{n.Catalog, n.Candidate} {
-		if err := in.loadRecord(ctx, n, c); err != nil {
+		if c != nil {
+			digests = append(digests, c.ReadsDigest)
+		}
+	}
+	for _, r := range []*farm.CompileRequest{n.Requested, n.CandidateRequested} {
+		if r != nil {
+			digests = append(digests, r.ReadsDigest)
+		}
+	}
+	for _, d := range digests {
+		if err := in.loadRecord(ctx, n, d); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (in *Intake) loadRecord(ctx context.Context, n *farm.Node, c *farm.CatalogRef) error {
-	if c == nil || c.ReadsDigest == "" {
+func (in *Intake) loadRecord(ctx context.Context, n *farm.Node, d farm.Digest) error {
+	if d == "" {
 		return nil
 	}
-	if _, ok := in.readRecords.Load(c.ReadsDigest); ok {
+	if _, ok := in.readRecords.Load(d); ok {
 		return nil
 	}
-	b, err := in.Content.Get(ctx, farm.SpaceCatalogs, c.ReadsDigest)
+	b, err := in.Content.Get(ctx, farm.SpaceCatalogs, d)
 	if err != nil {
-		return fmt.Errorf("read fact record %s of %s: %w", c.ReadsDigest, n.Certname, err)
+		return fmt.Errorf("read fact record %s of %s: %w", d, n.Certname, err)
 	}
 	var rec FactReads
 	if err := json.Unmarshal(b, &rec); err != nil {
-		return fmt.Errorf("decode fact record %s of %s: %w", c.ReadsDigest, n.Certname, err)
+		return fmt.Errorf("decode fact record %s of %s: %w", d, n.Certname, err)
 	}
-	in.readRecords.Store(c.ReadsDigest, &rec)
+	in.readRecords.Store(d, &rec)
 	return nil
 }
 

@@ -2,6 +2,8 @@ package facts
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -122,4 +124,24 @@ func canonicalJSON(b json.RawMessage) []byte {
 		return b
 	}
 	return out
+}
+
+// Projection is a digest of what the reads would observe in values (their
+// paths and kinds applied to these facts): two fact sets with the same
+// projection look the same to a compile that reads those paths.
+func Projection(reads []Read, values map[string]any) (farm.Digest, error) {
+	h := sha256.New()
+	for _, r := range reads {
+		o, err := Observe(values, r.Path, r.Kind)
+		if err != nil {
+			return "", err
+		}
+		b, err := json.Marshal(o)
+		if err != nil {
+			return "", fmt.Errorf("encode fact read %v: %w", r.Path, err)
+		}
+		h.Write(b)
+		h.Write([]byte{'\n'})
+	}
+	return farm.Digest(hex.EncodeToString(h.Sum(nil))), nil
 }

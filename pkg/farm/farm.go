@@ -234,6 +234,12 @@ type CompileRequest struct {
 	Reason         string    `json:"reason"`
 	Lane           Lane      `json:"lane"`
 	At             time.Time `json:"at"`
+	// Projection digests what the read record ReadsDigest (the slot's
+	// catalog's when the request was made) observes in this request's
+	// facts, so uploads while the compile is pending are judged by the
+	// facts that matter too.
+	ReadsDigest Digest `json:"reads_digest,omitempty"`
+	Projection  Digest `json:"projection,omitempty"`
 }
 
 // Pending reports whether the node's latest requested compile has neither a

@@ -3,6 +3,7 @@ package compiler
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
@@ -97,6 +98,16 @@ func TestStagedRelease(t *testing.T) {
 	st, _ = d.ReleaseStatus(ctx, "production")
 	if st.Codes[0].Released != in {
 		t.Errorf("status released = %d, want %d", st.Codes[0].Released, in)
+	}
+	// A canary's failed run shows before the release widens.
+	canary, _ := r.store.GetNode(ctx, names[1])
+	r.store.UpdateNode(ctx, names[1], func(n *farm.Node) error {
+		n.Report = &farm.ReportSummary{Status: "failed", CatalogUUID: canary.Catalog.UUID, Digest: "r1"}
+		return nil
+	})
+	st, _ = d.ReleaseStatus(ctx, "production")
+	if st.Codes[0].Failed != 1 || len(st.Codes[0].Failures) != 1 || !strings.Contains(st.Codes[0].Failures[0], names[1]) {
+		t.Errorf("a canary's failed report is not in the release status: %+v", st.Codes[0])
 	}
 	// Diff on a released node: its previous catalog against the current.
 	diff, err := d.Diff(ctx, names[1], "", "")

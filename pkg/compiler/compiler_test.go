@@ -560,3 +560,16 @@ func TestPendingCompileJudgedByReads(t *testing.T) {
 		t.Errorf("request seq went %d -> %d, want one more request", first.Node.RequestSeq, n.RequestSeq)
 	}
 }
+
+func TestRecordCacheIsBounded(t *testing.T) {
+	c := recordCache[int]{max: 3}
+	for i := 0; i < 10; i++ {
+		c.Store(farm.Digest(fmt.Sprint(i)), i)
+		if len(c.entries) > 3 {
+			t.Fatalf("cache holds %d entries, max 3", len(c.entries))
+		}
+	}
+	if v, ok := c.Load("9"); !ok || v != 9 {
+		t.Errorf("latest entry lost: %v %v", v, ok)
+	}
+}

@@ -40,7 +40,7 @@ func (p *Pool) exportedBy(ctx context.Context, environment, certname string) ([]
 
 func (p *Pool) loadExports(ctx context.Context, d farm.Digest) ([]ExportedResource, error) {
 	if v, ok := p.exportLists.Load(d); ok {
-		return v.([]ExportedResource), nil
+		return v, nil
 	}
 	b, err := p.Content.Get(ctx, farm.SpaceCatalogs, d)
 	if err != nil {

@@ -35,7 +35,7 @@ type Intake struct {
 	// so that an agent sending the same facts again costs no JSON decode.
 	recent sync.Map // certname -> recentFacts
 	// readRecords caches catalogs' fact-read records by digest.
-	readRecords sync.Map // farm.Digest -> *FactReads
+	readRecords recordCache[*FactReads]
 }
 
 type recentFacts struct {
@@ -208,8 +208,8 @@ func (in *Intake) request(n *farm.Node, cat *farm.CatalogRef, env, code string, 
 	if cat == nil || cat.ReadsDigest == "" || f.values == nil {
 		return r
 	}
-	if v, ok := in.readRecords.Load(cat.ReadsDigest); ok && !v.(*FactReads).AlwaysRecompile {
-		if p, err := facts.Projection(v.(*FactReads).Reads, f.values); err == nil {
+	if v, ok := in.readRecords.Load(cat.ReadsDigest); ok && !v.AlwaysRecompile {
+		if p, err := facts.Projection(v.Reads, f.values); err == nil {
 			r.ReadsDigest, r.Projection = cat.ReadsDigest, p
 		}
 	}
@@ -275,7 +275,7 @@ func (in *Intake) decide(n *farm.Node, slot, environment, code string, f recentF
 	}
 	if v, ok := in.readRecords.Load(r.ReadsDigest); ok && r.Projection != "" {
 		// Still compiling: judge by what the last catalog read.
-		if p, err := facts.Projection(v.(*FactReads).Reads, f.values); err == nil && p == r.Projection {
+		if p, err := facts.Projection(v.Reads, f.values); err == nil && p == r.Projection {
 			return ""
 		}
 		return farm.ReasonFactsChanged
@@ -292,11 +292,7 @@ func (in *Intake) readsFor(c *farm.CatalogRef, req *farm.CompileRequest) (*FactR
 	if c == nil || req == nil || c.Seq != req.Seq || c.ReadsDigest == "" {
 		return nil, false
 	}
-	v, ok := in.readRecords.Load(c.ReadsDigest)
-	if !ok {
-		return nil, false
-	}
-	return v.(*FactReads), true
+	return in.readRecords.Load(c.ReadsDigest)
 }
 
 // loadReads caches the read record of the node's catalog (records are

@@ -53,7 +53,7 @@ type Pool struct {
 	// change, to recompile the nodes that collect them.
 	Collectors Collectors
 
-	exportLists sync.Map // farm.Digest -> []ExportedResource
+	exportLists recordCache[[]ExportedResource]
 }
 
 func (p *Pool) now() time.Time {

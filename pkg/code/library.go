@@ -1,6 +1,7 @@
 package code
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -72,21 +73,40 @@ func (l *Library) EnvironmentPath(ctx context.Context, codeID string) (string, e
 	return p, nil
 }
 
-// files returns the file server of a snapshot, with paths as the compile
-// engine saw them (the checkout's environment directory).
+// PublicDir is the path catalogs, file metadata and errors show for an
+// environment's code, whatever checkout it was compiled from: stable across
+// code versions, data directories and machines, like Puppet Server's
+// /etc/puppetlabs/code/environments/<env>.
+func PublicDir(environment string) string { return "/compilefarm/environments/" + environment }
+
+// files returns the file server of a snapshot, with public paths.
 func (l *Library) files(ctx context.Context, codeID string) (*Files, *Manifest, error) {
 	m, err := l.Manifest(ctx, codeID)
 	if err != nil {
 		return nil, nil, err
 	}
-	envDir := filepath.Join(l.root, codeID, m.Environment)
-	return NewFiles(l.store, m, envDir), m, nil
+	return NewFiles(l.store, m, PublicDir(m.Environment)), m, nil
 }
 
-// MakeStatic inlines file metadata from the snapshot and sets code_id.
+// Publish rewrites the checkout paths of a snapshot in text (a compiled
+// catalog, a compile error) to its public paths.
+func (l *Library) Publish(ctx context.Context, codeID string, text []byte) ([]byte, error) {
+	m, err := l.Manifest(ctx, codeID)
+	if err != nil {
+		return nil, err
+	}
+	checkout := filepath.Join(l.root, codeID, m.Environment)
+	return bytes.ReplaceAll(text, []byte(checkout+"/"), []byte(PublicDir(m.Environment)+"/")), nil
+}
+
+// MakeStatic shows public paths in a compiled catalog, inlines file
+// metadata from the snapshot and sets code_id.
 func (l *Library) MakeStatic(ctx context.Context, cat []byte, codeID string) ([]byte, error) {
 	f, _, err := l.files(ctx, codeID)
 	if err != nil {
+		return nil, err
+	}
+	if cat, err = l.Publish(ctx, codeID, cat); err != nil {
 		return nil, err
 	}
 	return catalog.MakeStatic(ctx, cat, codeID, f)

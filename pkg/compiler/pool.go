@@ -27,6 +27,9 @@ type Code interface {
 	EnvironmentPath(ctx context.Context, codeID string) (string, error)
 	// MakeStatic inlines file metadata for puppet:/// sources and sets code_id.
 	MakeStatic(ctx context.Context, catalog []byte, codeID string) ([]byte, error)
+	// Publish rewrites checkout paths in text (a compile error) to the
+	// paths agents and operators are shown.
+	Publish(ctx context.Context, codeID string, text []byte) ([]byte, error)
 }
 
 // Pool drains the compile queue: each worker takes a job, compiles it with
@@ -188,12 +191,19 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	dur := p.now().Sub(start)
 	if err != nil {
 		var cerr *CompileError
-		if errors.As(err, &cerr) {
-			p.observe(metrics.CompileFailed, dur)
-		} else {
+		if !errors.As(err, &cerr) {
 			p.observe(metrics.CompileTransient, dur)
+			return err
 		}
-		return err
+		p.observe(metrics.CompileFailed, dur)
+		public := *cerr
+		if b, perr := p.Code.Publish(ctx, d.CodeID, []byte(cerr.Message)); perr == nil {
+			public.Message = string(b)
+		}
+		if b, perr := p.Code.Publish(ctx, d.CodeID, []byte(cerr.File)); perr == nil {
+			public.File = string(b)
+		}
+		return &public
 	}
 	static, err := p.Code.MakeStatic(ctx, res.Catalog, d.CodeID)
 	if err != nil {

@@ -1,5 +1,5 @@
 # @summary The benchmark profile: base system, users, web sites and
-#   monitoring checks: about 550 resources, ~300 KB of catalog JSON.
+#   monitoring checks: about 600 resources, ~300 KB of catalog JSON.
 #
 # @param root Directory under which every managed file lives.
 class bench (

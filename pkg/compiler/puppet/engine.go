@@ -24,6 +24,15 @@
 // decides recompiles. mutation_test.go proves on real modules that no read
 // is missed.
 //
+// Exported resources work without PuppetDB: the worker runs with
+// storeconfigs on and its own storeconfigs backend, which answers exported
+// collectors (Type <<| query |>>) from Request.Exported, filtering as the
+// PuppetDB terminus does (type, other nodes only, the query's ==, !=, and,
+// or over tag, title and parameters). Result.Exports are the node's own
+// exported resources, taken before the catalog is filtered for the agent;
+// Result.Collects the exported collectors it evaluated and whose resources
+// each collected. Neither is a fact read.
+//
 // A compile error in the code is returned as a *compiler.CompileError. A
 // worker that crashes, hangs past Options.Timeout, or whose compile is
 // cancelled is killed (its whole process group) and restarted in the
@@ -235,6 +244,7 @@ func (e *Engine) compile(ctx context.Context, req compiler.Request, disableHooks
 		CodeID:          req.CodeID,
 		EnvironmentPath: req.EnvironmentPath,
 		Facts:           facts,
+		Exported:        req.Exported,
 		DisableHooks:    disableHooks,
 	})
 	if err != nil {
@@ -358,8 +368,12 @@ func (e *Engine) result(what string, resp response, req compiler.Request, took t
 		if reads != nil {
 			n = len(reads.Reads)
 		}
-		e.log.Debug("compiled catalog", "what", what, "duration", took, "bytes", len(resp.Catalog), "fact_reads", n)
-		return compiler.Result{Catalog: resp.Catalog, Reads: reads}, true, nil
+		for i := range resp.Exports {
+			resp.Exports[i].Certname = req.Certname
+		}
+		e.log.Debug("compiled catalog", "what", what, "duration", took, "bytes", len(resp.Catalog), "fact_reads", n,
+			"exports", len(resp.Exports), "collects", len(resp.Collects))
+		return compiler.Result{Catalog: resp.Catalog, Reads: reads, Exports: resp.Exports, Collects: resp.Collects}, true, nil
 	}
 	we := resp.Error
 	if we == nil {

@@ -177,6 +177,7 @@ type resource struct {
 	Title      string         `json:"title"`
 	Exported   bool           `json:"exported"`
 	Parameters map[string]any `json:"parameters"`
+	Sensitive  []string       `json:"sensitive_parameters"`
 }
 
 func parseCatalog(t testing.TB, b []byte) catalog {

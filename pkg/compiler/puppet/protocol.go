@@ -16,6 +16,9 @@ type request struct {
 	CodeID          string          `json:"code_id"`
 	EnvironmentPath string          `json:"environmentpath"`
 	Facts           json.RawMessage `json:"facts"`
+	// Exported are the resources the other nodes export, for the
+	// compile's exported collectors.
+	Exported []compiler.ExportedResource `json:"exported,omitempty"`
 	// DisableHooks switches fact-read recording hooks off for this compile
 	// (tests only).
 	DisableHooks []string `json:"disable_hooks,omitempty"`
@@ -29,7 +32,11 @@ type response struct {
 	// Reads are the facts the compile read; absent when the worker does
 	// not record (--disable-hooks=all).
 	Reads *compiler.FactReads `json:"reads"`
-	Error *workerError        `json:"error"`
+	// Exports are the resources the node exports (certname not set);
+	// Collects the exported collectors the compile evaluated.
+	Exports  []compiler.ExportedResource `json:"exports"`
+	Collects []compiler.Collect          `json:"collects"`
+	Error    *workerError                `json:"error"`
 }
 
 // Kinds of workerError.

@@ -2,7 +2,9 @@
 #
 # Everything lives under one base directory: $root (Hiera: demo::root,
 # /tmp/compilefarm-demo), or the node's cf_root fact when it has one, so a
-# test agent can run with FACTER_cf_root=/some/tmp/dir.
+# test agent can run with FACTER_cf_root=/some/tmp/dir. With the facts
+# cf_export_ip and cf_collect_hosts, nodes export host entries and collect
+# them into ${base}/hosts.
 #
 # @param role     The node's role, shown in role.txt.
 # @param root     The base directory when the node has no cf_root fact.
@@ -70,5 +72,28 @@ class demo (
     ensure  => file,
     mode    => '0644',
     content => "custom fact cf_demo_plugin: ${plugin_fact}\nexternal fact cf_demo_external: ${external_fact}\n",
+  }
+
+  # Exported resources, which the farm keeps in place of PuppetDB. A node
+  # with the fact cf_export_ip exports its host entry; a node whose
+  # cf_collect_hosts fact is 'true' collects the entries every node exports
+  # (its own too) into ${base}/hosts, never /etc/hosts. Nodes without these
+  # facts are unaffected. (The host type comes with this module: see
+  # lib/puppet/type/host.rb.)
+  $export_ip = $facts['cf_export_ip']
+  if $export_ip =~ String[1] {
+    @@host { $trusted['certname']:
+      ip  => $export_ip,
+      tag => 'cf_demo',
+    }
+  }
+  if $facts['cf_collect_hosts'] in [true, 'true'] {
+    file { "${base}/hosts":
+      ensure => file,
+      mode   => '0644',
+    }
+    File["${base}/hosts"] -> Host <<| tag == 'cf_demo' |>> {
+      target => "${base}/hosts",
+    }
   }
 }

@@ -49,7 +49,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e: build broker:", err)
 		os.Exit(1)
 	}
+	removeScript, err := installFactsScript()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: install the external facts script:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	removeScript()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -245,17 +251,26 @@ func newAgent(t *testing.T, certname string) *agent {
 	return a
 }
 
-// setFact writes an external fact file where Facter looks by default
-// (/etc/facter/facts.d for root on Debian, ~/.facter/facts.d otherwise: the
-// agent's own pluginfactdest is purged by pluginsync) and removes it, and any
-// directory it created, when the test ends.
-func (a *agent) setFact(t *testing.T, name, value string) {
-	t.Helper()
+// factsScript is an executable external fact that prints the facts file
+// named by $CF_E2E_FACTS: each agent run points it at its own agent's
+// facts, so agents on one machine do not share them.
+const factsScript = `#!/bin/sh
+# compilefarm e2e tests: per-agent external facts (removed when the tests end)
+[ -n "$CF_E2E_FACTS" ] && [ -r "$CF_E2E_FACTS" ] && cat "$CF_E2E_FACTS"
+exit 0
+`
+
+// installFactsScript puts factsScript where Facter looks for external
+// facts by default (/etc/facter/facts.d for root on Debian,
+// ~/.facter/facts.d otherwise: the agent's own pluginfactdest is purged by
+// pluginsync) and returns a function that removes it and any directory it
+// created.
+func installFactsScript() (func(), error) {
 	dir := "/etc/facter/facts.d"
 	if os.Geteuid() != 0 {
 		home, err := os.UserHomeDir()
 		if err != nil {
-			t.Fatalf("no home directory for external facts: %v", err)
+			return nil, fmt.Errorf("no home directory for external facts: %w", err)
 		}
 		dir = filepath.Join(home, ".facter", "facts.d")
 	}
@@ -267,18 +282,35 @@ func (a *agent) setFact(t *testing.T, name, value string) {
 		created = append(created, d)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatalf("create external facts directory: %v", err)
+		return nil, fmt.Errorf("create external facts directory: %w", err)
 	}
-	p := filepath.Join(dir, "compilefarm-e2e-"+a.Certname+".txt")
-	if err := os.WriteFile(p, []byte(name+"="+value+"\n"), 0o644); err != nil {
-		t.Fatal(err)
+	p := filepath.Join(dir, fmt.Sprintf("compilefarm-e2e-%d.sh", os.Getpid()))
+	if err := os.WriteFile(p, []byte(factsScript), 0o755); err != nil {
+		return nil, err
 	}
-	t.Cleanup(func() {
+	return func() {
 		os.Remove(p)
 		for _, d := range created {
 			os.Remove(d)
 		}
-	})
+	}, nil
+}
+
+// setFact gives the agent an external fact (kept for its later runs).
+func (a *agent) setFact(t *testing.T, name, value string) {
+	t.Helper()
+	p := filepath.Join(a.Dir, "facts.txt")
+	old, _ := os.ReadFile(p)
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(old)), "\n") {
+		if l != "" && !strings.HasPrefix(l, name+"=") {
+			lines = append(lines, l)
+		}
+	}
+	lines = append(lines, name+"="+value)
+	if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // run runs `puppet agent -t` against the farm and returns its exit code and output.
@@ -295,7 +327,7 @@ func (a *agent) run(t *testing.T, f *farmProc, extra ...string) (int, string) {
 		"--http_read_timeout", "120",
 	}, extra...)
 	cmd := exec.CommandContext(ctx, "puppet", args...)
-	cmd.Env = append(os.Environ(), "FACTER_cf_root="+a.Root)
+	cmd.Env = append(os.Environ(), "FACTER_cf_root="+a.Root, "CF_E2E_FACTS="+filepath.Join(a.Dir, "facts.txt"))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

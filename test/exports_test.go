@@ -1,0 +1,54 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestExportedResources: node A exports a host entry (@@host), node B
+// collects it (Host <<| |>>); both are real agents. Changing A's fact that
+// its export reads recompiles B exactly once, and B's next run applies the
+// new entry.
+func TestExportedResources(t *testing.T) {
+	f := startFarm(t, t.TempDir(), copyExampleEnvs(t))
+	a, b := newAgent(t, "exporter.example.test"), newAgent(t, "collector.example.test")
+	a.setFact(t, "cf_export_ip", "192.0.2.10")
+	if code, out := a.run(t, f); code != 2 {
+		t.Fatalf("exporter first run: exit %d\n%s", code, out)
+	}
+	b.setFact(t, "cf_collect_hosts", "true")
+	if code, out := b.run(t, f); code != 2 {
+		t.Fatalf("collector first run: exit %d\n%s", code, out)
+	}
+	hosts := func() string {
+		data, _ := os.ReadFile(filepath.Join(b.Root, "hosts"))
+		return string(data)
+	}
+	if !strings.Contains(hosts(), "192.0.2.10") || !strings.Contains(hosts(), "exporter.example.test") {
+		t.Fatalf("collector's hosts file lacks the exported entry:\n%s", hosts())
+	}
+
+	// Compiles that finished, whether they changed a catalog or not.
+	compiles := func() float64 {
+		return f.metric(`compilefarm_compiles_total{result="ok"}`) + f.metric(`compilefarm_compiles_total{result="unchanged"}`)
+	}
+	before := compiles()
+	a.setFact(t, "cf_export_ip", "192.0.2.20")
+	if code, out := a.run(t, f); code != 0 {
+		// The exporter's own catalog does not change: exports are not in it.
+		t.Errorf("exporter run after its fact changed: exit %d, want 0\n%s", code, out)
+	}
+	waitFor(t, "the collector's recompile", time.Minute, func() bool { return compiles() >= before+2 })
+	if got := compiles() - before; got != 2 {
+		t.Errorf("the export change caused %v compiles, want 2 (the exporter, then the collector once)", got)
+	}
+	if code, out := b.run(t, f); code != 2 {
+		t.Fatalf("collector run after the export changed: exit %d\n%s", code, out)
+	}
+	if !strings.Contains(hosts(), "192.0.2.20") || strings.Contains(hosts(), "192.0.2.10") {
+		t.Errorf("collector's hosts file after the change:\n%s", hosts())
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -575,5 +576,62 @@ func TestRecordCacheIsBounded(t *testing.T) {
 	}
 	if v, ok := c.Load("9"); !ok || v != 9 {
 		t.Errorf("latest entry lost: %v %v", v, ok)
+	}
+}
+
+func TestHandleBatch(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	job := func(name, role string, seq uint64) []byte {
+		doc := factsDoc(name, map[string]any{"cf_role": role})
+		d, _ := r.store.Put(ctx, farm.SpaceFacts, doc)
+		r.store.UpdateNode(ctx, name, func(n *farm.Node) error {
+			n.RequestSeq = seq
+			n.Requested = &farm.CompileRequest{Seq: seq, Environment: "production", CodeID: "code1", FactsDigest: d}
+			return nil
+		})
+		b, _ := json.Marshal(farm.Job{Certname: name, Environment: "production", CodeID: "code1", FactsDigest: d, Seq: seq, Lane: farm.LaneUrgent})
+		return b
+	}
+	r.engine.fail = func(req Request) error {
+		switch req.Certname {
+		case "crash":
+			return fmt.Errorf("worker died: %w", farm.ErrTransient)
+		case "broken":
+			return &CompileError{Message: "Syntax error"}
+		}
+		return nil
+	}
+	items := []BatchItem{
+		{ID: "m1", Body: job("ok1", "web", 1), ReceiveCount: 1},
+		{ID: "m2", Body: job("crash", "web", 1), ReceiveCount: 1},
+		{ID: "m3", Body: job("broken", "web", 1), ReceiveCount: 1},
+		{ID: "m4", Body: []byte("{not json"), ReceiveCount: 1},
+		{ID: "m5", Body: job("ok1", "web", 1), ReceiveCount: 2}, // redelivered duplicate
+	}
+	failed := r.pool.HandleBatch(ctx, items, 3)
+	if len(failed) != 1 || failed[0] != "m2" {
+		t.Fatalf("failed items = %v, want [m2] (only the transient failure is redelivered)", failed)
+	}
+	if n, _ := r.store.GetNode(ctx, "ok1"); n.Catalog == nil || n.Catalog.Seq != 1 {
+		t.Errorf("ok1 has no catalog: %+v", n.Catalog)
+	}
+	if n, _ := r.store.GetNode(ctx, "broken"); n.Compile == nil || n.Compile.Result != farm.ResultFailed {
+		t.Errorf("broken's compile error not recorded: %+v", n.Compile)
+	}
+	// Last delivery of the crashing job: still reported failed (the queue
+	// dead-letters it) and the error recorded on the node.
+	failed = r.pool.HandleBatch(ctx, []BatchItem{{ID: "m6", Body: job("crash", "web", 1), ReceiveCount: 3}}, 3)
+	if len(failed) != 1 {
+		t.Errorf("last delivery not reported failed: %v", failed)
+	}
+	if n, _ := r.store.GetNode(ctx, "crash"); n.Compile == nil || !strings.Contains(n.Compile.Error, "dead-lettered") {
+		t.Errorf("crash's final error not recorded: %+v", n.Compile)
+	}
+	// Out of time: nothing attempted, everything comes back.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if failed := r.pool.HandleBatch(done, items[:2], 3); len(failed) != 2 {
+		t.Errorf("cancelled batch: failed = %v, want both", failed)
 	}
 }

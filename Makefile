@@ -6,13 +6,19 @@ LISTEN  ?= 127.0.0.1:8140
 METRICS ?= 127.0.0.1:9140
 ENVS    ?= examples/environments
 
-.PHONY: run build deps test unit e2e vet fmt-check bench clean
+.PHONY: run build deps emulators test unit e2e vet fmt-check bench clean
 
 build:
 	$(GO) build -o bin/broker ./broker
 
 deps:
 	scripts/install-deps.sh
+
+# Local emulators of AWS APIs for the AWS drivers' tests, installed into
+# .tools (cached: later runs take no time).
+EMULATORS = scripts/emulators/s3.sh
+emulators:
+	@for s in $(EMULATORS); do $$s || exit 1; done
 
 run: deps build
 	bin/broker dev --listen $(LISTEN) --metrics-listen $(METRICS) --environments $(ENVS) --data $(DATA)
@@ -26,7 +32,7 @@ fmt-check:
 
 # The whole suite: unit tests, contract suites, and the end-to-end tests in
 # test/ that drive a real puppet agent against a real broker.
-test: deps fmt-check vet
+test: deps emulators fmt-check vet
 	$(GO) test -count=1 -timeout 20m ./...
 
 unit:

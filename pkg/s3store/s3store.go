@@ -1,0 +1,239 @@
+// Package s3store is the farm.ContentStore driver for Amazon S3 (and
+// S3-compatible stores): immutable blobs addressed by their SHA-256.
+//
+// # Key layout
+//
+// A blob d of space sp lives at
+//
+//	<Options.Prefix><sp>/<d[0:2]>/<d>
+//
+// e.g. "catalogs/3f/3f9a…c2". The space comes first so that each space is a
+// prefix of its own, which is what S3 lifecycle rules, replication and IAM
+// policies select on (reports can expire while catalogs stay). Within a
+// space, the first two hex digits of the digest spread keys evenly over 256
+// sub-prefixes, so S3 can partition a busy space's request rate (S3 scales
+// per prefix); the full digest as the last element keeps every key
+// self-describing. This is the same layout as the embedded driver's
+// directories (pkg/localstore), so a store can be copied between them with
+// `aws s3 sync`.
+//
+// # Writes
+//
+// Put sends the object with its SHA-256 (x-amz-checksum-sha256), so S3
+// rejects bytes damaged on the way, and with If-None-Match: * so a stored
+// object is never overwritten: a 412 Precondition Failed means the same
+// bytes are already there, which for a content-addressed store is success.
+// Concurrent Puts of the same bytes therefore all succeed and leave exactly
+// one object.
+//
+// # Errors
+//
+// SDK errors are translated here and never returned: a missing key is
+// farm.ErrNotFound; throttling, 5xx answers, timeouts and connection failures
+// are farm.ErrTransient; a malformed space or digest, and an object whose
+// bytes do not hash to its key, are farm.ErrInvalid. Other failures (access
+// denied, missing bucket) carry no domain kind: retrying will not help.
+// Context cancellation is returned as context.Canceled (and a deadline as
+// farm.ErrTransient and context.DeadlineExceeded).
+//
+// # Permissions
+//
+// The store needs s3:GetObject, s3:PutObject and s3:ListBucket on the bucket:
+// without ListBucket, S3 answers 403 instead of 404 for a missing key and Has
+// and Get cannot tell "absent" from "forbidden".
+package s3store
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+var _ farm.ContentStore = (*Store)(nil)
+
+// Options tune a Store. The zero value is ready to use.
+type Options struct {
+	// Prefix is put in front of every key, e.g. "farm-prod/" to share a
+	// bucket between deployments. It is used as is (end it with "/").
+	Prefix string
+	// ConflictRetries bounds how often Put retries after S3 answers 409
+	// ConditionalRequestConflict (another conditional write of the same key
+	// in flight). Zero means 5.
+	ConflictRetries int
+}
+
+// Store is a farm.ContentStore in one S3 bucket. It is safe for concurrent
+// use (the S3 client is).
+type Store struct {
+	client  *s3.Client
+	bucket  string
+	prefix  string
+	retries int
+}
+
+// New returns a Store keeping blobs in bucket through client. The bucket
+// must exist; New makes no request.
+func New(client *s3.Client, bucket string, opts Options) *Store {
+	r := opts.ConflictRetries
+	if r <= 0 {
+		r = 5
+	}
+	return &Store{client: client, bucket: bucket, prefix: opts.Prefix, retries: r}
+}
+
+// NewFromConfig returns a Store using an S3 client made from cfg, which a
+// main loads with config.LoadDefaultConfig, so the standard AWS settings
+// apply (AWS_REGION, credentials, AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL).
+// When an endpoint override is in effect (LocalStack, an emulator, an
+// S3-compatible service) the client uses path-style addressing, which those
+// expect.
+func NewFromConfig(cfg aws.Config, bucket string, opts Options) *Store {
+	client := s3.NewFromConfig(cfg, PathStyleForCustomEndpoint)
+	return New(client, bucket, opts)
+}
+
+// PathStyleForCustomEndpoint is an s3.Options function that turns on
+// path-style addressing when the client has an endpoint override
+// (s3.NewFromConfig has already resolved AWS_ENDPOINT_URL_S3 and
+// AWS_ENDPOINT_URL into BaseEndpoint when it runs option functions).
+func PathStyleForCustomEndpoint(o *s3.Options) {
+	if o.BaseEndpoint != nil && *o.BaseEndpoint != "" {
+		o.UsePathStyle = true
+	}
+}
+
+// Bucket returns the bucket the store writes to.
+func (s *Store) Bucket() string { return s.bucket }
+
+// key returns the object key of blob d in space (see the package doc).
+func (s *Store) key(space farm.Space, d farm.Digest) string {
+	return s.prefix + string(space) + "/" + string(d[:2]) + "/" + string(d)
+}
+
+// Put stores data in space under its SHA-256 and returns the digest. It is
+// idempotent: when the object already exists (S3 answers 412 to
+// If-None-Match: *) it succeeds without writing.
+func (s *Store) Put(ctx context.Context, space farm.Space, data []byte) (farm.Digest, error) {
+	if err := space.Validate(); err != nil {
+		return "", fmt.Errorf("put content: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	d := farm.Digest(hex.EncodeToString(sum[:]))
+	key := s.key(space, d)
+	checksum := base64.StdEncoding.EncodeToString(sum[:])
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return "", translate("put", s.bucket, key, err)
+		}
+		_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
+			Bucket: aws.String(s.bucket),
+			Key:    aws.String(key),
+			// A fresh reader per attempt: the SDK reads (and may seek) it.
+			Body:              bytes.NewReader(data),
+			ContentLength:     aws.Int64(int64(len(data))),
+			ContentType:       aws.String("application/octet-stream"),
+			ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
+			ChecksumSHA256:    aws.String(checksum),
+			IfNoneMatch:       aws.String("*"),
+		})
+		if err == nil {
+			return d, nil
+		}
+		switch code := errorCode(err); code {
+		case "PreconditionFailed":
+			// The key exists; its name is the SHA-256 of data, and S3 verified
+			// the checksum when it was written: the same bytes are stored.
+			return d, nil
+		case "ConditionalRequestConflict":
+			// Another conditional write of this key is in flight (AWS S3
+			// answers 409 then). Once it finishes, our retry gets 412.
+			if attempt < s.retries {
+				if err := sleep(ctx, time.Duration(attempt+1)*50*time.Millisecond); err != nil {
+					return "", translate("put", s.bucket, key, err)
+				}
+				continue
+			}
+		}
+		return "", translate("put", s.bucket, key, err)
+	}
+}
+
+// Get returns the blob d of space after checking that its bytes hash to d.
+// An unknown digest is farm.ErrNotFound; an object whose bytes do not match
+// its key is an error naming the key and wrapping farm.ErrInvalid.
+func (s *Store) Get(ctx context.Context, space farm.Space, d farm.Digest) ([]byte, error) {
+	if err := farm.ValidateAddress(space, d); err != nil {
+		return nil, fmt.Errorf("get content: %w", err)
+	}
+	key := s.key(space, d)
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(key),
+	}, func(o *s3.Options) {
+		// The whole object is hashed below against its key, which is
+		// stronger than the stored checksum; skip the SDK's own pass.
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		o.DisableLogOutputChecksumValidationSkipped = true
+	})
+	if err != nil {
+		return nil, translate("get", s.bucket, key, err)
+	}
+	defer out.Body.Close()
+	var buf bytes.Buffer
+	if out.ContentLength != nil && *out.ContentLength > 0 && *out.ContentLength < 1<<31 {
+		buf.Grow(int(*out.ContentLength))
+	}
+	if _, err := io.Copy(&buf, out.Body); err != nil {
+		return nil, translate("get", s.bucket, key, fmt.Errorf("read body: %w", err))
+	}
+	b := buf.Bytes()
+	if got := farm.DigestOf(b); got != d {
+		return nil, fmt.Errorf("get content: object s3://%s/%s is corrupt (its %d bytes hash to %s): %w",
+			s.bucket, key, len(b), got, farm.ErrInvalid)
+	}
+	return b, nil
+}
+
+// Has reports whether space holds the blob d (a HEAD request; it does not
+// read or verify the bytes, Get does).
+func (s *Store) Has(ctx context.Context, space farm.Space, d farm.Digest) (bool, error) {
+	if err := farm.ValidateAddress(space, d); err != nil {
+		return false, fmt.Errorf("has content: %w", err)
+	}
+	key := s.key(space, d)
+	_, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(key),
+	})
+	if err == nil {
+		return true, nil
+	}
+	err = translate("has", s.bucket, key, err)
+	if errors.Is(err, farm.ErrNotFound) {
+		return false, nil
+	}
+	return false, err
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,7 +19,6 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/sqsqueue"
 )
 
-const installScript = "scripts/emulators/sqs.sh"
 
 // fauxqs is the SQS emulator every test here talks to, started once by
 // TestMain; startErr says why it could not start (each test then fails).
@@ -41,31 +37,9 @@ func TestMain(m *testing.M) {
 }
 
 func startFauxqs() (*emulator.Process, error) {
-	tools, err := emulator.ToolsDir()
-	if err != nil {
-		return nil, err
-	}
-	cli := filepath.Join(tools, "fauxqs", "node_modules", "fauxqs", "dist", "cli.js")
-	if _, err := os.Stat(cli); err != nil {
-		return nil, fmt.Errorf("SQS emulator fauxqs is not installed (%v): run %s", err, installScript)
-	}
-	preload := filepath.Join(tools, "..", "scripts", "emulators", "loopback.js")
-	if _, err := os.Stat(preload); err != nil {
-		return nil, fmt.Errorf("loopback preload for the SQS emulator is missing: %v", err)
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		return nil, fmt.Errorf("node (20+) is needed to run the SQS emulator; install it, then run %s: %v", installScript, err)
-	}
-	port, err := emulator.FreePort()
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	return emulator.Start(ctx, "SQS (fauxqs)", port, installScript,
-		[]string{"FAUXQS_PORT=" + strconv.Itoa(port), "FAUXQS_LOGGER=false"},
-		node, "--require", preload, cli)
+	return emulator.StartSQS(ctx)
 }
 
 // needSQS fails the test when the emulator is not running.

@@ -1,0 +1,109 @@
+package dynamostate
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/compilefarm/compilefarm/internal/emulator"
+)
+
+const installScript = "scripts/emulators/dynamodb.sh"
+
+// endpoint is the URL of the dynalite the tests share.
+var endpoint string
+
+// TestMain runs one dynalite on a free loopback port for the package's
+// tests. Each test gets its own tables (newStore). Without the emulator the
+// tests fail, naming the script that installs it.
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	tools, err := emulator.ToolsDir()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	port, err := emulator.FreePort()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bin := filepath.Join(tools, "dynalite", "node_modules", ".bin", "dynalite")
+	if _, err := os.Stat(bin); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: the DynamoDB emulator (dynalite) is not installed: run %s: %v\n", installScript, err)
+		return 1
+	}
+	// A panicking or timed-out test binary skips deferred Stops, so a small
+	// shell watches this process and ends dynalite when it is gone; Stop
+	// ends both (one process group).
+	watch := `"$0" "$@" & child=$!
+while kill -0 ` + strconv.Itoa(os.Getpid()) + ` 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 1; done
+kill $child 2>/dev/null; wait $child`
+	p, err := emulator.Start(ctx, "dynamodb (dynalite)", port, installScript, nil,
+		"/bin/sh", "-c", watch, bin, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: the DynamoDB emulator is needed by these tests (install it with %s): %v\n", installScript, err)
+		return 1
+	}
+	defer p.Stop()
+	endpoint = p.URL
+	return m.Run()
+}
+
+// newClient returns a DynamoDB client for the emulator; optFns adjust it.
+func newClient(url string, optFns ...func(*dynamodb.Options)) *dynamodb.Client {
+	o := dynamodb.Options{
+		Region:       "us-east-1",
+		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+		BaseEndpoint: aws.String(url),
+	}
+	return dynamodb.New(o, optFns...)
+}
+
+var tableSeq atomic.Int64
+
+// newStore returns a Store on fresh tables of the emulator, deleted when
+// the test ends.
+func newStore(t *testing.T, adjust ...func(*Options)) *Store {
+	t.Helper()
+	n := tableSeq.Add(1)
+	opts := Options{
+		NodesTable:        fmt.Sprintf("t%04d-nodes", n),
+		EnvironmentsTable: fmt.Sprintf("t%04d-environments", n),
+	}
+	for _, f := range adjust {
+		f(&opts)
+	}
+	client := newClient(endpoint)
+	s := New(client, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.EnsureTables(ctx); err != nil {
+		t.Fatalf("create tables: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, tb := range []string{opts.NodesTable, opts.EnvironmentsTable} {
+			if _, err := client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(tb)}); err != nil {
+				t.Logf("delete table %s: %v", tb, err)
+			}
+		}
+	})
+	return s
+}

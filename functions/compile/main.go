@@ -1,0 +1,129 @@
+// Command compile is the compile Lambda: an SQS event source mapping hands
+// it batches of compile jobs; it compiles each with the Ruby Puppet engine
+// (one worker process, started in the init phase and reused by every
+// invocation), stores catalogs in S3 and moves node pointers in DynamoDB,
+// and reports the jobs to deliver again (ReportBatchItemFailures).
+//
+// Configuration (environment): COMPILEFARM_BUCKET, COMPILEFARM_PREFIX,
+// COMPILEFARM_NODES_TABLE, COMPILEFARM_ENVIRONMENTS_TABLE,
+// COMPILEFARM_URGENT_QUEUE_URL, COMPILEFARM_BULK_QUEUE_URL (for collectors'
+// recompiles), COMPILEFARM_MAX_RECEIVES (the queues' maxReceiveCount,
+// default 3), COMPILEFARM_WORKDIR (default /tmp/compilefarm),
+// COMPILEFARM_RUBY (default ruby), COMPILEFARM_COMPILE_TIMEOUT (default 2m);
+// AWS endpoints and credentials from the standard AWS configuration.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/compilefarm/compilefarm/pkg/code"
+	"github.com/compilefarm/compilefarm/pkg/compiler"
+	"github.com/compilefarm/compilefarm/pkg/compiler/puppet"
+	"github.com/compilefarm/compilefarm/pkg/dynamostate"
+	"github.com/compilefarm/compilefarm/pkg/facts"
+	"github.com/compilefarm/compilefarm/pkg/s3store"
+	"github.com/compilefarm/compilefarm/pkg/sqsqueue"
+)
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	h, err := setup(context.Background(), os.Getenv, log)
+	if err != nil {
+		log.Error("compile function init failed", "err", err)
+		os.Exit(1) // the Lambda runtime reports an init error
+	}
+	lambda.Start(h.handle)
+}
+
+type handler struct {
+	pool        *compiler.Pool
+	maxReceives int
+}
+
+func setup(ctx context.Context, env func(string) string, log *slog.Logger) (*handler, error) {
+	need := func(k string) (string, error) {
+		if v := env(k); v != "" {
+			return v, nil
+		}
+		return "", fmt.Errorf("%s is not set", k)
+	}
+	bucket, err := need("COMPILEFARM_BUCKET")
+	if err != nil {
+		return nil, err
+	}
+	nodesTable, err := need("COMPILEFARM_NODES_TABLE")
+	if err != nil {
+		return nil, err
+	}
+	envTable, err := need("COMPILEFARM_ENVIRONMENTS_TABLE")
+	if err != nil {
+		return nil, err
+	}
+	maxReceives := 3
+	if v := env("COMPILEFARM_MAX_RECEIVES"); v != "" {
+		if maxReceives, err = strconv.Atoi(v); err != nil || maxReceives < 1 {
+			return nil, fmt.Errorf("COMPILEFARM_MAX_RECEIVES=%q is not a positive number", v)
+		}
+	}
+	timeout := 2 * time.Minute
+	if v := env("COMPILEFARM_COMPILE_TIMEOUT"); v != "" {
+		if timeout, err = time.ParseDuration(v); err != nil {
+			return nil, fmt.Errorf("COMPILEFARM_COMPILE_TIMEOUT: %w", err)
+		}
+	}
+	workdir := env("COMPILEFARM_WORKDIR")
+	if workdir == "" {
+		workdir = "/tmp/compilefarm"
+	}
+	ruby := env("COMPILEFARM_RUBY")
+	if ruby == "" {
+		ruby = "ruby"
+	}
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load AWS configuration: %w", err)
+	}
+	content := s3store.NewFromConfig(awsCfg, bucket, s3store.Options{Prefix: env("COMPILEFARM_PREFIX")})
+	state := dynamostate.NewFromConfig(awsCfg, dynamostate.Options{NodesTable: nodesTable, EnvironmentsTable: envTable})
+	queue := sqsqueue.New(sqs.NewFromConfig(awsCfg), sqsqueue.Options{
+		UrgentURL: env("COMPILEFARM_URGENT_QUEUE_URL"), BulkURL: env("COMPILEFARM_BULK_QUEUE_URL"), Logger: log,
+	})
+	filter, err := facts.NewFilter(facts.DefaultVolatile)
+	if err != nil {
+		return nil, err
+	}
+	engine, err := puppet.New(ctx, puppet.Options{Workers: 1, Ruby: ruby, WorkDir: filepath.Join(workdir, "engine"), Timeout: timeout, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("start the puppet engine: %w", err)
+	}
+	intake := &compiler.Intake{Content: content, Nodes: state, Envs: state, Queue: queue, Filter: filter, Log: log}
+	pool := &compiler.Pool{Nodes: state, Content: content, Engine: engine, Queue: queue,
+		Code: code.NewLibrary(content, filepath.Join(workdir, "code")), Collectors: intake, Log: log}
+	log.Info("compile function ready", "puppet_version", engine.PuppetVersion(), "bucket", bucket, "nodes_table", nodesTable)
+	return &handler{pool: pool, maxReceives: maxReceives}, nil
+}
+
+// handle compiles one SQS batch and reports the messages to deliver again.
+func (h *handler) handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	items := make([]compiler.BatchItem, len(ev.Records))
+	for i, r := range ev.Records {
+		n, _ := strconv.Atoi(r.Attributes["ApproximateReceiveCount"])
+		items[i] = compiler.BatchItem{ID: r.MessageId, Body: []byte(r.Body), ReceiveCount: n}
+	}
+	var resp events.SQSEventResponse
+	for _, id := range h.pool.HandleBatch(ctx, items, h.maxReceives) {
+		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: id})
+	}
+	return resp, nil
+}

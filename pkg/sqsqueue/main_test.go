@@ -19,7 +19,6 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/sqsqueue"
 )
 
-
 // fauxqs is the SQS emulator every test here talks to, started once by
 // TestMain; startErr says why it could not start (each test then fails).
 var (

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,8 +14,6 @@ import (
 
 	"github.com/compilefarm/compilefarm/internal/emulator"
 )
-
-const installScript = "scripts/emulators/dynamodb.sh"
 
 // endpoint is the URL of the dynalite the tests share.
 var endpoint string
@@ -30,34 +26,11 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	tools, err := emulator.ToolsDir()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		return 1
-	}
-	port, err := emulator.FreePort()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		return 1
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	bin := filepath.Join(tools, "dynalite", "node_modules", ".bin", "dynalite")
-	if _, err := os.Stat(bin); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the DynamoDB emulator (dynalite) is not installed: run %s: %v\n", installScript, err)
-		return 1
-	}
-	// A panicking or timed-out test binary skips deferred Stops, so a small
-	// shell watches this process and ends dynalite when it is gone; Stop
-	// ends both (one process group).
-	watch := `"$0" "$@" & child=$!
-while kill -0 ` + strconv.Itoa(os.Getpid()) + ` 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 1; done
-kill $child 2>/dev/null; wait $child`
-	p, err := emulator.Start(ctx, "dynamodb (dynalite)", port, installScript, nil,
-		"/bin/sh", "-c", watch, bin, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")
+	p, err := emulator.StartDynamoDB(ctx)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the DynamoDB emulator is needed by these tests (install it with %s): %v\n", installScript, err)
+		fmt.Fprintf(os.Stderr, "FAIL: the DynamoDB emulator is needed by these tests: %v\n", err)
 		return 1
 	}
 	defer p.Stop()

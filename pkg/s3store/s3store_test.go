@@ -38,19 +38,11 @@ var (
 	buckets atomic.Int64
 )
 
-const installScript = "scripts/emulators/s3.sh"
-
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
 }
 
 func runMain(m *testing.M) int {
-	tools, err := emulator.ToolsDir()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "s3store tests:", err)
-		return 1
-	}
-	bin := filepath.Join(tools, "versitygw")
 	root, err := os.MkdirTemp("", "s3store-versitygw-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "s3store tests:", err)
@@ -58,15 +50,9 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(root)
 	emuRoot = root
-	port, err := emulator.FreePort()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "s3store tests:", err)
-		return 1
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	emu, err = emulator.Start(ctx, "S3 (versitygw)", port, installScript, nil,
-		bin, "--port", "127.0.0.1:"+strconv.Itoa(port), "--access", "test", "--secret", "test", "posix", root)
+	emu, err = emulator.StartS3(ctx, root)
 	if err != nil {
 		// Never skip: the AWS driver is tested against a real emulator or
 		// the run fails, saying how to install it.

@@ -19,13 +19,13 @@ type BatchItem struct {
 }
 
 // HandleBatch compiles a batch of jobs and returns the IDs of the items to
-// deliver again: those whose compile failed for engine reasons (crash,
-// timeout, storage). Compile errors in the code are recorded on the node and
-// not retried; malformed jobs are dropped with an error in the log (they
-// can never succeed). Redelivery of a job that already succeeded is
-// harmless: the node's sequence check skips it. With maxReceives set, a job
-// failing on its last delivery also records the error on the node before
-// the queue dead-letters it.
+// deliver again: every job that did not end in a stored (or superseded)
+// catalog. The queue's redrive policy moves a job that keeps failing to its
+// dead-letter queue, where operators find poison jobs (malformed messages,
+// code that does not compile). A compile error is recorded on the node at
+// once, so the node and its agent show it from the first attempt; an engine
+// failure is recorded on the last delivery. Redelivery of a job that
+// already succeeded is harmless: the node's sequence check skips it.
 func (p *Pool) HandleBatch(ctx context.Context, items []BatchItem, maxReceives int) []string {
 	var failed []string
 	for i, it := range items {
@@ -38,7 +38,8 @@ func (p *Pool) HandleBatch(ctx context.Context, items []BatchItem, maxReceives i
 		}
 		var job farm.Job
 		if err := json.Unmarshal(it.Body, &job); err != nil || farm.ValidateCertname(job.Certname) != nil {
-			p.log().Error("dropping malformed compile job", "message", it.ID, "err", err, "body", truncate(it.Body, 300))
+			p.log().Error("malformed compile job: left for the dead-letter queue", "message", it.ID, "err", err, "body", truncate(it.Body, 300))
+			failed = append(failed, it.ID)
 			continue
 		}
 		d := farm.Delivery{Job: job, ID: it.ID, Attempts: it.ReceiveCount}
@@ -48,8 +49,9 @@ func (p *Pool) HandleBatch(ctx context.Context, items []BatchItem, maxReceives i
 		switch {
 		case err == nil, errors.Is(err, errSuperseded):
 		case errors.As(err, &cerr), errors.Is(err, farm.ErrInvalid), errors.Is(err, farm.ErrNotFound):
-			log.Warn("compile failed", "err", err)
+			log.Warn("compile failed; the job goes to the dead-letter queue after its last delivery", "err", err)
 			p.recordFailure(context.WithoutCancel(ctx), d, err, log)
+			failed = append(failed, it.ID)
 		default:
 			if maxReceives > 0 && d.Attempts >= maxReceives {
 				log.Error("compile failed on its last delivery; the queue dead-letters it", "err", err)

@@ -24,6 +24,9 @@ type Poller struct {
 	Region    string
 	BatchSize int32 // default 10
 	Runtime   *Runtime
+	// VisibilityTimeout, when set, overrides the queue's for received
+	// messages (seconds), so tests need not wait out the default 30s.
+	VisibilityTimeout int32
 }
 
 // PollOnce receives one batch (waiting up to waitSeconds) and runs it
@@ -36,6 +39,7 @@ func (p *Poller) PollOnce(ctx context.Context, waitSeconds int32) (received, fai
 	}
 	out, err := p.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl: aws.String(p.QueueURL), MaxNumberOfMessages: n, WaitTimeSeconds: waitSeconds,
+		VisibilityTimeout:           p.VisibilityTimeout,
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 		MessageAttributeNames:       []string{"All"},
 	})

@@ -2,17 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/admin"
@@ -140,64 +137,14 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 		Content: store, Files: lib, Metrics: m, Log: log, PuppetVersion: engine.PuppetVersion(),
 		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait,
 	}
-	// Client certificates are optional (CA bootstrap), verified against the
-	// CA when given, and refused at the handshake once revoked.
-	tlsConf := authority.ServerTLSConfig(serverCert)
-	ln, err := net.Listen("tcp", c.listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", c.listen, err)
-	}
-	front := &http.Server{
-		Handler:           fd.Handler(),
-		TLSConfig:         tlsConf,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
 	opsMux := http.NewServeMux()
 	opsMux.Handle("GET /metrics", m.Handler())
 	(&admin.Server{CA: authority, Nodes: store, Deployer: deployer, Log: log}).Register(opsMux)
-	mln, err := net.Listen("tcp", c.metricsListen)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("listen on %s: %w", c.metricsListen, err)
-	}
-	ops := &http.Server{Handler: opsMux, ReadHeaderTimeout: 10 * time.Second}
-
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, 2)
-	wg.Add(3)
-	go func() { defer wg.Done(); pool.Run(runCtx, c.workers) }()
-	go func() {
-		defer wg.Done()
-		if err := front.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("front door: %w", err)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		if err := ops.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("metrics/operator API: %w", err)
-		}
-	}()
-	log.Info("compilefarm dev is up",
-		"front_door", "https://"+ln.Addr().String(), "metrics", "http://"+mln.Addr().String()+"/metrics",
-		"certname", c.certname, "environments", envRoot, "data", c.data, "autosign", c.autosign)
-	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-	case runErr = <-errc:
-	}
-	shutCtx, shutCancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer shutCancel()
-	front.Shutdown(shutCtx)
-	ops.Shutdown(shutCtx)
-	cancel()
-	wg.Wait()
-	return runErr
+	// Client certificates are optional (CA bootstrap), verified against the
+	// CA when given, and refused at the handshake once revoked.
+	return listenAndServe(ctx, log, c.listen, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), opsMux,
+		func(ctx context.Context) { pool.Run(ctx, c.workers) },
+		"compilefarm dev is up", "certname", c.certname, "environments", envRoot, "data", c.data, "autosign", c.autosign)
 }
 
 func splitList(s string) []string {

@@ -17,6 +17,7 @@ const usage = `usage: broker <command> [flags]
 
 commands:
   dev                         run the whole farm in one process (embedded default)
+  serve --backend aws         the fleet's front door on S3, DynamoDB and SQS (compiles run in the compile Lambda)
   ca list|sign NAME|revoke NAME   manage certificates of a running broker
   code deploy ENV [--from DIR]    snapshot an environment's code, queue recompiles, show progress
   code status ENV             how far the environment's nodes are with its current code
@@ -50,6 +51,8 @@ func main() {
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
 	case "dev":
 		err = runDev(ctx, args)
+	case "serve":
+		err = runServe(ctx, args)
 	case "ca":
 		err = runCA(ctx, args)
 	case "code":

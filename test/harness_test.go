@@ -85,13 +85,23 @@ func copyExampleEnvs(t *testing.T) string {
 // startFarm starts broker dev on free loopback ports and waits until it is up.
 func startFarm(t *testing.T, data, envs string, extra ...string) *farmProc {
 	t.Helper()
+	args := append([]string{"dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		"--environments", envs, "--data", data, "--workers", "2"}, extra...)
+	f := startBroker(t, nil, args...)
+	f.Data, f.Envs = data, envs
+	return f
+}
+
+// startBroker runs the broker with args (and env added) and waits for its
+// "is up" log line, which names the front door and metrics addresses.
+func startBroker(t *testing.T, env []string, args ...string) *farmProc {
+	t.Helper()
 	logf, err := os.CreateTemp(t.TempDir(), "broker-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-		"--environments", envs, "--data", data, "--workers", "2"}, extra...)
 	cmd := exec.Command(brokerBin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout = logf
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -101,7 +111,7 @@ func startFarm(t *testing.T, data, envs string, extra ...string) *farmProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start broker: %v", err)
 	}
-	f := &farmProc{t: t, cmd: cmd, Data: data, Envs: envs, logPath: logf.Name(), done: make(chan struct{})}
+	f := &farmProc{t: t, cmd: cmd, logPath: logf.Name(), done: make(chan struct{})}
 	up := make(chan [2]string, 1)
 	upRE := regexp.MustCompile(`front_door=https://(\S+) metrics=(http://\S+)/metrics`)
 	go func() {
@@ -131,9 +141,9 @@ func startFarm(t *testing.T, data, envs string, extra ...string) *farmProc {
 		f.Addr, f.Admin = a[0], a[1]
 	case <-f.done:
 		b, _ := os.ReadFile(f.logPath)
-		t.Fatalf("broker dev exited before it was up:\n%s", tail(string(b), 40))
+		t.Fatalf("broker %s exited before it was up:\n%s", args[0], tail(string(b), 40))
 	case <-time.After(3 * time.Minute):
-		t.Fatalf("broker dev did not come up in 3 minutes")
+		t.Fatalf("broker %s did not come up in 3 minutes", args[0])
 	}
 	return f
 }

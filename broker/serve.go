@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/compilefarm/compilefarm/pkg/admin"
+	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/code"
+	"github.com/compilefarm/compilefarm/pkg/compiler"
+	"github.com/compilefarm/compilefarm/pkg/dynamostate"
+	"github.com/compilefarm/compilefarm/pkg/facts"
+	"github.com/compilefarm/compilefarm/pkg/frontdoor"
+	"github.com/compilefarm/compilefarm/pkg/metrics"
+	"github.com/compilefarm/compilefarm/pkg/s3store"
+	"github.com/compilefarm/compilefarm/pkg/sqsqueue"
+)
+
+type serveConfig struct {
+	backend, listen, metricsListen, environments, work string
+	bucket, prefix, nodesTable, envTable               string
+	urgentURL, bulkURL                                 string
+	caDir, certname, dnsAltNames, serverKey            string
+	autosign                                           bool
+	firstWait, changedWait                             time.Duration
+	logLevel                                           string
+}
+
+// runServe runs the fleet's front door (and operator API) on the AWS
+// backends: stateless, so several tasks can serve behind a load balancer.
+// Compiles happen in the compile Lambda (functions/compile).
+func runServe(ctx context.Context, args []string) error {
+	host, _ := os.Hostname()
+	var c serveConfig
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	fs.StringVar(&c.backend, "backend", "aws", "storage and queue backend: aws (S3, DynamoDB, SQS; endpoints from the standard AWS configuration)")
+	fs.StringVar(&c.listen, "listen", "0.0.0.0:8140", "front door address (TLS)")
+	fs.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9140", "address for /metrics and the operator API; keep it private")
+	fs.StringVar(&c.environments, "environments", "", "environmentpath that `broker code deploy` reads from on this task")
+	fs.StringVar(&c.work, "work", filepath.Join(os.TempDir(), "compilefarm-serve"), "scratch directory")
+	fs.StringVar(&c.bucket, "bucket", "", "S3 bucket of the content store (required)")
+	fs.StringVar(&c.prefix, "prefix", "", "key prefix in the bucket")
+	fs.StringVar(&c.nodesTable, "nodes-table", "", "DynamoDB table of nodes (required)")
+	fs.StringVar(&c.envTable, "environments-table", "", "DynamoDB table of environments (required)")
+	fs.StringVar(&c.urgentURL, "urgent-queue-url", "", "SQS urgent compile queue (required)")
+	fs.StringVar(&c.bulkURL, "bulk-queue-url", "", "SQS bulk compile queue (required)")
+	fs.StringVar(&c.caDir, "ca-dir", "", "directory of the CA (key, index, serial), shared by the tasks that sign (required)")
+	fs.StringVar(&c.certname, "certname", strings.ToLower(host), "the front door's certname")
+	fs.StringVar(&c.dnsAltNames, "dns-alt-names", "", "extra names for the server certificate (the load balancer's)")
+	fs.StringVar(&c.serverKey, "server-key", "ecdsa-p256", "server TLS key type: ecdsa-p256 or rsa")
+	fs.BoolVar(&c.autosign, "autosign", false, "sign every certificate request at once")
+	fs.DurationVar(&c.firstWait, "first-compile-wait", 60*time.Second, "how long a first catalog request waits for its compile")
+	fs.DurationVar(&c.changedWait, "changed-compile-wait", 10*time.Second, "how long a catalog request waits for a recompile")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.backend != "aws" {
+		return fmt.Errorf("serve: --backend %q is not supported (aws; the embedded farm is `broker dev`)", c.backend)
+	}
+	for flagName, v := range map[string]string{"bucket": c.bucket, "nodes-table": c.nodesTable, "environments-table": c.envTable,
+		"urgent-queue-url": c.urgentURL, "bulk-queue-url": c.bulkURL, "ca-dir": c.caDir} {
+		if v == "" {
+			return fmt.Errorf("serve: --%s is required", flagName)
+		}
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(log)
+	return serve(ctx, c, log)
+}
+
+func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return fmt.Errorf("load AWS configuration: %w", err)
+	}
+	content := s3store.NewFromConfig(awsCfg, c.bucket, s3store.Options{Prefix: c.prefix})
+	state := dynamostate.NewFromConfig(awsCfg, dynamostate.Options{NodesTable: c.nodesTable, EnvironmentsTable: c.envTable})
+	queue := sqsqueue.New(sqs.NewFromConfig(awsCfg), sqsqueue.Options{UrgentURL: c.urgentURL, BulkURL: c.bulkURL, Logger: log})
+	filter, err := facts.NewFilter(facts.DefaultVolatile)
+	if err != nil {
+		return err
+	}
+	authority, err := ca.Open(ctx, c.caDir, ca.Options{Name: c.certname, Autosign: c.autosign, Logger: log})
+	if err != nil {
+		return fmt.Errorf("open CA in %s: %w", c.caDir, err)
+	}
+	altNames := append([]string{"localhost", "127.0.0.1", "::1", c.certname, "puppet"}, splitList(c.dnsAltNames)...)
+	serverCert, err := authority.IssueServerCert(ctx, c.certname, altNames, c.serverKey)
+	if err != nil {
+		return fmt.Errorf("issue server certificate: %w", err)
+	}
+	m := metrics.New(queue)
+	lib := code.NewLibrary(content, filepath.Join(c.work, "code"))
+	intake := &compiler.Intake{Content: content, Nodes: state, Envs: state, Queue: queue, Filter: filter, Log: log}
+	deployer := &compiler.Deployer{Content: content, Envs: state, Nodes: state, Intake: intake, Root: c.environments, Log: log}
+	fd := &frontdoor.Server{
+		CA: authority, Revocations: authority, Intake: intake, Nodes: state, Envs: state,
+		Content: content, Files: lib, Metrics: m, Log: log,
+		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait,
+	}
+	opsMux := http.NewServeMux()
+	opsMux.Handle("GET /metrics", m.Handler())
+	(&admin.Server{CA: authority, Nodes: state, Deployer: deployer, Log: log}).Register(opsMux)
+	return listenAndServe(ctx, log, c.listen, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), opsMux, nil,
+		"compilefarm serve is up", "backend", c.backend, "certname", c.certname, "bucket", c.bucket)
+}
+
+// listenAndServe runs the front door (TLS) and the metrics/operator
+// listener, plus background (if any), until ctx ends; it logs upMsg with
+// the addresses once both listen.
+func listenAndServe(ctx context.Context, log *slog.Logger, listen, metricsListen string, front http.Handler,
+	tlsConf *tls.Config, ops http.Handler, background func(context.Context), upMsg string, upArgs ...any) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", listen, err)
+	}
+	mln, err := net.Listen("tcp", metricsListen)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("listen on %s: %w", metricsListen, err)
+	}
+	frontSrv := &http.Server{
+		Handler: front, TLSConfig: tlsConf, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	opsSrv := &http.Server{Handler: ops, ReadHeaderTimeout: 10 * time.Second}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	if background != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); background(runCtx) }()
+	}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := frontSrv.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("front door: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := opsSrv.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("metrics/operator API: %w", err)
+		}
+	}()
+	log.Info(upMsg, append([]any{"front_door", "https://" + ln.Addr().String(), "metrics", "http://" + mln.Addr().String() + "/metrics"}, upArgs...)...)
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case runErr = <-errc:
+	}
+	shutCtx, shutCancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer shutCancel()
+	frontSrv.Shutdown(shutCtx)
+	opsSrv.Shutdown(shutCtx)
+	cancel()
+	wg.Wait()
+	return runErr
+}

@@ -11,21 +11,13 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/compilefarm/compilefarm/internal/emulator"
-	"github.com/compilefarm/compilefarm/internal/lambdaruntime"
 	"github.com/compilefarm/compilefarm/pkg/code"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
-	"github.com/compilefarm/compilefarm/pkg/dynamostate"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
-	"github.com/compilefarm/compilefarm/pkg/s3store"
-	"github.com/compilefarm/compilefarm/pkg/sqsqueue"
 )
 
 // TestCompileLambda runs the real compile bootstrap under a local Lambda
@@ -37,39 +29,8 @@ import (
 func TestCompileLambda(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	s3emu, err := emulator.StartS3(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s3emu.Stop()
-	ddbEmu, err := emulator.StartDynamoDB(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ddbEmu.Stop()
-	sqsEmu, err := emulator.StartSQS(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sqsEmu.Stop()
-
-	creds := credentials.NewStaticCredentialsProvider("test", "test", "")
-	s3c := s3.New(s3.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(s3emu.URL), UsePathStyle: true})
-	if _, err := s3c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("farm")}); err != nil {
-		t.Fatal(err)
-	}
-	content := s3store.New(s3c, "farm", s3store.Options{})
-	state := dynamostate.New(dynamodb.New(dynamodb.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(ddbEmu.URL)}),
-		dynamostate.Options{NodesTable: "nodes", EnvironmentsTable: "environments"})
-	if err := state.EnsureTables(ctx); err != nil {
-		t.Fatal(err)
-	}
-	sqsc := sqs.New(sqs.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(sqsEmu.URL)})
-	urls, err := sqsqueue.EnsureQueues(ctx, sqsc, "farm", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	queue := sqsqueue.New(sqsc, urls.Options())
+	a := startAWS(t, ctx)
+	content, state, queue, sqsc, urls := a.Content, a.State, a.Queue, a.SQS, a.Queues
 
 	// Deploy the example environment and a broken one, as a code deploy does.
 	envs := copyExampleEnvs(t)
@@ -98,28 +59,8 @@ func TestCompileLambda(t *testing.T) {
 		}
 	}
 
-	// The real bootstrap, configured as the function would be.
-	bin := filepath.Join(t.TempDir(), "bootstrap")
-	if out, err := exec.Command("go", "build", "-o", bin, "../functions/compile").CombinedOutput(); err != nil {
-		t.Fatalf("build the compile function: %v\n%s", err, out)
-	}
-	rt, err := lambdaruntime.Start(bin, []string{
-		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
-		"AWS_ENDPOINT_URL_S3=" + s3emu.URL, "AWS_ENDPOINT_URL_DYNAMODB=" + ddbEmu.URL, "AWS_ENDPOINT_URL_SQS=" + sqsEmu.URL,
-		"COMPILEFARM_BUCKET=farm", "COMPILEFARM_NODES_TABLE=nodes", "COMPILEFARM_ENVIRONMENTS_TABLE=environments",
-		"COMPILEFARM_URGENT_QUEUE_URL=" + urls.UrgentURL, "COMPILEFARM_BULK_QUEUE_URL=" + urls.BulkURL,
-		"COMPILEFARM_MAX_RECEIVES=2", "COMPILEFARM_WORKDIR=" + t.TempDir(),
-	}, 3*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		rt.Stop()
-		if t.Failed() {
-			t.Logf("function output:\n%s", tail(rt.Output(), 40))
-		}
-	}()
-	poller := &lambdaruntime.Poller{SQS: sqsc, QueueURL: urls.UrgentURL, QueueARN: "arn:aws:sqs:us-east-1:000000000000:farm-urgent", Region: "us-east-1", Runtime: rt, VisibilityTimeout: 2}
+	_, pollers := a.startCompileLambda(t, ctx)
+	poller := pollers[0] // the urgent lane
 	drain := func(why string) {
 		t.Helper()
 		deadline := time.Now().Add(2 * time.Minute)

@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/compilefarm/compilefarm/internal/emulator"
+	"github.com/compilefarm/compilefarm/internal/lambdaruntime"
+	"github.com/compilefarm/compilefarm/pkg/dynamostate"
+	"github.com/compilefarm/compilefarm/pkg/s3store"
+	"github.com/compilefarm/compilefarm/pkg/sqsqueue"
+)
+
+// awsFarm is the AWS backends of a farm on loopback emulators: a bucket,
+// the node and environment tables, and the compile queues (maxReceiveCount
+// 2) with their dead-letter queues.
+type awsFarm struct {
+	S3URL, DynamoURL, SQSURL string
+	Queues                   sqsqueue.QueueURLs
+	Content                  *s3store.Store
+	State                    *dynamostate.Store
+	Queue                    *sqsqueue.Queue
+	SQS                      *sqs.Client
+	// Env is what a process needs to use these backends (AWS endpoints and
+	// credentials).
+	Env []string
+}
+
+func startAWS(t *testing.T, ctx context.Context) *awsFarm {
+	t.Helper()
+	s3emu, err := emulator.StartS3(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s3emu.Stop)
+	ddb, err := emulator.StartDynamoDB(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ddb.Stop)
+	sq, err := emulator.StartSQS(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sq.Stop)
+	creds := credentials.NewStaticCredentialsProvider("test", "test", "")
+	s3c := s3.New(s3.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(s3emu.URL), UsePathStyle: true})
+	if _, err := s3c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("farm")}); err != nil {
+		t.Fatal(err)
+	}
+	state := dynamostate.New(dynamodb.New(dynamodb.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(ddb.URL)}),
+		dynamostate.Options{NodesTable: "nodes", EnvironmentsTable: "environments"})
+	if err := state.EnsureTables(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sqsc := sqs.New(sqs.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(sq.URL)})
+	urls, err := sqsqueue.EnsureQueues(ctx, sqsc, "farm", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &awsFarm{
+		S3URL: s3emu.URL, DynamoURL: ddb.URL, SQSURL: sq.URL, Queues: urls,
+		Content: s3store.New(s3c, "farm", s3store.Options{}), State: state,
+		Queue: sqsqueue.New(sqsc, urls.Options()), SQS: sqsc,
+		Env: []string{
+			"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
+			"AWS_ENDPOINT_URL_S3=" + s3emu.URL, "AWS_ENDPOINT_URL_DYNAMODB=" + ddb.URL, "AWS_ENDPOINT_URL_SQS=" + sq.URL,
+		},
+	}
+}
+
+// serveArgs are the broker serve flags for these backends.
+func (a *awsFarm) serveArgs(caDir, envs, work string) []string {
+	return []string{"serve", "--backend", "aws", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		"--bucket", "farm", "--nodes-table", "nodes", "--environments-table", "environments",
+		"--urgent-queue-url", a.Queues.UrgentURL, "--bulk-queue-url", a.Queues.BulkURL,
+		"--ca-dir", caDir, "--environments", envs, "--work", work, "--autosign"}
+}
+
+// startCompileLambda runs the real compile bootstrap under the local Lambda
+// Runtime API with a poller per lane acting as the event source mapping.
+func (a *awsFarm) startCompileLambda(t *testing.T, ctx context.Context) (*lambdaruntime.Runtime, []*lambdaruntime.Poller) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "bootstrap")
+	if out, err := exec.Command("go", "build", "-o", bin, "../functions/compile").CombinedOutput(); err != nil {
+		t.Fatalf("build the compile function: %v\n%s", err, out)
+	}
+	rt, err := lambdaruntime.Start(bin, append(a.Env,
+		"COMPILEFARM_BUCKET=farm", "COMPILEFARM_NODES_TABLE=nodes", "COMPILEFARM_ENVIRONMENTS_TABLE=environments",
+		"COMPILEFARM_URGENT_QUEUE_URL="+a.Queues.UrgentURL, "COMPILEFARM_BULK_QUEUE_URL="+a.Queues.BulkURL,
+		"COMPILEFARM_MAX_RECEIVES=2", "COMPILEFARM_WORKDIR="+t.TempDir(),
+	), 3*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		rt.Stop()
+		if t.Failed() {
+			t.Logf("compile function output:\n%s", tail(rt.Output(), 40))
+		}
+	})
+	var pollers []*lambdaruntime.Poller
+	for _, q := range []struct{ url, name string }{{a.Queues.UrgentURL, "urgent"}, {a.Queues.BulkURL, "bulk"}} {
+		pollers = append(pollers, &lambdaruntime.Poller{SQS: a.SQS, QueueURL: q.url, Runtime: rt, Region: "us-east-1",
+			QueueARN: "arn:aws:sqs:us-east-1:000000000000:farm-" + q.name, VisibilityTimeout: 2})
+	}
+	return rt, pollers
+}
+
+// pollForever runs the pollers until ctx ends (a Lambda concurrency of
+// one), as the event source mapping would.
+func pollForever(ctx context.Context, t *testing.T, pollers []*lambdaruntime.Poller) {
+	go func() {
+		for ctx.Err() == nil {
+			for _, p := range pollers {
+				if _, _, err := p.PollOnce(ctx, 1); err != nil && ctx.Err() == nil {
+					t.Logf("poller: %v", err)
+				}
+			}
+		}
+	}()
+}

@@ -545,30 +545,26 @@ func (c *CA) revokeLocked(certname string, serial *big.Int) error {
 
 // Certificate returns the certificate of certname (PEM), revoked or not.
 func (c *CA) Certificate(ctx context.Context, certname string) ([]byte, error) {
-	if err := checkCertname(certname); err != nil {
-		return nil, fmt.Errorf("get certificate %q: %w", certname, err)
-	}
-	b, err := os.ReadFile(c.signedPath(certname))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("get certificate %q: %w", certname, notFoundf("Could not find certificate %s", certname))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get certificate %q: %w", certname, err)
-	}
-	return b, nil
+	return c.readPEM(certname, "certificate", "certificate", c.signedPath)
 }
 
 // CertificateRequest returns the pending request of certname (PEM).
 func (c *CA) CertificateRequest(ctx context.Context, certname string) ([]byte, error) {
+	return c.readPEM(certname, "certificate request", "certificate_request", c.requestPath)
+}
+
+// readPEM reads certname's stored file at path(certname); what names it in
+// errors and puppetWhat in the not-found message agents see.
+func (c *CA) readPEM(certname, what, puppetWhat string, path func(string) string) ([]byte, error) {
 	if err := checkCertname(certname); err != nil {
-		return nil, fmt.Errorf("get certificate request %q: %w", certname, err)
+		return nil, fmt.Errorf("get %s %q: %w", what, certname, err)
 	}
-	b, err := os.ReadFile(c.requestPath(certname))
+	b, err := os.ReadFile(path(certname))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("get certificate request %q: %w", certname, notFoundf("Could not find certificate_request %s", certname))
+		return nil, fmt.Errorf("get %s %q: %w", what, certname, notFoundf("Could not find %s %s", puppetWhat, certname))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("get certificate request %q: %w", certname, err)
+		return nil, fmt.Errorf("get %s %q: %w", what, certname, err)
 	}
 	return b, nil
 }

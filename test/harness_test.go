@@ -378,16 +378,26 @@ type syntheticNode struct {
 }
 
 // enrol makes a key and CSR for certname, submits it (the farm autosigns),
-// and fetches the certificate.
+// and fetches the certificate. Call it from the test's goroutine; other
+// goroutines use tryEnrol.
 func enrol(t *testing.T, f *farmProc, certname string) *syntheticNode {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	n, err := tryEnrol(f, certname)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return n
+}
+
+// tryEnrol is enrol returning its error, for use from any goroutine.
+func tryEnrol(f *farmProc, certname string) (*syntheticNode, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
 	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: certname}}, key)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	insecure := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	base := "https://" + f.Addr
@@ -396,54 +406,69 @@ func enrol(t *testing.T, f *farmProc, certname string) *syntheticNode {
 	req.Header.Set("Content-Type", "text/plain")
 	resp, err := insecure.Do(req)
 	if err != nil {
-		t.Fatalf("submit CSR for %s: %v", certname, err)
+		return nil, fmt.Errorf("submit CSR for %s: %w", certname, err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("submit CSR for %s: %s: %s", certname, resp.Status, body)
+		return nil, fmt.Errorf("submit CSR for %s: %s: %s", certname, resp.Status, body)
 	}
-	get := func(path string) []byte {
+	get := func(path string) ([]byte, error) {
 		resp, err := insecure.Get(base + path)
 		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
+			return nil, fmt.Errorf("GET %s: %w", path, err)
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET %s: %s: %s", path, resp.Status, b)
+			return nil, fmt.Errorf("GET %s: %s: %s", path, resp.Status, b)
 		}
-		return b
+		return b, nil
 	}
-	certPEM := get("/puppet-ca/v1/certificate/" + certname)
-	caPEM := get("/puppet-ca/v1/certificate/ca")
+	certPEM, err := get("/puppet-ca/v1/certificate/" + certname)
+	if err != nil {
+		return nil, err
+	}
+	caPEM, err := get("/puppet-ca/v1/certificate/ca")
+	if err != nil {
+		return nil, err
+	}
 	keyDER, _ := x509.MarshalECPrivateKey(key)
 	cert, err := tls.X509KeyPair(certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
 	if err != nil {
-		t.Fatalf("certificate for %s: %v", certname, err)
+		return nil, fmt.Errorf("certificate for %s: %w", certname, err)
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	return &syntheticNode{Certname: certname, Client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "localhost"},
-	}}}
+	}}}, nil
 }
 
-// putFacts uploads a facts document for the node.
+// putFacts uploads a facts document for the node (from the test's
+// goroutine; others use tryPutFacts).
 func (n *syntheticNode) putFacts(t *testing.T, f *farmProc, values map[string]any) {
 	t.Helper()
+	if err := n.tryPutFacts(f, values); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryPutFacts is putFacts returning its error, for use from any goroutine.
+func (n *syntheticNode) tryPutFacts(f *farmProc, values map[string]any) error {
 	doc, _ := json.Marshal(map[string]any{"name": n.Certname, "values": values})
 	req, _ := http.NewRequest(http.MethodPut, "https://"+f.Addr+"/puppet/v3/facts/"+n.Certname+"?environment=production", bytes.NewReader(doc))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := n.Client.Do(req)
 	if err != nil {
-		t.Fatalf("put facts for %s: %v", n.Certname, err)
+		return fmt.Errorf("put facts for %s: %w", n.Certname, err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("put facts for %s: %s: %s", n.Certname, resp.Status, b)
+		return fmt.Errorf("put facts for %s: %s: %s", n.Certname, resp.Status, b)
 	}
+	return nil
 }
 
 // waitFor polls cond until it holds or the deadline passes.

@@ -97,7 +97,7 @@ func newEngine(t testing.TB, opts Options) *Engine {
 // exactly as sent.
 func agentFacts(t testing.TB) map[string]any {
 	t.Helper()
-	b, err := os.ReadFile("testdata/golden/facts-agent1.json")
+	b, err := os.ReadFile("../../../testdata/puppet-protocol/facts-agent1.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,8 +222,8 @@ func normalizeCatalog(b []byte, envDir string) []byte {
 // byte (bar version, catalog_uuid, code_id and the environment's directory).
 func TestCompileGolden(t *testing.T) {
 	e := sharedEngine(t)
-	envpath := snapshot(t, "testdata/golden/production", "production")
-	want, err := os.ReadFile("testdata/golden/catalog-agent1.body")
+	envpath := snapshot(t, "../../../testdata/puppet-protocol/production", "production")
+	want, err := os.ReadFile("../../../testdata/puppet-protocol/catalog-agent1.body")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +447,7 @@ func TestCodeSnapshots(t *testing.T) {
 // TestCompileConcurrent runs more compiles than workers at once.
 func TestCompileConcurrent(t *testing.T) {
 	e := sharedEngine(t)
-	envpath := snapshot(t, "testdata/golden/production", "production")
+	envpath := snapshot(t, "../../../testdata/puppet-protocol/production", "production")
 	facts := agentFacts(t)
 	var wg sync.WaitGroup
 	errs := make([]error, 6)

@@ -31,11 +31,19 @@ type scriptedEngine struct {
 	// exportsHost makes nodes with an "ip" fact export Host[certname], and
 	// nodes with collect_hosts collect every exported Host.
 	exportsHost bool
+	// gotExports counts, per node, the compiles given exported resources.
+	gotExports map[string]int
 }
 
 func (e *scriptedEngine) Compile(ctx context.Context, req Request) (Result, error) {
 	e.mu.Lock()
 	e.calls++
+	if req.Exported != nil {
+		if e.gotExports == nil {
+			e.gotExports = map[string]int{}
+		}
+		e.gotExports[req.Certname]++
+	}
 	fail := e.fail
 	e.mu.Unlock()
 	if fail != nil {
@@ -530,6 +538,11 @@ func TestExportedResources(t *testing.T) {
 	nb, _ := r.store.GetNode(ctx, "b")
 	if nb.Requested.Reason != farm.ReasonExports {
 		t.Errorf("b's recompile reason = %q", nb.Requested.Reason)
+	}
+	// Only the collector's compiles were handed the environment's exports
+	// (listing them scans every node).
+	if r.engine.gotExports["a"] != 0 || r.engine.gotExports["b"] == 0 {
+		t.Errorf("compiles given exports: %v, want only b's", r.engine.gotExports)
 	}
 	// A change of a's facts that does not change its exports leaves b alone.
 	before = r.engine.count()

@@ -17,6 +17,30 @@ type Collectors interface {
 	RecompileCollectors(ctx context.Context, environment, exporter string, types []string) (int, error)
 }
 
+// compileWithExports compiles req, giving it the environment's exported
+// resources only when the node may collect some: gathering them lists every
+// node, which no compile of a node without collectors should pay. A node
+// whose last compile ran collectors gets them at once; a compile that turns
+// out to run collectors without having had them is compiled again with
+// them (once, when a node starts collecting).
+func (p *Pool) compileWithExports(ctx context.Context, node *farm.Node, req Request) (Result, error) {
+	withExports := len(node.Collects) > 0
+	for {
+		if withExports {
+			exported, err := p.exportedBy(ctx, req.Environment, req.Certname)
+			if err != nil {
+				return Result{}, err
+			}
+			req.Exported = exported
+		}
+		res, err := p.Engine.Compile(ctx, req)
+		if err != nil || withExports || len(res.Collects) == 0 {
+			return res, err
+		}
+		withExports = true
+	}
+}
+
 // exportedBy returns the resources every node of the environment but
 // certname exports, from their stored export lists.
 func (p *Pool) exportedBy(ctx context.Context, environment, certname string) ([]ExportedResource, error) {

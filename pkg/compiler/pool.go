@@ -179,14 +179,10 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	if err != nil {
 		return fmt.Errorf("check out code %s: %w", d.CodeID, err)
 	}
-	exported, err := p.exportedBy(ctx, d.Environment, d.Certname)
-	if err != nil {
-		return err
-	}
 	start := p.now()
-	res, err := p.Engine.Compile(ctx, Request{
+	res, err := p.compileWithExports(ctx, &node, Request{
 		Certname: d.Certname, Environment: d.Environment, CodeID: d.CodeID,
-		EnvironmentPath: envPath, Facts: fd.Values, Exported: exported,
+		EnvironmentPath: envPath, Facts: fd.Values,
 	})
 	dur := p.now().Sub(start)
 	if err != nil {

@@ -411,7 +411,7 @@ func TestPoolUnchangedRecompile(t *testing.T) {
 	first, _ := r.store.GetNode(ctx, "n1")
 
 	r.store.PutEnvironment(ctx, farm.Environment{Name: "production", CodeID: "code2"})
-	if n, err := r.intake.Requeue(ctx, "production", farm.LaneBulk, nil); err != nil || n != 1 {
+	if n, err := r.intake.Requeue(ctx, "production", farm.LaneBulk); err != nil || n != 1 {
 		t.Fatalf("Requeue = %d, %v", n, err)
 	}
 	r.drain(t)

@@ -88,7 +88,7 @@ func (d *Deployer) Deploy(ctx context.Context, environment, fromDir string) (Dep
 	}
 	// Requeue even when unchanged: it queues only nodes whose latest request
 	// is for other code, which finishes a deploy interrupted half way.
-	res.Queued, err = d.Intake.Requeue(ctx, environment, farm.LaneBulk, nil)
+	res.Queued, err = d.Intake.Requeue(ctx, environment, farm.LaneBulk)
 	if err != nil {
 		return res, fmt.Errorf("queue recompiles of %s: %w", environment, err)
 	}

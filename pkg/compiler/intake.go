@@ -385,13 +385,9 @@ func (in *Intake) factsRefresh() time.Duration {
 
 // Requeue brings every node of environment in line with its code and
 // release policy (see plan), queueing what is needed on lane: what a code
-// deploy does. progress, if not nil, is called after each node queued. It
-// returns how many nodes got a job.
-func (in *Intake) Requeue(ctx context.Context, environment string, lane farm.Lane, progress func(queued int)) (int, error) {
+// deploy does. It returns how many nodes got a job.
+func (in *Intake) Requeue(ctx context.Context, environment string, lane farm.Lane) (int, error) {
 	st, err := in.replan(ctx, environment, lane)
-	if progress != nil && st.Queued > 0 {
-		progress(st.Queued)
-	}
 	return st.Queued, err
 }
 

@@ -45,7 +45,7 @@ func TestStagedRelease(t *testing.T) {
 	env, _ := r.store.GetEnvironment(ctx, "production")
 	env.CodeID = "code2"
 	r.store.PutEnvironment(ctx, farm.Environment{Name: "production", CodeID: "code2", Release: &farm.Release{Hold: true, Stable: "code1"}})
-	if _, err := r.intake.Requeue(ctx, "production", farm.LaneBulk, nil); err != nil {
+	if _, err := r.intake.Requeue(ctx, "production", farm.LaneBulk); err != nil {
 		t.Fatal(err)
 	}
 	r.drain(t)

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"sort"
 	"strings"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
@@ -145,15 +144,6 @@ func NewFilter(paths []string) (*Filter, error) {
 	return f, nil
 }
 
-// Paths returns the filter's paths, dotted.
-func (f *Filter) Paths() []string {
-	out := make([]string, len(f.paths))
-	for i, p := range f.paths {
-		out[i] = strings.Join(p, ".")
-	}
-	return out
-}
-
 // Relevant returns a copy of values without the volatile paths. Only the maps
 // on a removed path are copied; the rest is shared with values.
 func (f *Filter) Relevant(values map[string]any) map[string]any {
@@ -233,14 +223,4 @@ func (f *Filter) RelevantDigest(values map[string]any) (farm.Digest, error) {
 		return "", err
 	}
 	return farm.DigestOf(b), nil
-}
-
-// Names returns the top-level fact names, sorted.
-func Names(values map[string]any) []string {
-	out := make([]string, 0, len(values))
-	for k := range values {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

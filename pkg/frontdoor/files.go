@@ -28,10 +28,7 @@ func (s *Server) currentCode(r *http.Request) (string, error) {
 	if env == "" {
 		return "", fmt.Errorf("the environment query parameter is required: %w", farm.ErrInvalid)
 	}
-	if err := s.checkEnvironment(r, env); err != nil {
-		return "", err
-	}
-	e, err := s.Envs.GetEnvironment(r.Context(), env)
+	e, err := s.environment(r, env)
 	if err != nil {
 		return "", err
 	}

@@ -18,7 +18,7 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	env := r.URL.Query().Get("environment")
 	if env != "" {
-		if err := s.checkEnvironment(r, env); err != nil {
+		if _, err := s.environment(r, env); err != nil {
 			s.envError(w, r, err)
 			return
 		}
@@ -54,17 +54,17 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(map[string]any{"name": name, "environment": env, "parameters": params})
 }
 
-func (s *Server) checkEnvironment(r *http.Request, env string) error {
+// environment reads a valid, known environment: ErrInvalid for a bad
+// name, ErrNotFound (with Puppet's message) for an unknown one.
+func (s *Server) environment(r *http.Request, env string) (farm.Environment, error) {
 	if err := farm.ValidateEnvironment(env); err != nil {
-		return err
+		return farm.Environment{}, err
 	}
-	if _, err := s.Envs.GetEnvironment(r.Context(), env); err != nil {
-		if errors.Is(err, farm.ErrNotFound) {
-			return fmt.Errorf("Could not find environment '%s': %w", env, farm.ErrNotFound)
-		}
-		return err
+	e, err := s.Envs.GetEnvironment(r.Context(), env)
+	if errors.Is(err, farm.ErrNotFound) {
+		return farm.Environment{}, fmt.Errorf("Could not find environment '%s': %w", env, farm.ErrNotFound)
 	}
-	return nil
+	return e, err
 }
 
 // envError answers an unknown environment as Puppet Server does.

@@ -34,7 +34,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"math/big"
 	"os"
@@ -82,19 +81,25 @@ type Options struct {
 	// Validity of issued certificates, counted from now (default five years);
 	// not-before is one day earlier.
 	Validity time.Duration
+	// ServerDir is where IssueServerCert keeps the front door's certificates
+	// and keys: local to the process, never in the store (Open: <dir>/server).
+	ServerDir string
 	// Now is the clock (default time.Now); tests set it.
 	Now func() time.Time
 	// Logger receives sign, revoke and submit events (default slog.Default()).
 	Logger *slog.Logger
 }
 
-// CA is a Puppet certificate authority kept in a directory. It implements
-// farm.CA; see the package documentation.
+// CA is a Puppet certificate authority whose records live in a Store and
+// whose key comes from a KeySource. It implements farm.CA; see the package
+// documentation.
 type CA struct {
-	dir      string
-	opts     Options
-	log      *slog.Logger
-	lockFile *os.File
+	store      Store
+	keys       KeySource
+	dir        string // the directory of a CA made by Open, else ""
+	closeStore func() error
+	opts       Options
+	log        *slog.Logger
 
 	// Immutable after Open.
 	cert    *x509.Certificate
@@ -102,14 +107,14 @@ type CA struct {
 	key     crypto.Signer
 	pool    *x509.CertPool
 
-	// mu serialises operations that change the directory; the directory
-	// lock (lockDir) serialises them with other processes.
+	// mu serialises this process's changes; the store's Lock (or its
+	// conditional writes) serialises them with other processes.
 	mu sync.Mutex
 
 	// crl is the newest CRL seen; swapped whole, never modified.
 	crl       atomic.Pointer[crlState]
-	reloadMu  sync.Mutex   // one refresh from disk at a time
-	lastCheck atomic.Int64 // unix nanos of the last look at the CRL file
+	reloadMu  sync.Mutex   // one refresh from the store at a time
+	lastCheck atomic.Int64 // unix nanos of the last look at the store's CRL
 }
 
 var _ farm.CA = (*CA)(nil)
@@ -147,154 +152,181 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// Open loads the CA kept in dir, creating the directory and a new CA (key,
-// certificate, empty CRL, serial counter, inventory) on first use.
+// Open loads the CA kept in dir, laid out like Puppet Server's cadir,
+// creating the directory and a new CA (key, certificate, empty CRL, serial
+// counter, inventory) on first use. Front door certificates are kept in
+// <dir>/server unless opts.ServerDir says otherwise.
 func Open(ctx context.Context, dir string, opts Options) (*CA, error) {
-	opts, err := opts.withDefaults()
-	if err != nil {
-		return nil, fmt.Errorf("open CA in %s: %w", dir, err)
-	}
 	if dir == "" {
 		return nil, fmt.Errorf("open CA: no directory given: %w", farm.ErrInvalid)
 	}
-	for _, d := range []struct {
-		path string
-		perm fs.FileMode
-	}{{dir, 0o750}, {dir + "/" + dirRequests, 0o755}, {dir + "/" + dirSigned, 0o755}, {dir + "/" + dirServer, 0o700}} {
-		if err := os.MkdirAll(d.path, d.perm); err != nil {
-			return nil, fmt.Errorf("open CA in %s: %w", dir, err)
-		}
+	if _, err := opts.withDefaults(); err != nil {
+		return nil, fmt.Errorf("open CA in %s: %w", dir, err)
 	}
-	c := &CA{dir: dir, opts: opts, log: opts.Logger.With("component", "ca", "dir", dir)}
-	c.lockFile, err = os.OpenFile(c.path(fileLock), os.O_RDWR|os.O_CREATE, 0o600)
+	st, err := OpenDirStore(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open CA in %s: %w", dir, err)
 	}
-	if err := c.init(ctx); err != nil {
-		_ = c.lockFile.Close()
+	if opts.ServerDir == "" {
+		opts.ServerDir = st.path(dirServer)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	opts.Logger = opts.Logger.With("dir", dir)
+	c, err := start(ctx, st, KeyFile(st.path(fileCAKey)), opts, true)
+	if err != nil {
+		_ = st.Close()
 		return nil, fmt.Errorf("open CA in %s: %w", dir, err)
+	}
+	c.dir, c.closeStore = dir, st.Close
+	return c, nil
+}
+
+// New opens the CA kept in store, signing with the key from keys. It
+// returns an error wrapping farm.ErrNotFound when the store has no CA yet:
+// Init makes one.
+func New(ctx context.Context, store Store, keys KeySource, opts Options) (*CA, error) {
+	return start(ctx, store, keys, opts, false)
+}
+
+// Init is New, creating the CA first when the store has none: with the key
+// keys holds, or a new key stored in keys. Several processes may Init one
+// store at once; one CA results.
+func Init(ctx context.Context, store Store, keys KeySource, opts Options) (*CA, error) {
+	return start(ctx, store, keys, opts, true)
+}
+
+func start(ctx context.Context, store Store, keys KeySource, opts Options, create bool) (*CA, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if opts.ServerDir == "" {
+		return nil, fmt.Errorf("open CA: no directory for the front door's certificates (Options.ServerDir): %w", farm.ErrInvalid)
+	}
+	if err := os.MkdirAll(opts.ServerDir, 0o700); err != nil {
+		return nil, fmt.Errorf("open CA: %w", err)
+	}
+	c := &CA{store: store, keys: keys, opts: opts, log: opts.Logger.With("component", "ca")}
+	if err := c.init(ctx, create); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
-func (c *CA) init(ctx context.Context) error {
+func (c *CA) init(ctx context.Context, create bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	unlock, err := c.lockDir(ctx)
+	unlock, err := c.store.Lock(ctx)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	_, err = os.Stat(c.path(fileCACert))
+	certPEM, err := c.store.CACert(ctx)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		// No CA yet, or a creation cut short. But certificates without the
-		// CA that signed them mean ca_crt.pem was lost: making a new CA
-		// would silently cut off every agent.
-		if signed, err := c.names(dirSigned); err != nil {
-			return err
-		} else if len(signed) > 0 {
-			return fmt.Errorf("%s is missing but %s/ holds %d certificates: restore the CA certificate, or move the directory away to start a new CA",
-				c.path(fileCACert), dirSigned, len(signed))
-		}
-		if err := c.create(); err != nil {
+	case errors.Is(err, farm.ErrNotFound) && create:
+		if certPEM, err = c.create(ctx); err != nil {
 			return err
 		}
+	case errors.Is(err, farm.ErrNotFound):
+		return fmt.Errorf("no CA here yet (create one with `broker ca init`): %w", err)
 	case err != nil:
 		return err
 	}
-	if err := c.load(); err != nil {
+	if err := c.load(ctx, certPEM); err != nil {
 		return err
 	}
-	if _, err := c.refreshCRL(); err != nil {
+	if err := c.store.Check(ctx); err != nil {
+		return err
+	}
+	if _, err := c.refreshCRL(ctx); err != nil {
 		return err
 	}
 	return nil
 }
 
-// create makes a new CA. The certificate is written last: a directory
-// without ca_crt.pem has no CA yet, whatever else a crash left behind.
-func (c *CA) create() error {
+// create makes a new CA and returns its certificate, or the certificate of
+// the CA another process made meanwhile. It signs with the key the key
+// source holds, making one when it holds none.
+func (c *CA) create(ctx context.Context) ([]byte, error) {
 	start := time.Now()
-	key, err := rsa.GenerateKey(rand.Reader, c.opts.KeyBits)
-	if err != nil {
-		return fmt.Errorf("generate %d-bit CA key: %w", c.opts.KeyBits, err)
-	}
-	der, err := newCACert(c.opts.Name, key, c.now())
-	if err != nil {
-		return err
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return fmt.Errorf("parse new CA certificate: %w", err)
-	}
-	c.cert, c.key = cert, key
-
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
-	if err := writeFileAtomic(c.path(fileCAKey), keyPEM, 0o600); err != nil {
-		return err
-	}
-	pubDER, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	if err != nil {
-		return fmt.Errorf("encode CA public key: %w", err)
-	}
-	if err := writeFileAtomic(c.path(fileCAPub), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
-		return err
-	}
-	if err := c.writeSerial(big.NewInt(2)); err != nil {
-		return err
-	}
-	if err := removeFile(c.path(fileInventory)); err != nil {
-		return err
-	}
-	if err := c.appendInventory("Puppet CA: "+c.opts.Name, cert.SerialNumber, cert.NotBefore, cert.NotAfter); err != nil {
-		return err
-	}
-	crlPEM, err := c.newCRL(big.NewInt(0), nil)
-	if err != nil {
-		return err
-	}
-	if err := writeFileAtomic(c.path(fileCRL), crlPEM, 0o644); err != nil {
-		return err
-	}
-	if err := writeFileAtomic(c.path(fileCACert), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		return err
-	}
-	c.log.Info("created CA", "subject", "Puppet CA: "+c.opts.Name, "key_bits", c.opts.KeyBits,
-		"not_after", cert.NotAfter, "took", time.Since(start).Round(time.Millisecond))
-	return nil
-}
-
-// load reads the CA certificate and key and checks they belong together.
-func (c *CA) load() error {
-	certPEM, err := os.ReadFile(c.path(fileCACert))
-	if err != nil {
-		return fmt.Errorf("read CA certificate: %w", err)
-	}
-	block, _ := pem.Decode(certPEM)
-	if block == nil || block.Type != "CERTIFICATE" {
-		return fmt.Errorf("read CA certificate %s: no PEM certificate", c.path(fileCACert))
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return fmt.Errorf("parse CA certificate %s: %w", c.path(fileCACert), err)
-	}
-	keyPEM, err := os.ReadFile(c.path(fileCAKey))
-	if err != nil {
-		return fmt.Errorf("read CA key: %w", err)
+	keyPEM, err := c.keys.LoadKey(ctx)
+	if errors.Is(err, farm.ErrNotFound) {
+		key, err := rsa.GenerateKey(rand.Reader, c.opts.KeyBits)
+		if err != nil {
+			return nil, fmt.Errorf("generate %d-bit CA key: %w", c.opts.KeyBits, err)
+		}
+		keyPEM = pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+		if err := c.keys.CreateKey(ctx, keyPEM); errors.Is(err, farm.ErrConflict) {
+			keyPEM, err = c.keys.LoadKey(ctx) // another process made one first
+			if err != nil {
+				return nil, err
+			}
+		} else if err != nil {
+			return nil, err
+		}
+	} else if err != nil {
+		return nil, err
+	} else {
+		c.log.Info("creating the CA with the key already in place", "key", c.keys.String())
 	}
 	key, err := parsePrivateKey(keyPEM)
 	if err != nil {
-		return fmt.Errorf("read CA key %s: %w", c.path(fileCAKey), err)
+		return nil, fmt.Errorf("read CA key from %s: %w", c.keys, err)
+	}
+	der, err := newCACert(c.opts.Name, key, c.now())
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("parse new CA certificate: %w", err)
+	}
+	c.cert, c.key = cert, key
+	crlPEM, err := c.newCRL(big.NewInt(0), nil)
+	if err != nil {
+		return nil, err
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	err = c.store.Create(ctx, Genesis{
+		CertPEM: certPEM, CRLPEM: crlPEM, NextSerial: big.NewInt(2),
+		Issued: Issued{Certname: "Puppet CA: " + c.opts.Name, Serial: cert.SerialNumber, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter},
+	})
+	if errors.Is(err, farm.ErrConflict) {
+		return c.store.CACert(ctx) // another process made the CA first
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.log.Info("created CA", "subject", "Puppet CA: "+c.opts.Name, "key", c.keys.String(),
+		"not_after", cert.NotAfter, "took", time.Since(start).Round(time.Millisecond))
+	return certPEM, nil
+}
+
+// load reads the CA certificate and key and checks they belong together.
+func (c *CA) load(ctx context.Context, certPEM []byte) error {
+	block, _ := pem.Decode(certPEM)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return errors.New("read CA certificate: no PEM certificate")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return fmt.Errorf("parse CA certificate: %w", err)
+	}
+	keyPEM, err := c.keys.LoadKey(ctx)
+	if err != nil {
+		return fmt.Errorf("read CA key from %s: %w", c.keys, err)
+	}
+	key, err := parsePrivateKey(keyPEM)
+	if err != nil {
+		return fmt.Errorf("read CA key from %s: %w", c.keys, err)
 	}
 	if !publicKeysEqual(key.Public(), cert.PublicKey) {
-		return fmt.Errorf("CA key %s does not match CA certificate %s", c.path(fileCAKey), c.path(fileCACert))
+		return fmt.Errorf("CA key (%s) does not match CA certificate %q", c.keys, cert.Subject.CommonName)
 	}
 	if !cert.IsCA || len(cert.SubjectKeyId) == 0 {
-		return fmt.Errorf("CA certificate %s is not a CA certificate with a key identifier", c.path(fileCACert))
-	}
-	if _, err := c.readSerial(); err != nil {
-		return err
+		return fmt.Errorf("CA certificate %q is not a CA certificate with a key identifier", cert.Subject.CommonName)
 	}
 	if want := "Puppet CA: " + c.opts.Name; c.opts.Name != defaultName && cert.Subject.CommonName != want {
 		c.log.Warn("existing CA keeps its name", "subject", cert.Subject.CommonName, "requested", want)
@@ -306,33 +338,36 @@ func (c *CA) load() error {
 	return nil
 }
 
-// Close releases the CA's hold on its directory. The CA must not be used
+// Close releases the CA's hold on its store. The CA must not be used
 // afterwards.
 func (c *CA) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.lockFile.Close(); err != nil {
-		return fmt.Errorf("close CA in %s: %w", c.dir, err)
+	if c.closeStore == nil {
+		return nil
+	}
+	if err := c.closeStore(); err != nil {
+		return fmt.Errorf("close CA: %w", err)
 	}
 	return nil
 }
 
 func (c *CA) now() time.Time { return c.opts.Now() }
 
-// locked runs fn holding the in-process mutex and the directory lock, with
-// the CRL brought up to date with the directory first.
+// locked runs fn holding the in-process mutex and the store's lock, with
+// the CRL brought up to date with the store first.
 func (c *CA) locked(ctx context.Context, fn func() error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	unlock, err := c.lockDir(ctx)
+	unlock, err := c.store.Lock(ctx)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if _, err := c.refreshCRL(); err != nil {
+	if _, err := c.refreshCRL(ctx); err != nil {
 		return err
 	}
 	return fn()
@@ -344,9 +379,9 @@ func (c *CA) CACertificate(ctx context.Context) ([]byte, error) {
 }
 
 // CRL returns the current CRL (PEM), including revocations made by other
-// processes sharing the directory.
+// processes sharing the store.
 func (c *CA) CRL(ctx context.Context) ([]byte, error) {
-	st, err := c.refreshCRL()
+	st, err := c.refreshCRL(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read CRL: %w", err)
 	}
@@ -360,7 +395,7 @@ func (c *CA) CRL(ctx context.Context) ([]byte, error) {
 // weak key, SANs or extensions not allowed) and farm.ErrConflict when
 // certname already has a signed, unrevoked certificate or is one of the
 // front door's names. A request for a name whose certificate was revoked is
-// accepted and retires the revoked certificate file (its serial stays on the
+// accepted and retires the revoked certificate (its serial stays on the
 // CRL).
 func (c *CA) SubmitCSR(ctx context.Context, certname string, csrPEM []byte) error {
 	if err := checkCertname(certname); err != nil {
@@ -375,21 +410,24 @@ func (c *CA) SubmitCSR(ctx context.Context, certname string, csrPEM []byte) erro
 		return fmt.Errorf("submit certificate request for %q: %w", certname, err)
 	}
 	err = c.locked(ctx, func() error {
-		if err := c.checkFree(certname); err != nil {
-			return err
-		}
-		if err := removeFile(c.signedPath(certname)); err != nil { // revoked, if any (checkFree)
+		revoked, err := c.checkFree(ctx, certname)
+		if err != nil {
 			return err
 		}
 		if c.opts.Autosign {
-			if err := c.signLocked(certname, v); err != nil {
+			if err := c.signLocked(ctx, certname, v, revoked); err != nil {
 				return err
 			}
 			// A pending request from before is answered by this certificate.
-			return removeFile(c.requestPath(certname))
+			return c.store.DeleteRequest(ctx, certname)
+		}
+		if revoked != nil {
+			if err := c.store.DeleteSigned(ctx, certname, revoked); err != nil {
+				return err
+			}
 		}
 		norm := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr.Raw})
-		if err := writeFileAtomic(c.requestPath(certname), norm, 0o644); err != nil {
+		if err := c.store.PutRequest(ctx, certname, norm); err != nil {
 			return err
 		}
 		c.log.Info("certificate request stored", "certname", certname, "fingerprint", fingerprint(csr.Raw))
@@ -402,25 +440,28 @@ func (c *CA) SubmitCSR(ctx context.Context, certname string, csrPEM []byte) erro
 }
 
 // checkFree returns ErrConflict when certname has a signed, unrevoked
-// certificate or belongs to the front door. Caller holds the locks.
-func (c *CA) checkFree(certname string) error {
-	cert, err := c.readCert(certname)
+// certificate or belongs to the front door. When certname holds a revoked
+// certificate it returns its serial: a new certificate replaces it. Caller
+// holds the locks.
+func (c *CA) checkFree(ctx context.Context, certname string) (revoked *big.Int, err error) {
+	cert, err := c.readCert(ctx, certname)
 	switch {
 	case err == nil:
 		if !c.isRevokedState(c.crl.Load(), cert.SerialNumber) {
-			return conflictf("%s already has a signed certificate; ignoring certificate request", certname)
+			return nil, conflictf("%s already has a signed certificate; ignoring certificate request", certname)
 		}
+		revoked = cert.SerialNumber
 	case !errors.Is(err, farm.ErrNotFound):
-		return err
+		return nil, err
 	}
-	owner, err := c.serverNameOwner(certname)
+	owner, err := c.serverNameOwner(ctx, certname)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if owner != "" {
-		return conflictf("Certname %q is a name of the front door's certificate %q; an agent cannot take it", certname, owner)
+		return nil, conflictf("Certname %q is a name of the front door's certificate %q; an agent cannot take it", certname, owner)
 	}
-	return nil
+	return revoked, nil
 }
 
 // Sign signs the pending request of certname. It returns ErrNotFound when
@@ -432,9 +473,9 @@ func (c *CA) Sign(ctx context.Context, certname string) error {
 		return fmt.Errorf("sign %q: %w", certname, err)
 	}
 	err := c.locked(ctx, func() error {
-		data, err := os.ReadFile(c.requestPath(certname))
-		if errors.Is(err, fs.ErrNotExist) {
-			if held, cerr := c.readCert(certname); cerr == nil && !c.isRevokedState(c.crl.Load(), held.SerialNumber) {
+		data, err := c.store.Request(ctx, certname)
+		if errors.Is(err, farm.ErrNotFound) {
+			if held, cerr := c.readCert(ctx, certname); cerr == nil && !c.isRevokedState(c.crl.Load(), held.SerialNumber) {
 				return conflictf("%s has no pending certificate request; it already has a signed certificate", certname)
 			}
 			return notFoundf("Could not find certificate_request %s", certname)
@@ -450,13 +491,14 @@ func (c *CA) Sign(ctx context.Context, certname string) error {
 		if err != nil {
 			return err
 		}
-		if err := c.checkFree(certname); err != nil {
+		revoked, err := c.checkFree(ctx, certname)
+		if err != nil {
 			return err
 		}
-		if err := c.signLocked(certname, v); err != nil {
+		if err := c.signLocked(ctx, certname, v, revoked); err != nil {
 			return err
 		}
-		return removeFile(c.requestPath(certname))
+		return c.store.DeleteRequest(ctx, certname)
 	})
 	if err != nil {
 		return fmt.Errorf("sign %q: %w", certname, err)
@@ -464,10 +506,13 @@ func (c *CA) Sign(ctx context.Context, certname string) error {
 	return nil
 }
 
-// signLocked issues the agent certificate for a vetted request. Caller holds
-// the locks.
-func (c *CA) signLocked(certname string, v *vetted) error {
-	serial, err := c.nextSerial()
+// signLocked issues the agent certificate for a vetted request, replacing
+// the revoked certificate with serial replace (nil: none). Caller holds the
+// locks. Another process signing for certname at the same moment makes the
+// conditional store write fail: the certificate made here is not stored and
+// the caller sees ErrConflict.
+func (c *CA) signLocked(ctx context.Context, certname string, v *vetted, replace *big.Int) error {
+	serial, err := c.store.NextSerial(ctx)
 	if err != nil {
 		return err
 	}
@@ -486,10 +531,12 @@ func (c *CA) signLocked(certname string, v *vetted) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(c.signedPath(certname), certPEM, 0o644); err != nil {
+	if err := c.store.PutSigned(ctx, certname, certPEM, replace); errors.Is(err, farm.ErrConflict) {
+		return conflictf("%s already has a signed certificate; ignoring certificate request", certname)
+	} else if err != nil {
 		return err
 	}
-	if err := c.appendInventory(certname, cert.SerialNumber, cert.NotBefore, cert.NotAfter); err != nil {
+	if err := c.store.RecordIssued(ctx, Issued{Certname: certname, Serial: cert.SerialNumber, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter}); err != nil {
 		return err
 	}
 	c.log.Info("signed certificate", "certname", certname, "serial", formatSerial(serial),
@@ -505,11 +552,21 @@ func (c *CA) Revoke(ctx context.Context, certname string) error {
 		return fmt.Errorf("revoke %q: %w", certname, err)
 	}
 	err := c.locked(ctx, func() error {
-		cert, err := c.readCert(certname)
+		cert, err := c.readCert(ctx, certname)
 		if err != nil {
 			return err
 		}
-		return c.revokeLocked(certname, cert.SerialNumber)
+		// Another process may re-sign the CRL between our read and write:
+		// read it again and retry.
+		for attempt := 1; ; attempt++ {
+			err := c.revokeLocked(ctx, certname, cert.SerialNumber)
+			if !errors.Is(err, farm.ErrConflict) || attempt == 20 {
+				return err
+			}
+			if _, err := c.refreshCRL(ctx); err != nil {
+				return err
+			}
+		}
 	})
 	if err != nil {
 		return fmt.Errorf("revoke %q: %w", certname, err)
@@ -518,8 +575,8 @@ func (c *CA) Revoke(ctx context.Context, certname string) error {
 }
 
 // revokeLocked adds serial to the CRL. Caller holds the locks and has
-// refreshed the CRL from disk.
-func (c *CA) revokeLocked(certname string, serial *big.Int) error {
+// refreshed the CRL from the store.
+func (c *CA) revokeLocked(ctx context.Context, certname string, serial *big.Int) error {
 	cur := c.crl.Load()
 	if _, ok := cur.revoked[serial.Text(16)]; ok {
 		return nil
@@ -535,7 +592,7 @@ func (c *CA) revokeLocked(certname string, serial *big.Int) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(c.path(fileCRL), crlPEM, 0o644); err != nil {
+	if err := c.store.PutCRL(ctx, crlPEM, number, cur.number); err != nil {
 		return err
 	}
 	c.storeCRL(st)
@@ -545,22 +602,22 @@ func (c *CA) revokeLocked(certname string, serial *big.Int) error {
 
 // Certificate returns the certificate of certname (PEM), revoked or not.
 func (c *CA) Certificate(ctx context.Context, certname string) ([]byte, error) {
-	return c.readPEM(certname, "certificate", "certificate", c.signedPath)
+	return c.readPEM(ctx, certname, "certificate", "certificate", c.store.Signed)
 }
 
 // CertificateRequest returns the pending request of certname (PEM).
 func (c *CA) CertificateRequest(ctx context.Context, certname string) ([]byte, error) {
-	return c.readPEM(certname, "certificate request", "certificate_request", c.requestPath)
+	return c.readPEM(ctx, certname, "certificate request", "certificate_request", c.store.Request)
 }
 
-// readPEM reads certname's stored file at path(certname); what names it in
-// errors and puppetWhat in the not-found message agents see.
-func (c *CA) readPEM(certname, what, puppetWhat string, path func(string) string) ([]byte, error) {
+// readPEM reads certname's record with get; what names it in errors and
+// puppetWhat in the not-found message agents see.
+func (c *CA) readPEM(ctx context.Context, certname, what, puppetWhat string, get func(context.Context, string) ([]byte, error)) ([]byte, error) {
 	if err := checkCertname(certname); err != nil {
 		return nil, fmt.Errorf("get %s %q: %w", what, certname, err)
 	}
-	b, err := os.ReadFile(path(certname))
-	if errors.Is(err, fs.ErrNotExist) {
+	b, err := get(ctx, certname)
+	if errors.Is(err, farm.ErrNotFound) {
 		return nil, fmt.Errorf("get %s %q: %w", what, certname, notFoundf("Could not find %s %s", puppetWhat, certname))
 	}
 	if err != nil {
@@ -570,30 +627,21 @@ func (c *CA) readPEM(certname, what, puppetWhat string, path func(string) string
 }
 
 // List describes every certname the CA knows, sorted by name: one entry per
-// name, the pending request when there is one, else the certificate.
+// name, the pending request when there is one, else the certificate. Front
+// door certificates recorded only as such (on stores shared by several
+// front doors) are listed too, the newest per name.
 func (c *CA) List(ctx context.Context) ([]farm.CertStatus, error) {
-	st, err := c.refreshCRL()
+	st, err := c.refreshCRL(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list certificates: %w", err)
 	}
 	byName := map[string]farm.CertStatus{}
-	signed, err := c.names(dirSigned)
-	if err != nil {
-		return nil, fmt.Errorf("list certificates: %w", err)
-	}
-	for _, name := range signed {
-		cert, err := c.readCert(name)
-		if errors.Is(err, farm.ErrNotFound) {
-			continue // removed meanwhile
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list certificates: %w", err)
-		}
+	certStatus := func(name string, cert *x509.Certificate) farm.CertStatus {
 		state := farm.CertSigned
 		if c.isRevokedState(st, cert.SerialNumber) {
 			state = farm.CertRevoked
 		}
-		byName[name] = farm.CertStatus{
+		return farm.CertStatus{
 			Certname:    name,
 			State:       state,
 			Serial:      formatSerial(cert.SerialNumber),
@@ -602,21 +650,46 @@ func (c *CA) List(ctx context.Context) ([]farm.CertStatus, error) {
 			NotAfter:    cert.NotAfter,
 		}
 	}
-	requests, err := c.names(dirRequests)
+	signed, err := c.store.SignedCerts(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list certificates: %w", err)
 	}
-	for _, name := range requests {
-		data, err := os.ReadFile(c.requestPath(name))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // signed meanwhile
-		}
+	for name, data := range signed {
+		cert, err := parseCertPEM(data)
 		if err != nil {
-			return nil, fmt.Errorf("list certificates: %w", err)
+			c.log.Warn("unreadable certificate in the CA's store", "certname", name, "err", err)
+			continue
 		}
+		byName[name] = certStatus(name, cert)
+	}
+	servers, err := c.store.ServerCerts(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list certificates: %w", err)
+	}
+	newest := map[string]*x509.Certificate{}
+	for _, data := range servers {
+		cert, err := parseCertPEM(data)
+		if err != nil {
+			continue
+		}
+		name := cert.Subject.CommonName
+		if old := newest[name]; old == nil || cert.NotBefore.After(old.NotBefore) {
+			newest[name] = cert
+		}
+	}
+	for name, cert := range newest {
+		if _, ok := byName[name]; !ok && checkCertname(name) == nil {
+			byName[name] = certStatus(name, cert)
+		}
+	}
+	requests, err := c.store.Requests(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list certificates: %w", err)
+	}
+	for name, data := range requests {
 		csr, err := parseCSR(data)
 		if err != nil {
-			c.log.Warn("unreadable certificate request on disk", "certname", name, "err", err)
+			c.log.Warn("unreadable certificate request in the CA's store", "certname", name, "err", err)
 			continue
 		}
 		if prev, ok := byName[name]; ok && prev.State == farm.CertSigned {
@@ -637,27 +710,10 @@ func (c *CA) List(ctx context.Context) ([]farm.CertStatus, error) {
 	return out, nil
 }
 
-// names lists the certnames with a .pem file in a subdirectory.
-func (c *CA) names(sub string) ([]string, error) {
-	entries, err := os.ReadDir(c.path(sub))
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range entries {
-		name, ok := strings.CutSuffix(e.Name(), ".pem")
-		if !ok || e.IsDir() || checkCertname(name) != nil {
-			continue
-		}
-		out = append(out, name)
-	}
-	return out, nil
-}
-
-// readCert reads and parses signed/<certname>.pem; ErrNotFound when absent.
-func (c *CA) readCert(certname string) (*x509.Certificate, error) {
-	data, err := os.ReadFile(c.signedPath(certname))
-	if errors.Is(err, fs.ErrNotExist) {
+// readCert reads and parses certname's certificate; ErrNotFound when absent.
+func (c *CA) readCert(ctx context.Context, certname string) (*x509.Certificate, error) {
+	data, err := c.store.Signed(ctx, certname)
+	if errors.Is(err, farm.ErrNotFound) {
 		return nil, notFoundf("Could not find certificate %s", certname)
 	}
 	if err != nil {
@@ -693,18 +749,18 @@ func fingerprint(der []byte) string {
 	return b.String()
 }
 
-// refreshCRL brings the in-memory CRL up to date with ca_crl.pem and returns
+// refreshCRL brings the in-memory CRL up to date with the store and returns
 // it. A CRL older (lower CRL number) than the one in memory never replaces it.
-func (c *CA) refreshCRL() (*crlState, error) {
+func (c *CA) refreshCRL(ctx context.Context) (*crlState, error) {
 	c.reloadMu.Lock()
 	defer c.reloadMu.Unlock()
-	return c.refreshCRLLocked()
+	return c.refreshCRLLocked(ctx)
 }
 
 // refreshCRLLocked is refreshCRL for a caller holding c.reloadMu.
-func (c *CA) refreshCRLLocked() (*crlState, error) {
+func (c *CA) refreshCRLLocked(ctx context.Context) (*crlState, error) {
 	c.lastCheck.Store(time.Now().UnixNano())
-	data, err := os.ReadFile(c.path(fileCRL))
+	data, err := c.store.CRL(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read CRL: %w", err)
 	}
@@ -736,17 +792,17 @@ func (c *CA) storeCRL(st *crlState) *crlState {
 func (c *CA) parseCRL(data []byte) (*crlState, error) {
 	block, _ := pem.Decode(data)
 	if block == nil || block.Type != "X509 CRL" {
-		return nil, fmt.Errorf("CRL %s is not a PEM X509 CRL", c.path(fileCRL))
+		return nil, errors.New("the stored CRL is not a PEM X509 CRL")
 	}
 	rl, err := x509.ParseRevocationList(block.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("parse CRL %s: %w", c.path(fileCRL), err)
+		return nil, fmt.Errorf("parse CRL: %w", err)
 	}
 	if err := rl.CheckSignatureFrom(c.cert); err != nil {
-		return nil, fmt.Errorf("CRL %s is not signed by this CA: %w", c.path(fileCRL), err)
+		return nil, fmt.Errorf("the stored CRL is not signed by this CA: %w", err)
 	}
 	if rl.Number == nil {
-		return nil, fmt.Errorf("CRL %s has no CRL number", c.path(fileCRL))
+		return nil, errors.New("the stored CRL has no CRL number")
 	}
 	st := &crlState{pem: data, number: rl.Number, entries: rl.RevokedCertificateEntries, revoked: map[string]time.Time{}}
 	for _, e := range rl.RevokedCertificateEntries {

@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"log/slog"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -164,3 +165,11 @@ func pemKey(t testing.TB, key crypto.Signer) []byte {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 }
+
+// Views of a CA opened with Open on its directory store, for tests that
+// look at or damage the files.
+func (c *CA) ds() *DirStore                      { return c.store.(*DirStore) }
+func (c *CA) path(elem ...string) string         { return c.ds().path(elem...) }
+func (c *CA) signedPath(certname string) string  { return c.ds().signedPath(certname) }
+func (c *CA) names(sub string) ([]string, error) { return c.ds().names(sub) }
+func (c *CA) readSerial() (*big.Int, error)      { return c.ds().readSerial() }

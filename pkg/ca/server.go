@@ -20,6 +20,7 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -39,9 +40,9 @@ const (
 // understood), serverAuth+clientAuth. keyType is KeyECDSAP256 (default when
 // empty) or KeyRSA.
 //
-// The certificate and key are kept in server/<certname>.pem and .key (0600)
-// and a copy of the certificate in signed/<certname>.pem, as Puppet Server
-// keeps its own. A kept certificate is reused when it is still valid for a
+// The certificate and key are kept in Options.ServerDir as <certname>.pem
+// and .key (0600); the store records the certificate as a front door's and
+// as certname's certificate, as Puppet Server keeps its own. A kept certificate is reused when it is still valid for a
 // while (30 days, or a third of its lifetime if shorter), not revoked, has
 // the requested key type and covers every requested name; otherwise a new
 // key and certificate replace it. It returns ErrConflict when an agent
@@ -64,7 +65,8 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 	}
 	var out tls.Certificate
 	err = c.locked(ctx, func() error {
-		certPath, keyPath := c.path(dirServer, certname+".pem"), c.path(dirServer, certname+".key")
+		certPath := filepath.Join(c.opts.ServerDir, certname+".pem")
+		keyPath := filepath.Join(c.opts.ServerDir, certname+".key")
 		old, oldKey, why := c.loadServerCert(certPath, keyPath)
 		if why == "" {
 			why = c.serverCertStale(old, oldKey, dnsNames, ips, keyType)
@@ -74,15 +76,20 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 			c.log.Info("reusing server certificate", "certname", certname, "serial", formatSerial(old.SerialNumber), "not_after", old.NotAfter)
 			return nil
 		}
-		// Do not take over a name an agent holds a certificate for.
-		if held, err := c.readCert(certname); err == nil && !c.isRevokedState(c.crl.Load(), held.SerialNumber) &&
-			(old == nil || held.SerialNumber.Cmp(old.SerialNumber) != 0) {
-			return conflictf("%s already has a signed agent certificate; revoke it or give the front door another certname", certname)
-		} else if err != nil && !errors.Is(err, farm.ErrNotFound) {
+		// Do not take over a name an agent holds a certificate for. A front
+		// door's certificate (this process's, or another front door's
+		// sharing the store and the certname) is replaced.
+		var replace *big.Int
+		if held, err := c.readCert(ctx, certname); err == nil {
+			replace = held.SerialNumber
+			if !isServerCert(held) && !c.isRevokedState(c.crl.Load(), held.SerialNumber) {
+				return conflictf("%s already has a signed agent certificate; revoke it or give the front door another certname", certname)
+			}
+		} else if !errors.Is(err, farm.ErrNotFound) {
 			return err
 		}
 		for _, n := range dnsNames[1:] {
-			if held, err := c.readCert(n); err == nil && !c.isRevokedState(c.crl.Load(), held.SerialNumber) {
+			if held, err := c.readCert(ctx, n); err == nil && !c.isRevokedState(c.crl.Load(), held.SerialNumber) {
 				c.log.Warn("an agent holds a certificate for one of the front door's names and could impersonate it; revoke it",
 					"name", n, "serial", formatSerial(held.SerialNumber))
 			}
@@ -92,7 +99,7 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 		if err != nil {
 			return err
 		}
-		serial, err := c.nextSerial()
+		serial, err := c.store.NextSerial(ctx)
 		if err != nil {
 			return err
 		}
@@ -124,10 +131,13 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 		if err := writeFileAtomic(certPath, certPEM, 0o644); err != nil {
 			return err
 		}
-		if err := writeFileAtomic(c.signedPath(certname), certPEM, 0o644); err != nil {
+		if err := c.store.PutServerCert(ctx, certname, certPEM); err != nil {
 			return err
 		}
-		if err := c.appendInventory(certname, cert.SerialNumber, cert.NotBefore, cert.NotAfter); err != nil {
+		if err := c.store.PutSigned(ctx, certname, certPEM, replace); err != nil {
+			return fmt.Errorf("record server certificate (another front door may have just replaced it: start again): %w", err)
+		}
+		if err := c.store.RecordIssued(ctx, Issued{Certname: certname, Serial: cert.SerialNumber, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter}); err != nil {
 			return err
 		}
 		c.log.Info("issued server certificate", "certname", certname, "serial", formatSerial(serial),
@@ -310,33 +320,46 @@ func publicKeysEqual(a, b crypto.PublicKey) bool {
 	return false
 }
 
-// serverNameOwner returns the certname of the unrevoked front door
+// serverNameOwner returns the certname of an unrevoked front door
 // certificate that carries name as a DNS SAN, or "". Agents must not get a
 // certificate for such a name: it would let them impersonate the front door
 // (agent certificates are good for serverAuth, as Puppet's are).
-func (c *CA) serverNameOwner(name string) (string, error) {
-	owners, err := c.names(dirServer)
+func (c *CA) serverNameOwner(ctx context.Context, name string) (string, error) {
+	certs, err := c.serverCerts(ctx)
 	if err != nil {
-		return "", fmt.Errorf("list server certificates: %w", err)
+		return "", err
 	}
-	for _, owner := range owners {
-		data, err := os.ReadFile(c.path(dirServer, owner+".pem"))
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			return "", fmt.Errorf("read server certificate %q: %w", owner, err)
-		}
-		cert, err := parseCertPEM(data)
-		if err != nil {
-			c.log.Warn("unreadable server certificate", "certname", owner, "err", err)
-			continue
-		}
+	for _, cert := range certs {
 		if slices.Contains(cert.DNSNames, name) && !c.isRevokedState(c.crl.Load(), cert.SerialNumber) {
-			return owner, nil
+			return cert.Subject.CommonName, nil
 		}
 	}
 	return "", nil
+}
+
+// isServerCert reports whether cert is a front door's certificate: it
+// carries pp_cli_auth, which IssueServerCert adds and agents' requests may
+// never carry (vetExtensions).
+func isServerCert(cert *x509.Certificate) bool {
+	return slices.ContainsFunc(cert.Extensions, func(e pkix.Extension) bool { return e.Id.Equal(oidPuppetCliAuth) })
+}
+
+// serverCerts returns the front doors' certificates recorded in the store.
+func (c *CA) serverCerts(ctx context.Context) ([]*x509.Certificate, error) {
+	all, err := c.store.ServerCerts(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list server certificates: %w", err)
+	}
+	out := make([]*x509.Certificate, 0, len(all))
+	for _, data := range all {
+		cert, err := parseCertPEM(data)
+		if err != nil {
+			c.log.Warn("unreadable server certificate in the CA's store", "err", err)
+			continue
+		}
+		out = append(out, cert)
+	}
+	return out, nil
 }
 
 // CACert returns the CA certificate. Callers must not modify it.
@@ -348,16 +371,18 @@ func (c *CA) Pool() *x509.CertPool { return c.pool }
 
 // IsRevoked reports whether the CA has revoked the certificate with this
 // serial. It answers from memory and is safe for concurrent use; at most
-// once a second it also looks for revocations made by another process
-// sharing the directory.
+// once a second one caller also reads the store's CRL, picking up
+// revocations made by other processes sharing the store.
 func (c *CA) IsRevoked(serial *big.Int) bool {
 	if serial == nil {
 		return false
 	}
 	if time.Since(time.Unix(0, c.lastCheck.Load())) > refreshEvery && c.reloadMu.TryLock() {
-		if _, err := c.refreshCRLLocked(); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := c.refreshCRLLocked(ctx); err != nil {
 			c.log.Error("refresh CRL", "err", err)
 		}
+		cancel()
 		c.reloadMu.Unlock()
 	}
 	return c.isRevokedState(c.crl.Load(), serial)

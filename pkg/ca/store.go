@@ -2,189 +2,96 @@ package ca
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io/fs"
 	"math/big"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 )
 
-// Files and directories of a CA directory. The names follow Puppet Server's
-// cadir so an operator finds their way around (and could hand the directory
-// to a Puppet Server).
-const (
-	fileCACert    = "ca_crt.pem"    // the self-signed CA certificate
-	fileCAKey     = "ca_key.pem"    // the CA's RSA key, PKCS#1, 0600
-	fileCAPub     = "ca_pub.pem"    // the CA's public key
-	fileCRL       = "ca_crl.pem"    // the CRL, re-signed on every revocation
-	fileSerial    = "serial"        // the next serial number, hex ("%04X")
-	fileInventory = "inventory.txt" // one line per certificate ever issued
-	fileLock      = ".lock"         // flock(2) target serialising processes
-	dirRequests   = "requests"      // pending CSRs: requests/<certname>.pem
-	dirSigned     = "signed"        // issued certificates: signed/<certname>.pem
-	dirServer     = "server"        // front door certs and keys: server/<certname>.{pem,key}
-)
+// Store keeps a CA's records: its certificate, serial counter, inventory,
+// pending requests, signed certificates, the front doors' certificates and
+// the CRL. The CA key is not a record: it comes from a KeySource.
+//
+// Drivers: the directory laid out like Puppet Server's cadir (Dir, behind
+// Open), and DynamoDB (package dynamostate). A driver whose writes are not
+// conditional themselves serialises changes with Lock; a driver with
+// conditional writes returns a no-op from Lock and enforces the conditions
+// of NextSerial, PutSigned, DeleteSigned, Create and PutCRL itself, so that
+// several processes on several hosts can sign at once. Every method returns
+// farm.ErrNotFound for a missing record and farm.ErrConflict for a failed
+// condition.
+type Store interface {
+	// Lock serialises a change with other processes sharing the store,
+	// waiting until ctx ends.
+	Lock(ctx context.Context) (unlock func(), err error)
+	// Check verifies the store's own records are usable (the serial
+	// counter); the CA calls it once when it opens.
+	Check(ctx context.Context) error
 
-// writeFileAtomic replaces path with data so that readers see either the old
-// or the new content, never a mix, and the new content survives a crash once
-// writeFileAtomic returns: temp file in the same directory, fsync, rename,
-// fsync of the directory.
-func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	// The temp name starts with '.' so it is never taken for a certname.
-	f, err := os.CreateTemp(dir, "."+base+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err = f.Chmod(perm); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("write %s: fsync: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return syncDir(dir)
+	// CACert returns the CA certificate (PEM); ErrNotFound when there is no
+	// CA yet.
+	CACert(ctx context.Context) ([]byte, error)
+	// Create records a new CA: its certificate, first CRL (number 0), the
+	// serial counter at Genesis.NextSerial and the CA certificate's
+	// inventory entry. ErrConflict when the store already has a CA.
+	Create(ctx context.Context, g Genesis) error
+
+	// NextSerial takes a serial number from the counter: no two calls, from
+	// any process, ever get the same number.
+	NextSerial(ctx context.Context) (*big.Int, error)
+	// RecordIssued adds a certificate to the inventory.
+	RecordIssued(ctx context.Context, e Issued) error
+
+	// Request, PutRequest and DeleteRequest keep pending certificate
+	// requests (PEM) by certname; deleting a missing one is not an error.
+	Request(ctx context.Context, certname string) ([]byte, error)
+	PutRequest(ctx context.Context, certname string, csrPEM []byte) error
+	DeleteRequest(ctx context.Context, certname string) error
+	// Requests returns every pending request by certname.
+	Requests(ctx context.Context) (map[string][]byte, error)
+
+	// Signed returns the certificate (PEM) held by certname.
+	Signed(ctx context.Context, certname string) ([]byte, error)
+	// PutSigned stores certPEM as certname's certificate. replace is the
+	// serial of the certificate it may replace, nil when certname must hold
+	// none; ErrConflict otherwise.
+	PutSigned(ctx context.Context, certname string, certPEM []byte, replace *big.Int) error
+	// DeleteSigned removes certname's certificate if its serial is serial.
+	DeleteSigned(ctx context.Context, certname string, serial *big.Int) error
+	// SignedCerts returns every held certificate by certname.
+	SignedCerts(ctx context.Context) (map[string][]byte, error)
+
+	// PutServerCert records a front door's certificate (PEM): agents may
+	// not take its names. ServerCerts returns them all.
+	PutServerCert(ctx context.Context, certname string, certPEM []byte) error
+	ServerCerts(ctx context.Context) ([][]byte, error)
+
+	// CRL returns the current CRL (PEM). PutCRL replaces it with crlPEM,
+	// whose CRL number is number, if the current one's number is prev.
+	CRL(ctx context.Context) ([]byte, error)
+	PutCRL(ctx context.Context, crlPEM []byte, number, prev *big.Int) error
 }
 
-// removeFile deletes path durably; a missing file is not an error.
-func removeFile(path string) error {
-	err := os.Remove(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("remove %s: %w", path, err)
-	}
-	return syncDir(filepath.Dir(path))
+// Genesis is what a new CA puts in its store.
+type Genesis struct {
+	CertPEM    []byte
+	CRLPEM     []byte
+	NextSerial *big.Int // the first serial to hand out
+	Issued     Issued   // the CA certificate's own inventory entry
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
-	}
-	return nil
+// Issued is one inventory entry: a certificate the CA issued.
+type Issued struct {
+	Certname            string // the subject CN
+	Serial              *big.Int
+	NotBefore, NotAfter time.Time
 }
 
-// lockDir takes the OS lock on the CA directory, waiting while another
-// process holds it, until ctx ends. Callers hold c.mu, so within one process
-// only one goroutine ever uses the lock file.
-func (c *CA) lockDir(ctx context.Context) (unlock func(), err error) {
-	for {
-		ok, err := tryLockFile(c.lockFile)
-		if err != nil {
-			return nil, fmt.Errorf("lock CA directory %s: %w", c.dir, err)
-		}
-		if ok {
-			return func() {
-				if err := unlockFile(c.lockFile); err != nil {
-					c.log.Error("unlock CA directory", "dir", c.dir, "err", err)
-				}
-			}, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("lock CA directory %s (held by another process): %w", c.dir, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+// KeySource holds the CA's private key (PEM): a file (KeyFile, and the CA
+// directory behind Open) or an AWS Secrets Manager secret (package cakey).
+type KeySource interface {
+	// LoadKey returns the key; ErrNotFound when the source holds none.
+	LoadKey(ctx context.Context) ([]byte, error)
+	// CreateKey stores a new key; ErrConflict when the source holds one.
+	CreateKey(ctx context.Context, keyPEM []byte) error
+	// String names the source in messages ("file /etc/…/ca_key.pem").
+	String() string
 }
-
-// readSerial returns the next serial number recorded in the serial file.
-func (c *CA) readSerial() (*big.Int, error) {
-	b, err := os.ReadFile(c.path(fileSerial))
-	if err != nil {
-		return nil, fmt.Errorf("read serial counter: %w", err)
-	}
-	s := strings.TrimSpace(string(b))
-	n, ok := new(big.Int).SetString(s, 16)
-	if !ok || n.Sign() <= 0 {
-		return nil, fmt.Errorf("read serial counter %s: %q is not a positive hex number", c.path(fileSerial), s)
-	}
-	return n, nil
-}
-
-// writeSerial records next as the next serial number to hand out.
-func (c *CA) writeSerial(next *big.Int) error {
-	return writeFileAtomic(c.path(fileSerial), []byte(formatSerial(next)), 0o644)
-}
-
-// nextSerial takes a serial number from the counter. The counter moves
-// before the certificate is written, so a crash can skip a serial but never
-// hand one out twice. Caller holds c.mu and the directory lock.
-func (c *CA) nextSerial() (*big.Int, error) {
-	n, err := c.readSerial()
-	if err != nil {
-		return nil, err
-	}
-	if err := c.writeSerial(new(big.Int).Add(n, big.NewInt(1))); err != nil {
-		return nil, fmt.Errorf("advance serial counter: %w", err)
-	}
-	return n, nil
-}
-
-// formatSerial writes a serial as Puppet does: upper-case hex, at least four
-// digits.
-func formatSerial(n *big.Int) string {
-	s := strings.ToUpper(n.Text(16))
-	for len(s) < 4 {
-		s = "0" + s
-	}
-	return s
-}
-
-// appendInventory adds a line for cert to inventory.txt in Puppet's format
-// ("0x0003 2026-11-20T22:26:40UTC 2031-11-20T22:26:40UTC /CN=agent1"),
-// rewriting the file atomically as Puppet Server does.
-func (c *CA) appendInventory(certname string, serial *big.Int, notBefore, notAfter time.Time) error {
-	path := c.path(fileInventory)
-	old, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("read inventory: %w", err)
-	}
-	const layout = "2006-01-02T15:04:05MST"
-	line := fmt.Sprintf("0x%s %s %s /CN=%s\n", formatSerial(serial),
-		notBefore.UTC().Format(layout), notAfter.UTC().Format(layout), certname)
-	buf := make([]byte, 0, len(old)+len(line))
-	buf = append(buf, old...)
-	if len(buf) > 0 && buf[len(buf)-1] != '\n' {
-		buf = append(buf, '\n')
-	}
-	buf = append(buf, line...)
-	if err := writeFileAtomic(path, buf, 0o644); err != nil {
-		return fmt.Errorf("append to inventory: %w", err)
-	}
-	return nil
-}
-
-func (c *CA) path(elem ...string) string {
-	return filepath.Join(append([]string{c.dir}, elem...)...)
-}
-
-func (c *CA) requestPath(certname string) string { return c.path(dirRequests, certname+".pem") }
-func (c *CA) signedPath(certname string) string  { return c.path(dirSigned, certname+".pem") }

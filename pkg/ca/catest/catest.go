@@ -1,0 +1,368 @@
+// Package catest is the contract suite for ca.Store: every driver (the CA
+// directory, DynamoDB) runs TestStore, and TestShared runs two CAs on one
+// store the way two front doors share one.
+package catest
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
+)
+
+// TestStore runs the contract suite for ca.Store. open returns a new, empty
+// store; each subtest opens its own. Changes are made under Lock, as the CA
+// makes them.
+func TestStore(t *testing.T, open func(t *testing.T) ca.Store) {
+	t.Run("NoCAYet", func(t *testing.T) {
+		s := open(t)
+		if _, err := s.CACert(t.Context()); !errors.Is(err, farm.ErrNotFound) {
+			t.Fatalf("CACert of an empty store: err = %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("CreateOnce", func(t *testing.T) {
+		s := open(t)
+		m := newMinter(t)
+		g := m.genesis(t)
+		locked(t, s, func(ctx context.Context) {
+			if err := s.Create(ctx, g); err != nil {
+				t.Fatalf("Create: %v", err)
+			}
+		})
+		got, err := s.CACert(t.Context())
+		if err != nil || string(got) != string(g.CertPEM) {
+			t.Fatalf("CACert after Create = %.40q, %v; want the genesis certificate", got, err)
+		}
+		if err := s.Check(t.Context()); err != nil {
+			t.Fatalf("Check after Create: %v", err)
+		}
+		if crl, err := s.CRL(t.Context()); err != nil || string(crl) != string(g.CRLPEM) {
+			t.Fatalf("CRL after Create = %.40q, %v; want the genesis CRL", crl, err)
+		}
+		other := newMinter(t).genesis(t)
+		locked(t, s, func(ctx context.Context) {
+			if err := s.Create(ctx, other); !errors.Is(err, farm.ErrConflict) {
+				t.Fatalf("second Create: err = %v, want ErrConflict", err)
+			}
+		})
+		if got, _ := s.CACert(t.Context()); string(got) != string(g.CertPEM) {
+			t.Fatalf("a refused Create replaced the CA certificate")
+		}
+	})
+
+	t.Run("NextSerialNeverRepeats", func(t *testing.T) {
+		s := open(t)
+		m := newMinter(t)
+		create(t, s, m)
+		const n = 40
+		var mu sync.Mutex
+		var got []int64
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				locked(t, s, func(ctx context.Context) {
+					serial, err := s.NextSerial(ctx)
+					if err != nil {
+						t.Errorf("NextSerial: %v", err)
+						return
+					}
+					mu.Lock()
+					got = append(got, serial.Int64())
+					mu.Unlock()
+				})
+			}()
+		}
+		wg.Wait()
+		sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
+		for i, v := range got {
+			if v != int64(i+2) {
+				t.Fatalf("serials %v: want 2..%d, each once", got, n+1)
+			}
+		}
+	})
+
+	t.Run("Requests", func(t *testing.T) {
+		s := open(t)
+		create(t, s, newMinter(t))
+		ctx := t.Context()
+		if _, err := s.Request(ctx, "a.example.test"); !errors.Is(err, farm.ErrNotFound) {
+			t.Fatalf("Request of an unknown name: err = %v, want ErrNotFound", err)
+		}
+		csrA, _ := farmtest.NewCSR(t, "a.example.test")
+		csrB, _ := farmtest.NewCSR(t, "b.example.test")
+		locked(t, s, func(ctx context.Context) {
+			must(t, s.PutRequest(ctx, "a.example.test", csrA))
+			must(t, s.PutRequest(ctx, "b.example.test", csrB))
+		})
+		if got, err := s.Request(ctx, "a.example.test"); err != nil || string(got) != string(csrA) {
+			t.Fatalf("Request = %.40q, %v", got, err)
+		}
+		all, err := s.Requests(ctx)
+		if err != nil || len(all) != 2 || string(all["b.example.test"]) != string(csrB) {
+			t.Fatalf("Requests = %d entries, %v; want a and b", len(all), err)
+		}
+		locked(t, s, func(ctx context.Context) {
+			must(t, s.DeleteRequest(ctx, "a.example.test"))
+			must(t, s.DeleteRequest(ctx, "a.example.test")) // missing: not an error
+		})
+		if _, err := s.Request(ctx, "a.example.test"); !errors.Is(err, farm.ErrNotFound) {
+			t.Fatalf("Request after DeleteRequest: err = %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("SignedIsConditional", func(t *testing.T) {
+		s := open(t)
+		m := newMinter(t)
+		create(t, s, m)
+		ctx := t.Context()
+		first, second := m.cert(t, 2, "a.example.test"), m.cert(t, 3, "a.example.test")
+		if _, err := s.Signed(ctx, "a.example.test"); !errors.Is(err, farm.ErrNotFound) {
+			t.Fatalf("Signed of an unknown name: err = %v, want ErrNotFound", err)
+		}
+		locked(t, s, func(ctx context.Context) {
+			must(t, s.PutSigned(ctx, "a.example.test", first, nil))
+			if err := s.PutSigned(ctx, "a.example.test", second, nil); !errors.Is(err, farm.ErrConflict) {
+				t.Fatalf("PutSigned over a held certificate without replace: err = %v, want ErrConflict", err)
+			}
+			if err := s.PutSigned(ctx, "a.example.test", second, big.NewInt(9)); !errors.Is(err, farm.ErrConflict) {
+				t.Fatalf("PutSigned replacing the wrong serial: err = %v, want ErrConflict", err)
+			}
+		})
+		if got, _ := s.Signed(ctx, "a.example.test"); string(got) != string(first) {
+			t.Fatalf("a refused PutSigned changed the certificate")
+		}
+		locked(t, s, func(ctx context.Context) {
+			must(t, s.PutSigned(ctx, "a.example.test", second, big.NewInt(2)))
+			if err := s.DeleteSigned(ctx, "a.example.test", big.NewInt(2)); !errors.Is(err, farm.ErrConflict) {
+				t.Fatalf("DeleteSigned of a replaced serial: err = %v, want ErrConflict", err)
+			}
+			must(t, s.PutSigned(ctx, "b.example.test", m.cert(t, 4, "b.example.test"), nil))
+		})
+		all, err := s.SignedCerts(ctx)
+		if err != nil || len(all) != 2 || string(all["a.example.test"]) != string(second) {
+			t.Fatalf("SignedCerts = %d entries, %v; want a (second) and b", len(all), err)
+		}
+		locked(t, s, func(ctx context.Context) {
+			must(t, s.DeleteSigned(ctx, "a.example.test", big.NewInt(3)))
+			must(t, s.DeleteSigned(ctx, "a.example.test", big.NewInt(3))) // gone: not an error
+			must(t, s.RecordIssued(ctx, ca.Issued{Certname: "a.example.test", Serial: big.NewInt(3), NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}))
+		})
+		if _, err := s.Signed(ctx, "a.example.test"); !errors.Is(err, farm.ErrNotFound) {
+			t.Fatalf("Signed after DeleteSigned: err = %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("ServerCerts", func(t *testing.T) {
+		s := open(t)
+		m := newMinter(t)
+		create(t, s, m)
+		locked(t, s, func(ctx context.Context) {
+			must(t, s.PutServerCert(ctx, "door1.example.test", m.cert(t, 5, "door1.example.test")))
+			must(t, s.PutServerCert(ctx, "door2.example.test", m.cert(t, 6, "door2.example.test")))
+		})
+		all, err := s.ServerCerts(t.Context())
+		if err != nil || len(all) != 2 {
+			t.Fatalf("ServerCerts = %d, %v; want 2", len(all), err)
+		}
+	})
+
+	t.Run("CRLIsConditional", func(t *testing.T) {
+		s := open(t)
+		m := newMinter(t)
+		create(t, s, m)
+		one := m.crl(t, 1)
+		locked(t, s, func(ctx context.Context) {
+			must(t, s.PutCRL(ctx, one, big.NewInt(1), big.NewInt(0)))
+			if err := s.PutCRL(ctx, m.crl(t, 2), big.NewInt(2), big.NewInt(0)); !errors.Is(err, farm.ErrConflict) {
+				t.Fatalf("PutCRL over a stale number: err = %v, want ErrConflict", err)
+			}
+		})
+		if got, _ := s.CRL(t.Context()); string(got) != string(one) {
+			t.Fatalf("CRL is not the one written under the right number")
+		}
+	})
+}
+
+// TestShared runs two CAs opened on one store, as two front doors run:
+// concurrent autosigned requests get distinct serials, a name requested
+// through both at once gets one certificate, and a revocation made by one
+// is seen by the other. open returns the two CAs, autosign on.
+func TestShared(t *testing.T, open func(t *testing.T) (a, b *ca.CA)) {
+	a, b := open(t)
+	ctx := t.Context()
+	const n = 30
+	var wg sync.WaitGroup
+	for i := range n {
+		c := a
+		if i%2 == 1 {
+			c = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("shared%02d.example.test", i)
+			csr, _ := farmtest.NewCSR(t, name)
+			if err := c.SubmitCSR(ctx, name, csr); err != nil {
+				t.Errorf("SubmitCSR %s: %v", name, err)
+			}
+		}()
+	}
+	// One name through both at once: one wins, the other is told.
+	var wins, conflicts int
+	var mu sync.Mutex
+	for _, c := range []*ca.CA{a, b, a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			csr, _ := farmtest.NewCSR(t, "contested.example.test")
+			err := c.SubmitCSR(ctx, "contested.example.test", csr)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				wins++
+			case errors.Is(err, farm.ErrConflict):
+				conflicts++
+			default:
+				t.Errorf("contested SubmitCSR: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins != 1 || conflicts != 3 {
+		t.Errorf("contested name: %d signed, %d refused; want 1 and 3", wins, conflicts)
+	}
+	list, err := b.List(ctx)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	serials := map[string]string{}
+	for _, s := range list {
+		if other, dup := serials[s.Serial]; dup {
+			t.Errorf("serial %s issued to %s and %s", s.Serial, other, s.Certname)
+		}
+		serials[s.Serial] = s.Certname
+	}
+	if len(list) != n+1 {
+		t.Errorf("List has %d entries, want %d", len(list), n+1)
+	}
+	certPEM, err := a.Certificate(ctx, "shared00.example.test")
+	if err != nil {
+		t.Fatalf("Certificate: %v", err)
+	}
+	block, _ := pem.Decode(certPEM)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatalf("parse certificate: %v", err)
+	}
+	if err := a.Revoke(ctx, "shared00.example.test"); err != nil {
+		t.Fatalf("Revoke: %v", err)
+	}
+	if err := b.Revoke(ctx, "shared01.example.test"); err != nil {
+		t.Fatalf("Revoke: %v", err)
+	}
+	crlPEM, err := b.CRL(ctx)
+	if err != nil {
+		t.Fatalf("CRL: %v", err)
+	}
+	block, _ = pem.Decode(crlPEM)
+	rl, err := x509.ParseRevocationList(block.Bytes)
+	if err != nil || len(rl.RevokedCertificateEntries) != 2 || rl.Number.Int64() != 2 {
+		t.Fatalf("CRL after one revocation through each CA: %v entries, number %v, %v; want 2 and 2", len(rl.RevokedCertificateEntries), rl.Number, err)
+	}
+	if !b.IsRevoked(cert.SerialNumber) {
+		t.Errorf("b does not see a's revocation after reading the CRL")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func locked(t *testing.T, s ca.Store, fn func(ctx context.Context)) {
+	t.Helper()
+	unlock, err := s.Lock(t.Context())
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	defer unlock()
+	fn(t.Context())
+}
+
+func create(t *testing.T, s ca.Store, m *minter) {
+	t.Helper()
+	g := m.genesis(t)
+	locked(t, s, func(ctx context.Context) { must(t, s.Create(ctx, g)) })
+}
+
+// minter makes a throwaway CA's certificates and CRLs for the store suite,
+// which checks records, not cryptography.
+type minter struct {
+	key    crypto.Signer
+	caCert *x509.Certificate
+	der    []byte
+}
+
+func newMinter(t *testing.T) *minter {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Puppet CA: store test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	must(t, err)
+	cert, err := x509.ParseCertificate(der)
+	must(t, err)
+	return &minter{key: key, caCert: cert, der: der}
+}
+
+func (m *minter) genesis(t *testing.T) ca.Genesis {
+	return ca.Genesis{
+		CertPEM:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: m.der}),
+		CRLPEM:     m.crl(t, 0),
+		NextSerial: big.NewInt(2),
+		Issued:     ca.Issued{Certname: m.caCert.Subject.CommonName, Serial: big.NewInt(1), NotBefore: m.caCert.NotBefore, NotAfter: m.caCert.NotAfter},
+	}
+}
+
+func (m *minter) cert(t *testing.T, serial int64, cn string) []byte {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must(t, err)
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn}, DNSNames: []string{cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+	}, m.caCert, key.Public(), m.key)
+	must(t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+func (m *minter) crl(t *testing.T, number int64) []byte {
+	der, err := x509.CreateRevocationList(rand.Reader, &x509.RevocationList{
+		Number: big.NewInt(number), ThisUpdate: time.Now(), NextUpdate: time.Now().Add(time.Hour),
+	}, m.caCert, m.key)
+	must(t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: der})
+}

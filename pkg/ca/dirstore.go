@@ -1,0 +1,511 @@
+package ca
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+// Files and directories of a CA directory. The names follow Puppet Server's
+// cadir so an operator finds their way around (and could hand the directory
+// to a Puppet Server).
+const (
+	fileCACert    = "ca_crt.pem"    // the self-signed CA certificate
+	fileCAKey     = "ca_key.pem"    // the CA's RSA key, PKCS#1, 0600
+	fileCAPub     = "ca_pub.pem"    // the CA's public key
+	fileCRL       = "ca_crl.pem"    // the CRL, re-signed on every revocation
+	fileSerial    = "serial"        // the next serial number, hex ("%04X")
+	fileInventory = "inventory.txt" // one line per certificate ever issued
+	fileLock      = ".lock"         // flock(2) target serialising processes
+	dirRequests   = "requests"      // pending CSRs: requests/<certname>.pem
+	dirSigned     = "signed"        // issued certificates: signed/<certname>.pem
+	dirServer     = "server"        // front door certs and keys: server/<certname>.{pem,key}
+)
+
+// DirStore is the Store kept in a directory laid out like Puppet Server's
+// cadir. Its writes are atomic (temp file, fsync, rename) but not
+// conditional: the CA takes Lock (flock(2) on <dir>/.lock) around every
+// change, so processes sharing the directory on one host (or a filesystem
+// with working flock) take turns.
+type DirStore struct {
+	dir      string
+	mu       sync.Mutex // one holder of the file lock per process
+	lockFile *os.File
+}
+
+var _ Store = (*DirStore)(nil)
+
+// OpenDirStore opens the store in dir, creating dir and its subdirectories
+// when missing. Close releases it.
+func OpenDirStore(dir string) (*DirStore, error) {
+	for _, d := range []struct {
+		path string
+		perm fs.FileMode
+	}{{dir, 0o750}, {filepath.Join(dir, dirRequests), 0o755}, {filepath.Join(dir, dirSigned), 0o755}, {filepath.Join(dir, dirServer), 0o700}} {
+		if err := os.MkdirAll(d.path, d.perm); err != nil {
+			return nil, err
+		}
+	}
+	f, err := os.OpenFile(filepath.Join(dir, fileLock), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &DirStore{dir: dir, lockFile: f}, nil
+}
+
+// Close releases the directory's lock file.
+func (d *DirStore) Close() error { return d.lockFile.Close() }
+
+func (d *DirStore) path(elem ...string) string {
+	return filepath.Join(append([]string{d.dir}, elem...)...)
+}
+
+func (d *DirStore) requestPath(certname string) string { return d.path(dirRequests, certname+".pem") }
+func (d *DirStore) signedPath(certname string) string  { return d.path(dirSigned, certname+".pem") }
+
+// Lock takes the OS lock on the directory, waiting while another process
+// holds it, until ctx ends.
+func (d *DirStore) Lock(ctx context.Context) (func(), error) {
+	d.mu.Lock()
+	for {
+		ok, err := tryLockFile(d.lockFile)
+		if err != nil {
+			d.mu.Unlock()
+			return nil, fmt.Errorf("lock CA directory %s: %w", d.dir, err)
+		}
+		if ok {
+			return func() {
+				_ = unlockFile(d.lockFile) // closing the file releases it in any case
+				d.mu.Unlock()
+			}, nil
+		}
+		select {
+		case <-ctx.Done():
+			d.mu.Unlock()
+			return nil, fmt.Errorf("lock CA directory %s (held by another process): %w", d.dir, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (d *DirStore) Check(ctx context.Context) error {
+	_, err := d.readSerial()
+	return err
+}
+
+// CACert reads ca_crt.pem. A missing certificate while signed/ holds
+// certificates means ca_crt.pem was lost: making a new CA would silently
+// cut off every agent, so that is an error, not ErrNotFound.
+func (d *DirStore) CACert(ctx context.Context) ([]byte, error) {
+	b, err := os.ReadFile(d.path(fileCACert))
+	if errors.Is(err, fs.ErrNotExist) {
+		signed, err := d.names(dirSigned)
+		if err != nil {
+			return nil, err
+		}
+		if len(signed) > 0 {
+			return nil, fmt.Errorf("%s is missing but %s/ holds %d certificates: restore the CA certificate, or move the directory away to start a new CA",
+				d.path(fileCACert), dirSigned, len(signed))
+		}
+		return nil, fmt.Errorf("read CA certificate %s: %w", d.path(fileCACert), farm.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read CA certificate: %w", err)
+	}
+	return b, nil
+}
+
+// Create writes the CA's files, the certificate last: a directory without
+// ca_crt.pem has no CA yet, whatever else a crash left behind.
+func (d *DirStore) Create(ctx context.Context, g Genesis) error {
+	if _, err := os.Stat(d.path(fileCACert)); err == nil {
+		return fmt.Errorf("create CA in %s: %w", d.dir, farm.ErrConflict)
+	}
+	cert, err := parseCertPEM(g.CertPEM)
+	if err != nil {
+		return fmt.Errorf("create CA in %s: %w", d.dir, err)
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(cert.PublicKey)
+	if err != nil {
+		return fmt.Errorf("encode CA public key: %w", err)
+	}
+	if err := writeFileAtomic(d.path(fileCAPub), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
+		return err
+	}
+	if err := d.writeSerial(g.NextSerial); err != nil {
+		return err
+	}
+	if err := removeFile(d.path(fileInventory)); err != nil {
+		return err
+	}
+	if err := d.RecordIssued(ctx, g.Issued); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(d.path(fileCRL), g.CRLPEM, 0o644); err != nil {
+		return err
+	}
+	return writeFileAtomic(d.path(fileCACert), g.CertPEM, 0o644)
+}
+
+// readSerial returns the next serial number recorded in the serial file.
+func (d *DirStore) readSerial() (*big.Int, error) {
+	b, err := os.ReadFile(d.path(fileSerial))
+	if err != nil {
+		return nil, fmt.Errorf("read serial counter: %w", err)
+	}
+	s := strings.TrimSpace(string(b))
+	n, ok := new(big.Int).SetString(s, 16)
+	if !ok || n.Sign() <= 0 {
+		return nil, fmt.Errorf("read serial counter %s: %q is not a positive hex number", d.path(fileSerial), s)
+	}
+	return n, nil
+}
+
+// writeSerial records next as the next serial number to hand out.
+func (d *DirStore) writeSerial(next *big.Int) error {
+	return writeFileAtomic(d.path(fileSerial), []byte(formatSerial(next)), 0o644)
+}
+
+// NextSerial moves the counter before the certificate is written, so a
+// crash can skip a serial but never hand one out twice. Caller holds Lock.
+func (d *DirStore) NextSerial(ctx context.Context) (*big.Int, error) {
+	n, err := d.readSerial()
+	if err != nil {
+		return nil, err
+	}
+	if err := d.writeSerial(new(big.Int).Add(n, big.NewInt(1))); err != nil {
+		return nil, fmt.Errorf("advance serial counter: %w", err)
+	}
+	return n, nil
+}
+
+// RecordIssued adds a line to inventory.txt in Puppet's format
+// ("0x0003 2026-11-20T22:26:40UTC 2031-11-20T22:26:40UTC /CN=agent1"),
+// rewriting the file atomically as Puppet Server does.
+func (d *DirStore) RecordIssued(ctx context.Context, e Issued) error {
+	path := d.path(fileInventory)
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("read inventory: %w", err)
+	}
+	line := inventoryLine(e)
+	buf := make([]byte, 0, len(old)+len(line))
+	buf = append(buf, old...)
+	if len(buf) > 0 && buf[len(buf)-1] != '\n' {
+		buf = append(buf, '\n')
+	}
+	buf = append(buf, line...)
+	if err := writeFileAtomic(path, buf, 0o644); err != nil {
+		return fmt.Errorf("append to inventory: %w", err)
+	}
+	return nil
+}
+
+// inventoryLine formats e as a line of Puppet's inventory.txt.
+func inventoryLine(e Issued) string {
+	const layout = "2006-01-02T15:04:05MST"
+	return fmt.Sprintf("0x%s %s %s /CN=%s\n", formatSerial(e.Serial),
+		e.NotBefore.UTC().Format(layout), e.NotAfter.UTC().Format(layout), e.Certname)
+}
+
+func (d *DirStore) Request(ctx context.Context, certname string) ([]byte, error) {
+	return readRecord(d.requestPath(certname))
+}
+
+func (d *DirStore) PutRequest(ctx context.Context, certname string, csrPEM []byte) error {
+	return writeFileAtomic(d.requestPath(certname), csrPEM, 0o644)
+}
+
+func (d *DirStore) DeleteRequest(ctx context.Context, certname string) error {
+	return removeFile(d.requestPath(certname))
+}
+
+func (d *DirStore) Requests(ctx context.Context) (map[string][]byte, error) {
+	return d.readAll(dirRequests)
+}
+
+func (d *DirStore) Signed(ctx context.Context, certname string) ([]byte, error) {
+	return readRecord(d.signedPath(certname))
+}
+
+// PutSigned checks replace against the file it overwrites. Caller holds
+// Lock.
+func (d *DirStore) PutSigned(ctx context.Context, certname string, certPEM []byte, replace *big.Int) error {
+	if err := d.checkHeld(certname, replace); err != nil {
+		return err
+	}
+	return writeFileAtomic(d.signedPath(certname), certPEM, 0o644)
+}
+
+func (d *DirStore) DeleteSigned(ctx context.Context, certname string, serial *big.Int) error {
+	if err := d.checkHeld(certname, serial); err != nil {
+		if errors.Is(err, farm.ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	return removeFile(d.signedPath(certname))
+}
+
+// checkHeld returns nil when certname holds the certificate with serial
+// want (none, when want is nil), ErrConflict when it holds another and
+// ErrNotFound when it holds none but want is set.
+func (d *DirStore) checkHeld(certname string, want *big.Int) error {
+	data, err := os.ReadFile(d.signedPath(certname))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if want == nil {
+			return nil
+		}
+		return fmt.Errorf("certificate of %s: %w", certname, farm.ErrNotFound)
+	case err != nil:
+		return fmt.Errorf("read certificate of %s: %w", certname, err)
+	}
+	held, err := parseCertPEM(data)
+	if err != nil {
+		return fmt.Errorf("read certificate of %s: %w", certname, err)
+	}
+	if want == nil || held.SerialNumber.Cmp(want) != 0 {
+		return fmt.Errorf("%s holds certificate %s: %w", certname, formatSerial(held.SerialNumber), farm.ErrConflict)
+	}
+	return nil
+}
+
+func (d *DirStore) SignedCerts(ctx context.Context) (map[string][]byte, error) {
+	return d.readAll(dirSigned)
+}
+
+// PutServerCert writes server/<certname>.pem, which is also where
+// IssueServerCert keeps the certificate next to its key.
+func (d *DirStore) PutServerCert(ctx context.Context, certname string, certPEM []byte) error {
+	path := d.path(dirServer, certname+".pem")
+	if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, certPEM) {
+		return nil
+	}
+	return writeFileAtomic(path, certPEM, 0o644)
+}
+
+func (d *DirStore) ServerCerts(ctx context.Context) ([][]byte, error) {
+	all, err := d.readAll(dirServer)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, 0, len(all))
+	for _, b := range all {
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+func (d *DirStore) CRL(ctx context.Context) ([]byte, error) {
+	b, err := os.ReadFile(d.path(fileCRL))
+	if err != nil {
+		return nil, fmt.Errorf("read CRL: %w", err)
+	}
+	return b, nil
+}
+
+// PutCRL writes ca_crl.pem if the current one's CRL number is prev.
+// Caller holds Lock.
+func (d *DirStore) PutCRL(ctx context.Context, crlPEM []byte, number, prev *big.Int) error {
+	cur, err := d.CRL(ctx)
+	if err != nil {
+		return err
+	}
+	block, _ := pem.Decode(cur)
+	if block == nil {
+		return fmt.Errorf("read CRL %s: not PEM", d.path(fileCRL))
+	}
+	rl, err := x509.ParseRevocationList(block.Bytes)
+	if err != nil {
+		return fmt.Errorf("read CRL %s: %w", d.path(fileCRL), err)
+	}
+	if rl.Number == nil || rl.Number.Cmp(prev) != 0 {
+		return fmt.Errorf("replace CRL number %s: the current CRL has number %v: %w", prev, rl.Number, farm.ErrConflict)
+	}
+	return writeFileAtomic(d.path(fileCRL), crlPEM, 0o644)
+}
+
+// readRecord reads a record file; ErrNotFound when absent.
+func readRecord(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read %s: %w", path, farm.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return b, nil
+}
+
+// readAll reads every <certname>.pem in a subdirectory; files removed
+// meanwhile are left out.
+func (d *DirStore) readAll(sub string) (map[string][]byte, error) {
+	names, err := d.names(sub)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(names))
+	for _, name := range names {
+		b, err := os.ReadFile(d.path(sub, name+".pem"))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s/%s.pem: %w", sub, name, err)
+		}
+		out[name] = b
+	}
+	return out, nil
+}
+
+// names lists the certnames with a .pem file in a subdirectory.
+func (d *DirStore) names(sub string) ([]string, error) {
+	entries, err := os.ReadDir(d.path(sub))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".pem")
+		if !ok || e.IsDir() || checkCertname(name) != nil {
+			continue
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+// KeyFile is a KeySource kept in a PEM file (0600).
+type KeyFile string
+
+var _ KeySource = KeyFile("")
+
+func (f KeyFile) String() string { return "file " + string(f) }
+
+// LoadKey reads the file; ErrNotFound when it does not exist.
+func (f KeyFile) LoadKey(ctx context.Context) ([]byte, error) {
+	b, err := readRecord(string(f))
+	if err != nil {
+		return nil, fmt.Errorf("read CA key: %w", err)
+	}
+	return b, nil
+}
+
+// CreateKey writes the key durably and only if the file does not exist:
+// it is written to a temp file and hard-linked into place, so a crash never
+// leaves half a key and two processes never both win.
+func (f KeyFile) CreateKey(ctx context.Context, keyPEM []byte) error {
+	path := string(f)
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("write CA key %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	err = tmp.Chmod(0o600)
+	if err == nil {
+		_, err = tmp.Write(keyPEM)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write CA key %s: %w", path, err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("write CA key %s: %w", path, farm.ErrConflict)
+		}
+		return fmt.Errorf("write CA key %s: %w", path, err)
+	}
+	return syncDir(dir)
+}
+
+// writeFileAtomic replaces path with data so that readers see either the old
+// or the new content, never a mix, and the new content survives a crash once
+// writeFileAtomic returns: temp file in the same directory, fsync, rename,
+// fsync of the directory.
+func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	// The temp name starts with '.' so it is never taken for a certname.
+	f, err := os.CreateTemp(dir, "."+base+".tmp*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if err = f.Chmod(perm); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err = f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("write %s: fsync: %w", path, err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return syncDir(dir)
+}
+
+// removeFile deletes path durably; a missing file is not an error.
+func removeFile(path string) error {
+	err := os.Remove(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("fsync directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// formatSerial writes a serial as Puppet does: upper-case hex, at least four
+// digits.
+func formatSerial(n *big.Int) string {
+	s := strings.ToUpper(n.Text(16))
+	for len(s) < 4 {
+		s = "0" + s
+	}
+	return s
+}

@@ -15,7 +15,7 @@ import (
 
 // translate turns an error of the DynamoDB client into the farm's kinds.
 // The SDK error is kept as text only, so no SDK type leaks upward.
-func (s *Store) translate(err error, table string) error {
+func translate(err error, table string) error {
 	if err == nil {
 		return nil
 	}

@@ -1,5 +1,6 @@
 // Package dynamostate keeps the farm's node and environment records in
-// DynamoDB: a farm.NodeStore and a farm.EnvironmentStore for the AWS wiring.
+// DynamoDB: a farm.NodeStore and a farm.EnvironmentStore for the AWS wiring,
+// and the CA's records (CAStore, a ca.Store).
 //
 // # Tables
 //
@@ -119,26 +120,30 @@ func NewFromConfig(cfg aws.Config, opts Options, optFns ...func(*dynamodb.Option
 // and waits until they are active. For tests and development; in AWS the
 // infra stack owns the tables.
 func (s *Store) EnsureTables(ctx context.Context) error {
-	for _, t := range []struct{ table, key string }{
-		{s.opts.NodesTable, AttrCertname},
-		{s.opts.EnvironmentsTable, AttrName},
-	} {
-		_, err := s.client.CreateTable(ctx, &dynamodb.CreateTableInput{
-			TableName:            aws.String(t.table),
-			BillingMode:          types.BillingModePayPerRequest,
-			AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(t.key), AttributeType: types.ScalarAttributeTypeS}},
-			KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(t.key), KeyType: types.KeyTypeHash}},
-		})
-		var inUse *types.ResourceInUseException
-		if err != nil && !errors.As(err, &inUse) {
-			return fmt.Errorf("create dynamodb table %s: %w", t.table, s.translate(err, t.table))
-		}
-		w := dynamodb.NewTableExistsWaiter(s.client, func(o *dynamodb.TableExistsWaiterOptions) {
-			o.MinDelay, o.MaxDelay = 100*time.Millisecond, 2*time.Second
-		})
-		if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.table)}, 5*time.Minute); err != nil {
-			return fmt.Errorf("wait for dynamodb table %s: %w", t.table, s.translate(err, t.table))
-		}
+	if err := ensureTable(ctx, s.client, s.opts.NodesTable, AttrCertname); err != nil {
+		return err
+	}
+	return ensureTable(ctx, s.client, s.opts.EnvironmentsTable, AttrName)
+}
+
+// ensureTable creates table with string partition key key (on-demand
+// billing) unless it exists, and waits until it is active.
+func ensureTable(ctx context.Context, client *dynamodb.Client, table, key string) error {
+	_, err := client.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            aws.String(table),
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(key), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(key), KeyType: types.KeyTypeHash}},
+	})
+	var inUse *types.ResourceInUseException
+	if err != nil && !errors.As(err, &inUse) {
+		return fmt.Errorf("create dynamodb table %s: %w", table, translate(err, table))
+	}
+	w := dynamodb.NewTableExistsWaiter(client, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 100*time.Millisecond, 2*time.Second
+	})
+	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 5*time.Minute); err != nil {
+		return fmt.Errorf("wait for dynamodb table %s: %w", table, translate(err, table))
 	}
 	return nil
 }
@@ -190,7 +195,7 @@ func (s *Store) readNode(ctx context.Context, certname string) (sn storedNode, f
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return storedNode{}, false, s.translate(err, s.opts.NodesTable)
+		return storedNode{}, false, translate(err, s.opts.NodesTable)
 	}
 	if len(out.Item) == 0 {
 		return storedNode{}, false, nil
@@ -242,7 +247,7 @@ func (s *Store) scan(ctx context.Context, table string, each func(map[string]typ
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
-			return s.translate(err, table)
+			return translate(err, table)
 		}
 		for _, item := range page.Items {
 			if err := each(item); err != nil {
@@ -327,7 +332,7 @@ func (s *Store) writeNode(ctx context.Context, n farm.Node, prev uint64, exists 
 		in.ConditionExpression = aws.String("#v = :v")
 	}
 	if _, err := s.client.PutItem(ctx, in); err != nil {
-		return farm.Node{}, s.translate(err, s.opts.NodesTable)
+		return farm.Node{}, translate(err, s.opts.NodesTable)
 	}
 	var out farm.Node
 	if err := json.Unmarshal(rec, &out); err != nil {
@@ -392,7 +397,7 @@ func (s *Store) GetEnvironment(ctx context.Context, name string) (farm.Environme
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return farm.Environment{}, fmt.Errorf("get environment %s: %w", name, s.translate(err, s.opts.EnvironmentsTable))
+		return farm.Environment{}, fmt.Errorf("get environment %s: %w", name, translate(err, s.opts.EnvironmentsTable))
 	}
 	if len(out.Item) == 0 {
 		return farm.Environment{}, fmt.Errorf("get environment %s: %w", name, farm.ErrNotFound)
@@ -440,7 +445,7 @@ func (s *Store) PutEnvironment(ctx context.Context, env farm.Environment) error 
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("put environment %s: %w", env.Name, s.translate(err, s.opts.EnvironmentsTable))
+		return fmt.Errorf("put environment %s: %w", env.Name, translate(err, s.opts.EnvironmentsTable))
 	}
 	return nil
 }

@@ -1,0 +1,370 @@
+package dynamostate
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+// CAStore keeps a Puppet CA's records (ca.Store) in one DynamoDB table,
+// partition key AttrKey (S), one item per record:
+//
+//	ca                  cert: the CA certificate (PEM)
+//	serial              next: the next serial number (N)
+//	crl                 pem, number (N): the current CRL
+//	req#<certname>      pem: a pending certificate request
+//	cert#<certname>     pem, serial (hex): the certificate a name holds
+//	server#<serial>     pem, certname: a front door's certificate
+//	issued#<serial>     certname, not_before, not_after: the inventory
+//
+// Every change is one conditional write, so front doors on any number of
+// hosts sign at once without a lock: NextSerial is an atomic ADD (no serial
+// is ever handed out twice), a certificate replaces only the serial it
+// names, a CRL only the CRL number it was built on, and Create only an
+// empty table. The CA key is never here (ca.KeySource).
+//
+// Listing requests and certificates scans the table, which is fine for the
+// tens of thousands of agents a CA serves; the CRL is one item, so it holds
+// about 7,000 revocations before DynamoDB's 400 KB item limit.
+type CAStore struct {
+	client *dynamodb.Client
+	table  string
+}
+
+// AttrKey is the CA table's partition key.
+const AttrKey = "key"
+
+var _ ca.Store = (*CAStore)(nil)
+
+// NewCAStore returns the CA store in table.
+func NewCAStore(client *dynamodb.Client, table string) *CAStore {
+	return &CAStore{client: client, table: table}
+}
+
+// EnsureTable creates the CA table (on-demand billing) unless it exists
+// and waits until it is active. For tests and development; in AWS the
+// infra stack owns the table.
+func (s *CAStore) EnsureTable(ctx context.Context) error {
+	return ensureTable(ctx, s.client, s.table, AttrKey)
+}
+
+func (s *CAStore) key(k string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{AttrKey: &types.AttributeValueMemberS{Value: k}}
+}
+
+func str(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+func num(n *big.Int) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: n.String()}
+}
+
+// err translates err, with a lost condition as farm.ErrConflict.
+func (s *CAStore) err(what string, err error) error {
+	err = translate(err, s.table)
+	if errors.Is(err, errLost) {
+		return fmt.Errorf("%s: %w", what, farm.ErrConflict)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// Lock returns at once: every change is a conditional write.
+func (s *CAStore) Lock(ctx context.Context) (func(), error) { return func() {}, nil }
+
+// Check makes sure the serial counter exists.
+func (s *CAStore) Check(ctx context.Context) error {
+	if _, err := s.get(ctx, "serial"); err != nil {
+		return fmt.Errorf("read serial counter: %w", err)
+	}
+	return nil
+}
+
+func (s *CAStore) get(ctx context.Context, k string) (map[string]types.AttributeValue, error) {
+	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.table), Key: s.key(k), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, s.err("read "+k, err)
+	}
+	if out.Item == nil {
+		return nil, fmt.Errorf("%s in table %s: %w", k, s.table, farm.ErrNotFound)
+	}
+	return out.Item, nil
+}
+
+// getString reads attribute attr of item k.
+func (s *CAStore) getString(ctx context.Context, k, attr string) ([]byte, error) {
+	item, err := s.get(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	v, ok := item[attr].(*types.AttributeValueMemberS)
+	if !ok {
+		return nil, fmt.Errorf("item %s of table %s has no string %s", k, s.table, attr)
+	}
+	return []byte(v.Value), nil
+}
+
+// put writes item k; cond (if any) must hold.
+func (s *CAStore) put(ctx context.Context, k string, attrs map[string]types.AttributeValue, cond string, values map[string]types.AttributeValue) error {
+	item := s.key(k)
+	for a, v := range attrs {
+		item[a] = v
+	}
+	in := &dynamodb.PutItemInput{TableName: aws.String(s.table), Item: item}
+	if cond != "" {
+		in.ConditionExpression = aws.String(cond)
+		in.ExpressionAttributeNames = condNames(cond)
+		in.ExpressionAttributeValues = values
+	}
+	if _, err := s.client.PutItem(ctx, in); err != nil {
+		return s.err("write "+k, err)
+	}
+	return nil
+}
+
+func (s *CAStore) CACert(ctx context.Context) ([]byte, error) {
+	b, err := s.getString(ctx, "ca", "cert")
+	if err != nil {
+		return nil, fmt.Errorf("read CA certificate: %w", err)
+	}
+	return b, nil
+}
+
+// Create writes the counter, the CRL and the inventory entry, each only if
+// absent, and the CA certificate last, only if absent: a table without the
+// ca item has no CA yet. Two processes creating at once sign with the same
+// key (ca.KeySource.CreateKey lets one key win), so whichever CRL lands is
+// signed by the CA that lands.
+func (s *CAStore) Create(ctx context.Context, g ca.Genesis) error {
+	if _, err := s.get(ctx, "ca"); err == nil {
+		return fmt.Errorf("create CA in table %s: %w", s.table, farm.ErrConflict)
+	}
+	ifAbsent := func(k string, attrs map[string]types.AttributeValue) error {
+		err := s.put(ctx, k, attrs, "attribute_not_exists(#k)", nil)
+		if errors.Is(err, farm.ErrConflict) {
+			return nil
+		}
+		return err
+	}
+	crlNumber, err := crlNumberOf(g.CRLPEM)
+	if err != nil {
+		return err
+	}
+	if err := ifAbsent("serial", map[string]types.AttributeValue{"next": num(g.NextSerial)}); err != nil {
+		return err
+	}
+	if err := ifAbsent("crl", map[string]types.AttributeValue{"pem": str(string(g.CRLPEM)), "number": num(crlNumber)}); err != nil {
+		return err
+	}
+	if err := s.RecordIssued(ctx, g.Issued); err != nil {
+		return err
+	}
+	return s.put(ctx, "ca", map[string]types.AttributeValue{"cert": str(string(g.CertPEM)), "created": str(time.Now().UTC().Format(time.RFC3339))},
+		"attribute_not_exists(#k)", nil)
+}
+
+// NextSerial adds one to the counter atomically and returns the value it
+// had.
+func (s *CAStore) NextSerial(ctx context.Context) (*big.Int, error) {
+	out, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       s.key("serial"),
+		UpdateExpression:          aws.String("ADD #n :one"),
+		ConditionExpression:       aws.String("attribute_exists(#k)"),
+		ExpressionAttributeNames:  map[string]string{"#n": "next", "#k": AttrKey},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberN{Value: "1"}},
+		ReturnValues:              types.ReturnValueUpdatedOld,
+	})
+	if err != nil {
+		return nil, s.err("take a serial number", err)
+	}
+	v, ok := out.Attributes["next"].(*types.AttributeValueMemberN)
+	if !ok {
+		return nil, fmt.Errorf("take a serial number: counter in table %s has no number", s.table)
+	}
+	n, ok := new(big.Int).SetString(v.Value, 10)
+	if !ok || n.Sign() <= 0 {
+		return nil, fmt.Errorf("take a serial number: counter %q in table %s is not a positive number", v.Value, s.table)
+	}
+	return n, nil
+}
+
+func (s *CAStore) RecordIssued(ctx context.Context, e ca.Issued) error {
+	return s.put(ctx, "issued#"+serialKey(e.Serial), map[string]types.AttributeValue{
+		"certname":   str(e.Certname),
+		"not_before": str(e.NotBefore.UTC().Format(time.RFC3339)),
+		"not_after":  str(e.NotAfter.UTC().Format(time.RFC3339)),
+	}, "", nil)
+}
+
+func (s *CAStore) Request(ctx context.Context, certname string) ([]byte, error) {
+	return s.getString(ctx, "req#"+certname, "pem")
+}
+
+func (s *CAStore) PutRequest(ctx context.Context, certname string, csrPEM []byte) error {
+	return s.put(ctx, "req#"+certname, map[string]types.AttributeValue{"pem": str(string(csrPEM))}, "", nil)
+}
+
+func (s *CAStore) DeleteRequest(ctx context.Context, certname string) error {
+	if _, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(s.table), Key: s.key("req#" + certname)}); err != nil {
+		return s.err("delete request of "+certname, err)
+	}
+	return nil
+}
+
+func (s *CAStore) Requests(ctx context.Context) (map[string][]byte, error) {
+	return s.scanPrefix(ctx, "req#")
+}
+
+func (s *CAStore) Signed(ctx context.Context, certname string) ([]byte, error) {
+	return s.getString(ctx, "cert#"+certname, "pem")
+}
+
+// PutSigned writes cert#<certname> if it is absent (replace nil) or holds
+// serial replace.
+func (s *CAStore) PutSigned(ctx context.Context, certname string, certPEM []byte, replace *big.Int) error {
+	serial, err := serialOf(certPEM)
+	if err != nil {
+		return fmt.Errorf("store certificate of %s: %w", certname, err)
+	}
+	attrs := map[string]types.AttributeValue{"pem": str(string(certPEM)), "serial": str(serialKey(serial))}
+	if replace == nil {
+		return s.put(ctx, "cert#"+certname, attrs, "attribute_not_exists(#k)", nil)
+	}
+	return s.put(ctx, "cert#"+certname, attrs, "#s = :old", map[string]types.AttributeValue{":old": str(serialKey(replace))})
+}
+
+// DeleteSigned removes cert#<certname> if it holds serial; a missing item
+// is not an error, another serial is ErrConflict.
+func (s *CAStore) DeleteSigned(ctx context.Context, certname string, serial *big.Int) error {
+	_, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: aws.String(s.table), Key: s.key("cert#" + certname),
+		ConditionExpression:       aws.String("attribute_not_exists(#k) OR #s = :s"),
+		ExpressionAttributeNames:  condNames("#k #s"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":s": str(serialKey(serial))},
+	})
+	if err != nil {
+		return s.err("delete certificate of "+certname, err)
+	}
+	return nil
+}
+
+func (s *CAStore) SignedCerts(ctx context.Context) (map[string][]byte, error) {
+	return s.scanPrefix(ctx, "cert#")
+}
+
+func (s *CAStore) PutServerCert(ctx context.Context, certname string, certPEM []byte) error {
+	serial, err := serialOf(certPEM)
+	if err != nil {
+		return fmt.Errorf("store server certificate of %s: %w", certname, err)
+	}
+	return s.put(ctx, "server#"+serialKey(serial), map[string]types.AttributeValue{"pem": str(string(certPEM)), "certname": str(certname)}, "", nil)
+}
+
+func (s *CAStore) ServerCerts(ctx context.Context) ([][]byte, error) {
+	all, err := s.scanPrefix(ctx, "server#")
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, 0, len(all))
+	for _, b := range all {
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+func (s *CAStore) CRL(ctx context.Context) ([]byte, error) {
+	b, err := s.getString(ctx, "crl", "pem")
+	if err != nil {
+		return nil, fmt.Errorf("read CRL: %w", err)
+	}
+	return b, nil
+}
+
+// PutCRL replaces the CRL if its number is still prev.
+func (s *CAStore) PutCRL(ctx context.Context, crlPEM []byte, number, prev *big.Int) error {
+	return s.put(ctx, "crl", map[string]types.AttributeValue{"pem": str(string(crlPEM)), "number": num(number)},
+		"#n = :prev", map[string]types.AttributeValue{":prev": num(prev)})
+}
+
+// condNames maps the placeholders a condition uses to attribute names
+// (some, like "number", are DynamoDB reserved words).
+func condNames(cond string) map[string]string {
+	names := map[string]string{}
+	for ph, attr := range map[string]string{"#k": AttrKey, "#n": "number", "#s": "serial"} {
+		if strings.Contains(cond, ph) {
+			names[ph] = attr
+		}
+	}
+	return names
+}
+
+// scanPrefix returns the pem attribute of every item whose key starts with
+// prefix, by the rest of the key.
+func (s *CAStore) scanPrefix(ctx context.Context, prefix string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	in := &dynamodb.ScanInput{
+		TableName:                 aws.String(s.table),
+		ConsistentRead:            aws.Bool(true),
+		FilterExpression:          aws.String("begins_with(#k, :p)"),
+		ExpressionAttributeNames:  map[string]string{"#k": AttrKey},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":p": str(prefix)},
+	}
+	p := dynamodb.NewScanPaginator(s.client, in)
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, s.err("list "+strings.TrimSuffix(prefix, "#"), err)
+		}
+		for _, item := range page.Items {
+			k, _ := item[AttrKey].(*types.AttributeValueMemberS)
+			v, _ := item["pem"].(*types.AttributeValueMemberS)
+			if k == nil || v == nil {
+				continue
+			}
+			out[strings.TrimPrefix(k.Value, prefix)] = []byte(v.Value)
+		}
+	}
+	return out, nil
+}
+
+// serialKey writes a serial as the items do: upper-case hex.
+func serialKey(n *big.Int) string { return strings.ToUpper(n.Text(16)) }
+
+func serialOf(certPEM []byte) (*big.Int, error) {
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return nil, errors.New("no PEM certificate")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	return cert.SerialNumber, nil
+}
+
+func crlNumberOf(crlPEM []byte) (*big.Int, error) {
+	block, _ := pem.Decode(crlPEM)
+	if block == nil {
+		return nil, errors.New("CRL is not PEM")
+	}
+	rl, err := x509.ParseRevocationList(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse CRL: %w", err)
+	}
+	if rl.Number == nil {
+		return nil, errors.New("CRL has no number")
+	}
+	return rl.Number, nil
+}

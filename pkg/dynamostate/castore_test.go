@@ -1,0 +1,81 @@
+package dynamostate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/ca/catest"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
+)
+
+// newCATable returns the name of a fresh CA table on the emulator, deleted
+// when the test ends.
+func newCATable(t *testing.T) string {
+	t.Helper()
+	table := fmt.Sprintf("t%04d-ca", tableSeq.Add(1))
+	client := newClient(endpoint)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := NewCAStore(client, table).EnsureTable(ctx); err != nil {
+		t.Fatalf("create CA table: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(table)}); err != nil {
+			t.Logf("delete table %s: %v", table, err)
+		}
+	})
+	return table
+}
+
+func TestCAStoreContract(t *testing.T) {
+	catest.TestStore(t, func(t *testing.T) ca.Store { return NewCAStore(newClient(endpoint), newCATable(t)) })
+}
+
+// openCA opens a CA on table with the key in keyFile, on a client of its
+// own, as a separate front door would.
+func openCA(t *testing.T, table, keyFile string, opts ca.Options) *ca.CA {
+	t.Helper()
+	if opts.KeyBits == 0 {
+		opts.KeyBits = 2048
+	}
+	opts.ServerDir = t.TempDir()
+	opts.Logger = slog.New(slog.DiscardHandler)
+	c, err := ca.Init(t.Context(), NewCAStore(newClient(endpoint), table), ca.KeyFile(keyFile), opts)
+	if err != nil {
+		t.Fatalf("open CA on table %s: %v", table, err)
+	}
+	return c
+}
+
+func TestCAContractOnDynamoDB(t *testing.T) {
+	farmtest.TestCA(t, func(t *testing.T) farm.CA {
+		return openCA(t, newCATable(t), filepath.Join(t.TempDir(), "ca_key.pem"), ca.Options{})
+	})
+}
+
+func TestCASharedOnDynamoDB(t *testing.T) {
+	catest.TestShared(t, func(t *testing.T) (*ca.CA, *ca.CA) {
+		table, key := newCATable(t), filepath.Join(t.TempDir(), "ca_key.pem")
+		return openCA(t, table, key, ca.Options{Autosign: true}), openCA(t, table, key, ca.Options{Autosign: true})
+	})
+}
+
+func TestCANewNeedsACA(t *testing.T) {
+	_, err := ca.New(t.Context(), NewCAStore(newClient(endpoint), newCATable(t)), ca.KeyFile(filepath.Join(t.TempDir(), "k.pem")),
+		ca.Options{ServerDir: t.TempDir()})
+	if err == nil || !errors.Is(err, farm.ErrNotFound) {
+		t.Fatalf("New on an empty table: err = %v, want ErrNotFound telling to run broker ca init", err)
+	}
+}

@@ -16,7 +16,7 @@ deps:
 
 # Local emulators of AWS APIs for the AWS drivers' tests, installed into
 # .tools (cached: later runs take no time).
-EMULATORS = scripts/emulators/s3.sh scripts/emulators/sqs.sh scripts/emulators/dynamodb.sh
+EMULATORS = scripts/emulators/s3.sh scripts/emulators/sqs.sh scripts/emulators/dynamodb.sh scripts/emulators/secretsmanager.sh
 emulators:
 	@for s in $(EMULATORS); do $$s || exit 1; done
 

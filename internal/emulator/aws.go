@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 )
@@ -12,6 +13,7 @@ import (
 const (
 	S3InstallScript       = "scripts/emulators/s3.sh"
 	DynamoDBInstallScript = "scripts/emulators/dynamodb.sh"
+	SecretsInstallScript  = "scripts/emulators/secretsmanager.sh"
 )
 
 // StartS3 runs versitygw (installed by scripts/emulators/s3.sh) on a free
@@ -57,4 +59,27 @@ kill $child 2>/dev/null; wait $child`
 	return Start(ctx, "DynamoDB (dynalite)", port, DynamoDBInstallScript, nil,
 		"/bin/sh", "-c", watch, bin, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")
+}
+
+// StartSecretsManager runs moto's server (checked by
+// scripts/emulators/secretsmanager.sh; $PYTHON, default python3) on a free
+// loopback port, for AWS Secrets Manager. Like dynalite it is ended when
+// this process is gone.
+func StartSecretsManager(ctx context.Context) (*Process, error) {
+	py := os.Getenv("PYTHON")
+	if py == "" {
+		py = "python3"
+	}
+	if err := exec.CommandContext(ctx, py, "-c", "import moto.server, flask_cors").Run(); err != nil {
+		return nil, fmt.Errorf("Secrets Manager emulator (moto's server mode) is not installed for %s: run %s: %w", py, SecretsInstallScript, err)
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	watch := `"$0" "$@" & child=$!
+while kill -0 ` + strconv.Itoa(os.Getpid()) + ` 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 1; done
+kill $child 2>/dev/null; wait $child`
+	return Start(ctx, "Secrets Manager (moto)", port, SecretsInstallScript, nil,
+		"/bin/sh", "-c", watch, py, "-m", "moto.server", "-H", "127.0.0.1", "-p", strconv.Itoa(port))
 }

@@ -430,7 +430,7 @@ func (c *CA) SubmitCSR(ctx context.Context, certname string, csrPEM []byte) erro
 		if err := c.store.PutRequest(ctx, certname, norm); err != nil {
 			return err
 		}
-		c.log.Info("certificate request stored", "certname", certname, "fingerprint", fingerprint(csr.Raw))
+		c.log.Info("certificate request stored", "certname", certname, "fingerprint", Fingerprint(csr.Raw))
 		return nil
 	})
 	if err != nil {
@@ -540,7 +540,7 @@ func (c *CA) signLocked(ctx context.Context, certname string, v *vetted, replace
 		return err
 	}
 	c.log.Info("signed certificate", "certname", certname, "serial", formatSerial(serial),
-		"not_after", cert.NotAfter, "fingerprint", fingerprint(cert.Raw))
+		"not_after", cert.NotAfter, "fingerprint", Fingerprint(cert.Raw))
 	return nil
 }
 
@@ -645,7 +645,7 @@ func (c *CA) List(ctx context.Context) ([]farm.CertStatus, error) {
 			Certname:    name,
 			State:       state,
 			Serial:      formatSerial(cert.SerialNumber),
-			Fingerprint: fingerprint(cert.Raw),
+			Fingerprint: Fingerprint(cert.Raw),
 			DNSAltNames: cert.DNSNames,
 			NotAfter:    cert.NotAfter,
 		}
@@ -698,7 +698,7 @@ func (c *CA) List(ctx context.Context) ([]farm.CertStatus, error) {
 		byName[name] = farm.CertStatus{
 			Certname:    name,
 			State:       farm.CertRequested,
-			Fingerprint: fingerprint(csr.Raw),
+			Fingerprint: Fingerprint(csr.Raw),
 			DNSAltNames: csr.DNSNames,
 		}
 	}
@@ -734,9 +734,9 @@ func parseCertPEM(data []byte) (*x509.Certificate, error) {
 	return cert, nil
 }
 
-// fingerprint is the SHA-256 of der as colon-separated upper-case hex, as
-// Puppet prints fingerprints.
-func fingerprint(der []byte) string {
+// Fingerprint is the SHA-256 of a certificate's (or request's) DER as
+// colon-separated upper-case hex, as Puppet prints fingerprints.
+func Fingerprint(der []byte) string {
 	sum := sha256.Sum256(der)
 	h := strings.ToUpper(hex.EncodeToString(sum[:]))
 	var b strings.Builder

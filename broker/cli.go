@@ -39,9 +39,13 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func runCA(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "init" {
+		return runCAInit(ctx, args[1:])
+	}
 	fs := flag.NewFlagSet("ca", flag.ExitOnError)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: broker ca list | sign NAME | revoke NAME [--admin URL]")
+		fmt.Fprintln(fs.Output(), "       broker ca init --ca-table TABLE (--ca-key-file FILE | --ca-key-secret ID)")
 		fs.PrintDefaults()
 	}
 	addr := adminFlag(fs)

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
@@ -34,8 +35,9 @@ type serveConfig struct {
 	backend, listen, metricsListen, environments, work string
 	bucket, prefix, nodesTable, envTable               string
 	urgentURL, bulkURL                                 string
-	caDir, certname, dnsAltNames, serverKey            string
-	autosign                                           bool
+	certname, dnsAltNames, serverKey                   string
+	ca                                                 caFlags
+	autosign, allowSANs                                bool
 	firstWait, changedWait                             time.Duration
 	logLevel                                           string
 }
@@ -58,11 +60,12 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&c.envTable, "environments-table", "", "DynamoDB table of environments (required)")
 	fs.StringVar(&c.urgentURL, "urgent-queue-url", "", "SQS urgent compile queue (required)")
 	fs.StringVar(&c.bulkURL, "bulk-queue-url", "", "SQS bulk compile queue (required)")
-	fs.StringVar(&c.caDir, "ca-dir", "", "directory of the CA (key, index, serial), shared by the tasks that sign (required)")
+	c.ca.register(fs)
 	fs.StringVar(&c.certname, "certname", strings.ToLower(host), "the front door's certname")
 	fs.StringVar(&c.dnsAltNames, "dns-alt-names", "", "extra names for the server certificate (the load balancer's)")
 	fs.StringVar(&c.serverKey, "server-key", "ecdsa-p256", "server TLS key type: ecdsa-p256 or rsa")
 	fs.BoolVar(&c.autosign, "autosign", false, "sign every certificate request at once")
+	fs.BoolVar(&c.allowSANs, "allow-subject-alt-names", false, "accept certificate requests carrying DNS/IP alt names (other front doors' requests, with --ca-upstream pointing here)")
 	fs.DurationVar(&c.firstWait, "first-compile-wait", 60*time.Second, "how long a first catalog request waits for its compile")
 	fs.DurationVar(&c.changedWait, "changed-compile-wait", 10*time.Second, "how long a catalog request waits for a recompile")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -73,10 +76,13 @@ func runServe(ctx context.Context, args []string) error {
 		return fmt.Errorf("serve: --backend %q is not supported (aws; the embedded farm is `broker dev`)", c.backend)
 	}
 	for flagName, v := range map[string]string{"bucket": c.bucket, "nodes-table": c.nodesTable, "environments-table": c.envTable,
-		"urgent-queue-url": c.urgentURL, "bulk-queue-url": c.bulkURL, "ca-dir": c.caDir} {
+		"urgent-queue-url": c.urgentURL, "bulk-queue-url": c.bulkURL} {
 		if v == "" {
 			return fmt.Errorf("serve: --%s is required", flagName)
 		}
+	}
+	if err := c.ca.validate(); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
@@ -88,9 +94,9 @@ func runServe(ctx context.Context, args []string) error {
 }
 
 func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	awsCfg, err := loadAWSConfig(ctx)
 	if err != nil {
-		return fmt.Errorf("load AWS configuration: %w", err)
+		return err
 	}
 	content := s3store.NewFromConfig(awsCfg, c.bucket, s3store.Options{Prefix: c.prefix})
 	state := dynamostate.NewFromConfig(awsCfg, dynamostate.Options{NodesTable: c.nodesTable, EnvironmentsTable: c.envTable})
@@ -99,15 +105,13 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	authority, err := ca.Open(ctx, c.caDir, ca.Options{Name: c.certname, Autosign: c.autosign, Logger: log})
-	if err != nil {
-		return fmt.Errorf("open CA in %s: %w", c.caDir, err)
-	}
 	altNames := append([]string{"localhost", "127.0.0.1", "::1", c.certname, "puppet"}, splitList(c.dnsAltNames)...)
-	serverCert, err := authority.IssueServerCert(ctx, c.certname, altNames, c.serverKey)
+	authority, serverCert, closeCA, err := c.ca.open(ctx, awsCfg, c.work, ca.Options{Name: c.certname, Autosign: c.autosign, AllowSubjectAltNames: c.allowSANs, Logger: log},
+		c.certname, altNames, c.serverKey, log)
 	if err != nil {
-		return fmt.Errorf("issue server certificate: %w", err)
+		return err
 	}
+	defer closeCA()
 	m := metrics.New(queue)
 	lib := code.NewLibrary(content, filepath.Join(c.work, "code"))
 	intake := &compiler.Intake{Content: content, Nodes: state, Envs: state, Queue: queue, Filter: filter, Log: log}
@@ -122,6 +126,16 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	(&admin.Server{CA: authority, Nodes: state, Deployer: deployer, Log: log}).Register(opsMux)
 	return listenAndServe(ctx, log, c.listen, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), opsMux, nil,
 		"compilefarm serve is up", "backend", c.backend, "certname", c.certname, "bucket", c.bucket)
+}
+
+// loadAWSConfig reads the standard AWS configuration (environment,
+// shared files, AWS_ENDPOINT_URL_* for emulators).
+func loadAWSConfig(ctx context.Context) (aws.Config, error) {
+	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("load AWS configuration: %w", err)
+	}
+	return cfg, nil
 }
 
 // listenAndServe runs the front door (TLS) and the metrics/operator

@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,16 +27,26 @@ import (
 // the node and environment tables, and the compile queues (maxReceiveCount
 // 2) with their dead-letter queues.
 type awsFarm struct {
-	S3URL, DynamoURL, SQSURL string
-	Queues                   sqsqueue.QueueURLs
-	Content                  *s3store.Store
-	State                    *dynamostate.Store
-	Queue                    *sqsqueue.Queue
-	SQS                      *sqs.Client
+	S3URL, DynamoURL, SQSURL, SecretsURL string
+	Queues                               sqsqueue.QueueURLs
+	Content                              *s3store.Store
+	State                                *dynamostate.Store
+	Queue                                *sqsqueue.Queue
+	SQS                                  *sqs.Client
 	// Env is what a process needs to use these backends (AWS endpoints and
 	// credentials).
 	Env []string
+
+	caOnce sync.Once
+	caErr  error
 }
+
+// The fleet CA of serve tests: records in the "ca" table, key in a
+// Secrets Manager secret.
+const (
+	caTable  = "farm-ca"
+	caSecret = "compilefarm/ca-key"
+)
 
 func startAWS(t *testing.T, ctx context.Context) *awsFarm {
 	t.Helper()
@@ -62,28 +75,60 @@ func startAWS(t *testing.T, ctx context.Context) *awsFarm {
 	if err := state.EnsureTables(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := dynamostate.NewCAStore(dynamodb.New(dynamodb.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(ddb.URL)}),
+		caTable).EnsureTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := emulator.StartSecretsManager(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(secrets.Stop)
 	sqsc := sqs.New(sqs.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(sq.URL)})
 	urls, err := sqsqueue.EnsureQueues(ctx, sqsc, "farm", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &awsFarm{
-		S3URL: s3emu.URL, DynamoURL: ddb.URL, SQSURL: sq.URL, Queues: urls,
+		S3URL: s3emu.URL, DynamoURL: ddb.URL, SQSURL: sq.URL, SecretsURL: secrets.URL, Queues: urls,
 		Content: s3store.New(s3c, "farm", s3store.Options{}), State: state,
 		Queue: sqsqueue.New(sqsc, urls.Options()), SQS: sqsc,
 		Env: []string{
 			"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
 			"AWS_ENDPOINT_URL_S3=" + s3emu.URL, "AWS_ENDPOINT_URL_DYNAMODB=" + ddb.URL, "AWS_ENDPOINT_URL_SQS=" + sq.URL,
+			"AWS_ENDPOINT_URL_SECRETS_MANAGER=" + secrets.URL,
 		},
 	}
 }
 
-// serveArgs are the broker serve flags for these backends.
-func (a *awsFarm) serveArgs(caDir, envs, work string) []string {
+// serveArgs are the broker serve flags for these backends, the fleet CA
+// in DynamoDB with its key in Secrets Manager (made by `broker ca init` on
+// first use), autosigning. extra flags go last.
+func (a *awsFarm) serveArgs(t *testing.T, envs, work string, extra ...string) []string {
+	t.Helper()
+	a.caOnce.Do(func() {
+		cmd := exec.Command(brokerBin, "ca", "init", "--ca-table", caTable, "--ca-key-secret", caSecret, "--key-bits", "2048", "--name", "fleet")
+		cmd.Env = append(os.Environ(), a.Env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			a.caErr = fmt.Errorf("broker ca init: %v\n%s", err, out)
+		}
+	})
+	if a.caErr != nil {
+		t.Fatal(a.caErr)
+	}
+	return append([]string{"serve", "--backend", "aws", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		"--bucket", "farm", "--nodes-table", "nodes", "--environments-table", "environments",
+		"--urgent-queue-url", a.Queues.UrgentURL, "--bulk-queue-url", a.Queues.BulkURL,
+		"--ca-table", caTable, "--ca-key-secret", caSecret, "--environments", envs, "--work", work, "--autosign"}, extra...)
+}
+
+// serveProxyArgs are the broker serve flags for a front door on these
+// backends that proxies CA requests to upstream (host:port).
+func (a *awsFarm) serveProxyArgs(envs, work, upstream string) []string {
 	return []string{"serve", "--backend", "aws", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
 		"--bucket", "farm", "--nodes-table", "nodes", "--environments-table", "environments",
 		"--urgent-queue-url", a.Queues.UrgentURL, "--bulk-queue-url", a.Queues.BulkURL,
-		"--ca-dir", caDir, "--environments", envs, "--work", work, "--autosign"}
+		"--ca-upstream", "https://" + upstream, "--environments", envs, "--work", work, "--certname", "compiler3.example.test"}
 }
 
 // startCompileLambda runs the real compile bootstrap under the local Lambda

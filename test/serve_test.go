@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -11,17 +12,21 @@ import (
 
 // TestServeAWS runs two `broker serve --backend aws` front doors on the
 // emulated AWS backends with the compile Lambda (real bootstrap, local
-// Runtime API, SQS pollers): a real puppet agent bootstraps its
-// certificate, gets its catalog and files and reports through one front
-// door, then the other serves it the same catalog; 100 CSRs sent to both at
-// once get 100 distinct serials.
+// Runtime API, SQS pollers), signing with one CA whose records are in
+// DynamoDB and whose key is in Secrets Manager: a real puppet agent
+// bootstraps its certificate, gets its catalog and files and reports
+// through one front door, then the other serves it the same catalog; 100
+// CSRs sent to both at once get 100 distinct serials. A third front door
+// proxies CA requests to the first (--ca-upstream), as PE compilers do: it
+// gets its own certificate from there, and an agent enrolled through it
+// holds a certificate of the fleet CA and gets its catalog.
 func TestServeAWS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	a := startAWS(t, ctx)
-	envs, caDir := copyExampleEnvs(t), t.TempDir()
-	s1 := startBroker(t, a.Env, a.serveArgs(caDir, envs, t.TempDir())...)
-	s2 := startBroker(t, a.Env, a.serveArgs(caDir, envs, t.TempDir())...)
+	envs := copyExampleEnvs(t)
+	s1 := startBroker(t, a.Env, a.serveArgs(t, envs, t.TempDir(), "--allow-subject-alt-names", "--certname", "door1.example.test")...)
+	s2 := startBroker(t, a.Env, a.serveArgs(t, envs, t.TempDir(), "--certname", "door2.example.test")...)
 	if out, err := s1.brokerCLI("code", "deploy", "production"); err != nil {
 		t.Fatalf("code deploy through serve: %v\n%s", err, out)
 	}
@@ -75,5 +80,25 @@ func TestServeAWS(t *testing.T) {
 	}
 	if len(serials) != 100 {
 		t.Errorf("%d distinct serials for 100 concurrent requests", len(serials))
+	}
+
+	// A front door without a CA of its own, proxying to front door 1.
+	s3 := startBroker(t, a.Env, a.serveProxyArgs(envs, t.TempDir(), s1.Addr)...)
+	proxied := newAgent(t, "fleet3.example.test")
+	if code, out := proxied.run(t, s3); code != 2 {
+		t.Fatalf("first run through the proxying front door: exit %d\n%s", code, out)
+	}
+	checkManaged(t, proxied, "base")
+	list, err = s1.brokerCLI("ca", "list")
+	if err != nil {
+		t.Fatalf("ca list: %v\n%s", err, list)
+	}
+	for _, name := range []string{"fleet3.example.test", "compiler3.example.test"} {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s+signed\s`).MatchString(list) {
+			t.Errorf("the fleet CA holds no signed certificate for %s:\n%s", name, list)
+		}
+	}
+	if out, err := s3.brokerCLI("ca", "sign", "someone.example.test"); err == nil || !strings.Contains(out, "upstream") {
+		t.Errorf("ca sign on the proxying front door: %v\n%s; want an error pointing to the upstream CA", err, out)
 	}
 }

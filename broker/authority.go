@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"os"
+	"path/filepath"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+
+	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cakey"
+	"github.com/compilefarm/compilefarm/pkg/caproxy"
+	"github.com/compilefarm/compilefarm/pkg/dynamostate"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+// authority is what a serving front door needs of its CA: the CA
+// endpoints, the revocation check and the TLS configuration.
+type authority interface {
+	farm.CA
+	IsRevoked(serial *big.Int) bool
+	ServerTLSConfig(server tls.Certificate) *tls.Config
+}
+
+// caFlags choose where serve's CA lives: records in DynamoDB with the key
+// in a file or a Secrets Manager secret, a directory shared by the tasks,
+// or an upstream Puppet CA that requests are proxied to.
+type caFlags struct {
+	table, keyFile, keySecret string
+	dir                       string
+	upstream, upstreamCACert  string
+}
+
+func (c *caFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.table, "ca-table", "", "DynamoDB table of the CA's serial, index and CRL (create the CA once with `broker ca init`)")
+	fs.StringVar(&c.keyFile, "ca-key-file", "", "with --ca-table: PEM file holding the CA key")
+	fs.StringVar(&c.keySecret, "ca-key-secret", "", "with --ca-table: AWS Secrets Manager secret (name or ARN) holding the CA key")
+	fs.StringVar(&c.dir, "ca-dir", "", "directory of the CA (Puppet cadir layout), shared by the tasks that sign: one host or a filesystem with working flock")
+	fs.StringVar(&c.upstream, "ca-upstream", "", "proxy CA requests to this Puppet CA (https://HOST:8140) instead of signing here")
+	fs.StringVar(&c.upstreamCACert, "ca-upstream-cacert", "", "with --ca-upstream: PEM of the upstream's CA certificate (default: trust the one it serves on first use and keep it)")
+}
+
+// validate checks that exactly one CA is chosen, with what it needs.
+func (c *caFlags) validate() error {
+	n := 0
+	for _, v := range []string{c.table, c.dir, c.upstream} {
+		if v != "" {
+			n++
+		}
+	}
+	if n != 1 {
+		return errors.New("choose one CA: --ca-table (with --ca-key-file or --ca-key-secret), --ca-dir, or --ca-upstream")
+	}
+	if c.table != "" {
+		return c.validateKey()
+	}
+	if c.keyFile != "" || c.keySecret != "" {
+		return errors.New("--ca-key-file and --ca-key-secret go with --ca-table")
+	}
+	if c.upstreamCACert != "" && c.upstream == "" {
+		return errors.New("--ca-upstream-cacert goes with --ca-upstream")
+	}
+	return nil
+}
+
+func (c *caFlags) validateKey() error {
+	if (c.keyFile == "") == (c.keySecret == "") {
+		return errors.New("--ca-table needs the CA key from exactly one of --ca-key-file or --ca-key-secret")
+	}
+	return nil
+}
+
+func (c *caFlags) keySource(awsCfg aws.Config) ca.KeySource {
+	if c.keySecret != "" {
+		return cakey.NewSecret(secretsmanager.NewFromConfig(awsCfg), c.keySecret)
+	}
+	return ca.KeyFile(c.keyFile)
+}
+
+// open opens the chosen CA and gets the front door's certificate from it.
+// With an upstream CA that can mean waiting for an operator to sign it.
+func (c *caFlags) open(ctx context.Context, awsCfg aws.Config, work string, opts ca.Options,
+	certname string, altNames []string, keyType string, log *slog.Logger) (authority, tls.Certificate, func(), error) {
+	switch {
+	case c.upstream != "":
+		p, err := caproxy.Open(ctx, caproxy.Options{Upstream: c.upstream, CACertFile: c.upstreamCACert,
+			Dir: filepath.Join(work, "ca-upstream"), Logger: log})
+		if err != nil {
+			return nil, tls.Certificate{}, nil, err
+		}
+		log.Info("getting the front door's certificate from the upstream CA", "upstream", c.upstream, "certname", certname)
+		cert, err := p.ServerCert(ctx, certname, altNames, keyType)
+		if err != nil {
+			p.Close()
+			return nil, tls.Certificate{}, nil, fmt.Errorf("server certificate from %s: %w", c.upstream, err)
+		}
+		return p, cert, func() { p.Close() }, nil
+	case c.table != "":
+		opts.ServerDir = filepath.Join(work, "server-cert")
+		store := dynamostate.NewCAStore(dynamodb.NewFromConfig(awsCfg), c.table)
+		a, err := ca.New(ctx, store, c.keySource(awsCfg), opts)
+		if err != nil {
+			return nil, tls.Certificate{}, nil, fmt.Errorf("open CA in DynamoDB table %s: %w", c.table, err)
+		}
+		cert, err := a.IssueServerCert(ctx, certname, altNames, keyType)
+		if err != nil {
+			return nil, tls.Certificate{}, nil, fmt.Errorf("issue server certificate: %w", err)
+		}
+		return a, cert, func() { a.Close() }, nil
+	default:
+		a, err := ca.Open(ctx, c.dir, opts)
+		if err != nil {
+			return nil, tls.Certificate{}, nil, err
+		}
+		cert, err := a.IssueServerCert(ctx, certname, altNames, keyType)
+		if err != nil {
+			a.Close()
+			return nil, tls.Certificate{}, nil, fmt.Errorf("issue server certificate: %w", err)
+		}
+		return a, cert, func() { a.Close() }, nil
+	}
+}
+
+// runCAInit creates the CA of a fleet in DynamoDB: the key in the key
+// source (a new one unless it already holds one), the certificate, CRL and
+// serial counter in the table. Running it again changes nothing.
+func runCAInit(ctx context.Context, args []string) error {
+	var c caFlags
+	fs := flag.NewFlagSet("ca init", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: broker ca init --ca-table TABLE (--ca-key-file FILE | --ca-key-secret ID) [--name NAME]")
+		fmt.Fprintln(fs.Output(), "Creates the fleet's CA for `broker serve --ca-table`. AWS endpoints and credentials come from the standard AWS configuration.")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.table, "ca-table", "", "DynamoDB table for the CA's records (required)")
+	fs.StringVar(&c.keyFile, "ca-key-file", "", "PEM file for the CA key (made 0600 if missing)")
+	fs.StringVar(&c.keySecret, "ca-key-secret", "", "AWS Secrets Manager secret (name or ARN) for the CA key (created if missing)")
+	name := fs.String("name", "compilefarm", `the CA's name: its subject is "Puppet CA: NAME"`)
+	bits := fs.Int("key-bits", 4096, "RSA key size of a new CA key")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.table == "" {
+		fs.Usage()
+		return errors.New("ca init: --ca-table is required")
+	}
+	if err := c.validateKey(); err != nil {
+		fs.Usage()
+		return fmt.Errorf("ca init: %w", err)
+	}
+	awsCfg, err := loadAWSConfig(ctx)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "ca-init-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	keys := c.keySource(awsCfg)
+	fmt.Fprintf(os.Stderr, "creating the CA in DynamoDB table %s with the key in %s (a %d-bit key takes a few seconds)...\n", c.table, keys, *bits)
+	a, err := ca.Init(ctx, dynamostate.NewCAStore(dynamodb.NewFromConfig(awsCfg), c.table), keys,
+		ca.Options{Name: *name, KeyBits: *bits, ServerDir: tmp, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	if err != nil {
+		return fmt.Errorf("ca init: %w", err)
+	}
+	defer a.Close()
+	cert := a.CACert()
+	fmt.Printf("CA %q ready in table %s, key in %s\nfingerprint (SHA256) %s\nnot after %s\n",
+		cert.Subject.CommonName, c.table, keys, ca.Fingerprint(cert.Raw), cert.NotAfter.UTC().Format("2006-01-02"))
+	return nil
+}

@@ -29,6 +29,9 @@ type RequestError struct {
 func (e *RequestError) Error() string { return e.Message }
 func (e *RequestError) Unwrap() error { return e.Kind }
 
+// PuppetMessage is the response body Puppet Server would send.
+func (e *RequestError) PuppetMessage() string { return e.Message }
+
 func invalidf(format string, args ...any) error {
 	return &RequestError{Kind: farm.ErrInvalid, Message: fmt.Sprintf(format, args...)}
 }

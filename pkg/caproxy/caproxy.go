@@ -126,6 +126,9 @@ type UpstreamError struct {
 func (e *UpstreamError) Error() string { return e.Message }
 func (e *UpstreamError) Unwrap() error { return e.Kind }
 
+// PuppetMessage is the upstream's response body, to pass on as is.
+func (e *UpstreamError) PuppetMessage() string { return e.Message }
+
 func (o Options) withDefaults() (Options, error) {
 	if o.CRLRefresh <= 0 {
 		o.CRLRefresh = defaultCRLRefresh

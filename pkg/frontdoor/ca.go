@@ -21,12 +21,24 @@ func writePEM(w http.ResponseWriter, b []byte) {
 	w.Write(b)
 }
 
+// puppetMessage is a CA error carrying the body Puppet Server answers with
+// (our CA's refusals, an upstream CA's answers), without the context the
+// error gathered on its way up.
+type puppetMessage interface {
+	error
+	PuppetMessage() string
+}
+
 func (s *Server) caError(w http.ResponseWriter, r *http.Request, what, name string, err error) {
 	switch {
 	case errors.Is(err, farm.ErrNotFound):
 		textError(w, http.StatusNotFound, fmt.Sprintf("Could not find %s %s", what, name))
 	case errors.Is(err, farm.ErrInvalid), errors.Is(err, farm.ErrConflict):
-		textError(w, http.StatusBadRequest, err.Error())
+		msg := err.Error()
+		if pm, ok := errors.AsType[puppetMessage](err); ok {
+			msg = pm.PuppetMessage()
+		}
+		textError(w, http.StatusBadRequest, msg)
 	case errors.Is(err, errTooLarge):
 		textError(w, http.StatusRequestEntityTooLarge, err.Error())
 	default:

@@ -339,3 +339,26 @@ func TestReportsAndFiles(t *testing.T) {
 		t.Errorf("file_metadatas tree: %d entries (%v): %s", len(list), err, resp.body)
 	}
 }
+
+// A refused certificate request answers with the CA's message alone, as
+// Puppet Server does, not with the context the error gathered.
+func TestCSRRefusalBody(t *testing.T) {
+	r := newRig(t)
+	tests := []struct {
+		name, certname, cn, want string
+	}{
+		{"already signed", "agent1.example.test", "agent1.example.test",
+			"agent1.example.test already has a signed certificate; ignoring certificate request"},
+		{"CN is not the certname", "agent3.example.test", "other.example.test",
+			"Instance name \"other.example.test\" does not match requested key \"agent3.example.test\""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			csr, _ := farmtest.NewCSR(t, tt.cn)
+			resp := r.do(r.anon, "PUT", "/puppet-ca/v1/certificate_request/"+tt.certname, csr, map[string]string{"Content-Type": "text/plain"})
+			if resp.status != 400 || resp.body != tt.want {
+				t.Errorf("got %d %q\nwant 400 %q", resp.status, resp.body, tt.want)
+			}
+		})
+	}
+}

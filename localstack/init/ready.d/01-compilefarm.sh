@@ -1,10 +1,11 @@
 #!/bin/sh
 # Creates what `broker serve --backend aws` and the compile function use:
-# the content bucket, the node and environment tables, and the urgent and
-# bulk compile queues, each with a dead-letter queue (maxReceiveCount 3).
+# the content bucket, the node, environment and CA tables, and the urgent
+# and bulk compile queues, each with a dead-letter queue (maxReceiveCount 3).
+# The CA itself is made by `broker ca init` (see README.md).
 set -eu
 awslocal s3api create-bucket --bucket compilefarm
-for t in nodes:certname environments:name; do
+for t in nodes:certname environments:name ca:key; do
   table=${t%%:*} key=${t##*:}
   awslocal dynamodb create-table --table-name "compilefarm-$table" --billing-mode PAY_PER_REQUEST \
     --attribute-definitions AttributeName="$key",AttributeType=S --key-schema AttributeName="$key",KeyType=HASH

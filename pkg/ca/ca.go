@@ -271,7 +271,7 @@ func (c *CA) create(ctx context.Context) ([]byte, error) {
 	} else {
 		c.log.Info("creating the CA with the key already in place", "key", c.keys.String())
 	}
-	key, err := parsePrivateKey(keyPEM)
+	key, err := ParsePrivateKey(keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("read CA key from %s: %w", c.keys, err)
 	}
@@ -318,11 +318,11 @@ func (c *CA) load(ctx context.Context, certPEM []byte) error {
 	if err != nil {
 		return fmt.Errorf("read CA key from %s: %w", c.keys, err)
 	}
-	key, err := parsePrivateKey(keyPEM)
+	key, err := ParsePrivateKey(keyPEM)
 	if err != nil {
 		return fmt.Errorf("read CA key from %s: %w", c.keys, err)
 	}
-	if !publicKeysEqual(key.Public(), cert.PublicKey) {
+	if !PublicKeysEqual(key.Public(), cert.PublicKey) {
 		return fmt.Errorf("CA key (%s) does not match CA certificate %q", c.keys, cert.Subject.CommonName)
 	}
 	if !cert.IsCA || len(cert.SubjectKeyId) == 0 {
@@ -539,7 +539,7 @@ func (c *CA) signLocked(ctx context.Context, certname string, v *vetted, replace
 	if err := c.store.RecordIssued(ctx, Issued{Certname: certname, Serial: cert.SerialNumber, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter}); err != nil {
 		return err
 	}
-	c.log.Info("signed certificate", "certname", certname, "serial", formatSerial(serial),
+	c.log.Info("signed certificate", "certname", certname, "serial", FormatSerial(serial),
 		"not_after", cert.NotAfter, "fingerprint", Fingerprint(cert.Raw))
 	return nil
 }
@@ -596,7 +596,7 @@ func (c *CA) revokeLocked(ctx context.Context, certname string, serial *big.Int)
 		return err
 	}
 	c.storeCRL(st)
-	c.log.Info("revoked certificate", "certname", certname, "serial", formatSerial(serial), "crl_number", number)
+	c.log.Info("revoked certificate", "certname", certname, "serial", FormatSerial(serial), "crl_number", number)
 	return nil
 }
 
@@ -644,7 +644,7 @@ func (c *CA) List(ctx context.Context) ([]farm.CertStatus, error) {
 		return farm.CertStatus{
 			Certname:    name,
 			State:       state,
-			Serial:      formatSerial(cert.SerialNumber),
+			Serial:      FormatSerial(cert.SerialNumber),
 			Fingerprint: Fingerprint(cert.Raw),
 			DNSAltNames: cert.DNSNames,
 			NotAfter:    cert.NotAfter,

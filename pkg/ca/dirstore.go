@@ -175,7 +175,7 @@ func (d *DirStore) readSerial() (*big.Int, error) {
 
 // writeSerial records next as the next serial number to hand out.
 func (d *DirStore) writeSerial(next *big.Int) error {
-	return writeFileAtomic(d.path(fileSerial), []byte(formatSerial(next)), 0o644)
+	return writeFileAtomic(d.path(fileSerial), []byte(FormatSerial(next)), 0o644)
 }
 
 // NextSerial moves the counter before the certificate is written, so a
@@ -216,7 +216,7 @@ func (d *DirStore) RecordIssued(ctx context.Context, e Issued) error {
 // inventoryLine formats e as a line of Puppet's inventory.txt.
 func inventoryLine(e Issued) string {
 	const layout = "2006-01-02T15:04:05MST"
-	return fmt.Sprintf("0x%s %s %s /CN=%s\n", formatSerial(e.Serial),
+	return fmt.Sprintf("0x%s %s %s /CN=%s\n", FormatSerial(e.Serial),
 		e.NotBefore.UTC().Format(layout), e.NotAfter.UTC().Format(layout), e.Certname)
 }
 
@@ -278,7 +278,7 @@ func (d *DirStore) checkHeld(certname string, want *big.Int) error {
 		return fmt.Errorf("read certificate of %s: %w", certname, err)
 	}
 	if want == nil || held.SerialNumber.Cmp(want) != 0 {
-		return fmt.Errorf("%s holds certificate %s: %w", certname, formatSerial(held.SerialNumber), farm.ErrConflict)
+		return fmt.Errorf("%s holds certificate %s: %w", certname, FormatSerial(held.SerialNumber), farm.ErrConflict)
 	}
 	return nil
 }
@@ -500,9 +500,12 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// formatSerial writes a serial as Puppet does: upper-case hex, at least four
-// digits.
-func formatSerial(n *big.Int) string {
+// FormatSerial writes a certificate serial as Puppet does: upper-case hex,
+// at least four digits (so 10 is "000A"). A nil serial gives "".
+func FormatSerial(n *big.Int) string {
+	if n == nil {
+		return ""
+	}
 	s := strings.ToUpper(n.Text(16))
 	for len(s) < 4 {
 		s = "0" + s

@@ -87,7 +87,7 @@ func TestGoldenCertificates(t *testing.T) {
 		if !bytes.Equal(ours.RawIssuer, theirs.RawIssuer) {
 			t.Errorf("issuer encoding differs: %x vs Puppet's %x", ours.RawIssuer, theirs.RawIssuer)
 		}
-		if !publicKeysEqual(theirs.PublicKey, ours.PublicKey) {
+		if !PublicKeysEqual(theirs.PublicKey, ours.PublicKey) {
 			t.Errorf("certificate does not carry the CSR's key")
 		}
 		if got, want := extShape(ours.Extensions), extShape(theirs.Extensions); !slices.Equal(got, want) {

@@ -1,7 +1,6 @@
 package ca
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -52,7 +51,7 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 	if err := checkCertname(certname); err != nil {
 		return tls.Certificate{}, fmt.Errorf("issue server certificate %q: %w", certname, err)
 	}
-	dnsNames, ips, err := splitAltNames(certname, dnsAltNames)
+	dnsNames, ips, err := SplitAltNames(certname, dnsAltNames)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("issue server certificate %q: %w", certname, err)
 	}
@@ -73,7 +72,7 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 		}
 		if why == "" {
 			out = tls.Certificate{Certificate: [][]byte{old.Raw}, PrivateKey: oldKey, Leaf: old}
-			c.log.Info("reusing server certificate", "certname", certname, "serial", formatSerial(old.SerialNumber), "not_after", old.NotAfter)
+			c.log.Info("reusing server certificate", "certname", certname, "serial", FormatSerial(old.SerialNumber), "not_after", old.NotAfter)
 			return nil
 		}
 		// Do not take over a name an agent holds a certificate for. A front
@@ -91,11 +90,11 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 		for _, n := range dnsNames[1:] {
 			if held, err := c.readCert(ctx, n); err == nil && !c.isRevokedState(c.crl.Load(), held.SerialNumber) {
 				c.log.Warn("an agent holds a certificate for one of the front door's names and could impersonate it; revoke it",
-					"name", n, "serial", formatSerial(held.SerialNumber))
+					"name", n, "serial", FormatSerial(held.SerialNumber))
 			}
 		}
 
-		key, keyPEM, err := newServerKey(keyType, c.opts.KeyBits)
+		key, keyPEM, err := NewServerKey(keyType, c.opts.KeyBits)
 		if err != nil {
 			return err
 		}
@@ -140,7 +139,7 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 		if err := c.store.RecordIssued(ctx, Issued{Certname: certname, Serial: cert.SerialNumber, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter}); err != nil {
 			return err
 		}
-		c.log.Info("issued server certificate", "certname", certname, "serial", formatSerial(serial),
+		c.log.Info("issued server certificate", "certname", certname, "serial", FormatSerial(serial),
 			"key", keyType, "dns", dnsNames, "ips", ips, "not_after", cert.NotAfter, "reason", why)
 		out = tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
 		return nil
@@ -151,9 +150,14 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 	return out, nil
 }
 
-// splitAltNames returns the DNS SANs (certname first, deduplicated, lower
-// case) and IP SANs for a server certificate.
-func splitAltNames(certname string, alt []string) ([]string, []net.IP, error) {
+// SplitAltNames returns the DNS SANs (certname first, deduplicated, lower
+// case) and IP SANs (deduplicated, IPv4 in 4-byte form) for a server
+// certificate for certname with the alt names alt. Entries that parse as IP
+// addresses become IP SANs; Puppet's "DNS:" and "IP:" prefixes are
+// understood. An entry that is neither an IP address nor a plain DNS name
+// (empty, wildcard, leading dot, slash or space) gives a *RequestError of
+// kind farm.ErrInvalid.
+func SplitAltNames(certname string, alt []string) ([]string, []net.IP, error) {
 	dns := []string{certname}
 	var ips []net.IP
 	for _, a := range alt {
@@ -181,6 +185,7 @@ func splitAltNames(certname string, alt []string) ([]string, []net.IP, error) {
 	return dns, ips, nil
 }
 
+// appendIP appends ip to ips unless it is already there.
 func appendIP(ips []net.IP, ip net.IP) []net.IP {
 	if v4 := ip.To4(); v4 != nil {
 		ip = v4
@@ -211,11 +216,11 @@ func (c *CA) loadServerCert(certPath, keyPath string) (*x509.Certificate, crypto
 	if err != nil {
 		return cert, nil, "kept key unreadable: " + err.Error()
 	}
-	key, err := parsePrivateKey(keyPEM)
+	key, err := ParsePrivateKey(keyPEM)
 	if err != nil {
 		return cert, nil, "kept key unreadable: " + err.Error()
 	}
-	if !publicKeysEqual(key.Public(), cert.PublicKey) {
+	if !PublicKeysEqual(key.Public(), cert.PublicKey) {
 		return cert, nil, "kept key does not match kept certificate"
 	}
 	return cert, key, ""
@@ -230,28 +235,44 @@ func (c *CA) serverCertStale(cert *x509.Certificate, key crypto.Signer, dnsNames
 	if c.isRevokedState(c.crl.Load(), cert.SerialNumber) {
 		return "kept certificate is revoked"
 	}
-	if kt := keyTypeOf(key); kt != keyType {
-		return fmt.Sprintf("kept key is %s, %s requested", kt, keyType)
+	if why := ServerCertUnfit(cert, key, keyType, now, dnsNames, ips); why != "" {
+		return "kept " + why
+	}
+	return ""
+}
+
+// ServerCertUnfit says why a verified, unrevoked server certificate and its
+// key should not be reused for a request for keyType and the names dnsNames
+// and ips (as from SplitAltNames), or "": the key is of another type
+// (KeyTypeOf), the certificate expires within its renewal window at now (30
+// days, or a third of its lifetime if shorter), or it lacks one of the
+// names.
+func ServerCertUnfit(cert *x509.Certificate, key crypto.Signer, keyType string, now time.Time, dnsNames []string, ips []net.IP) string {
+	if kt := KeyTypeOf(key); kt != keyType {
+		return fmt.Sprintf("key is %s, %s requested", kt, keyType)
 	}
 	lifetime := cert.NotAfter.Sub(cert.NotBefore)
 	renewBefore := min(30*24*time.Hour, lifetime/3)
 	if cert.NotAfter.Sub(now) < renewBefore {
-		return "kept certificate expires soon"
+		return "certificate expires soon"
 	}
 	for _, n := range dnsNames {
 		if !slices.Contains(cert.DNSNames, n) {
-			return "kept certificate lacks DNS name " + n
+			return "certificate lacks DNS name " + n
 		}
 	}
 	for _, ip := range ips {
 		if !slices.ContainsFunc(cert.IPAddresses, ip.Equal) {
-			return "kept certificate lacks IP address " + ip.String()
+			return "certificate lacks IP address " + ip.String()
 		}
 	}
 	return ""
 }
 
-func keyTypeOf(key crypto.Signer) string {
+// KeyTypeOf names key's type as IssueServerCert's keyType does: KeyECDSAP256
+// or KeyRSA; other keys get a descriptive name no request matches, such as
+// "ecdsa-P-384".
+func KeyTypeOf(key crypto.Signer) string {
 	switch k := key.(type) {
 	case *ecdsa.PrivateKey:
 		if k.Curve == elliptic.P256() {
@@ -265,7 +286,10 @@ func keyTypeOf(key crypto.Signer) string {
 	}
 }
 
-func newServerKey(keyType string, rsaBits int) (crypto.Signer, []byte, error) {
+// NewServerKey generates a key for a server certificate: RSA of rsaBits bits
+// when keyType is KeyRSA, ECDSA P-256 otherwise. It returns the key and its
+// PEM encoding (EncodePrivateKey).
+func NewServerKey(keyType string, rsaBits int) (crypto.Signer, []byte, error) {
 	var key crypto.Signer
 	var err error
 	if keyType == KeyRSA {
@@ -276,15 +300,28 @@ func newServerKey(keyType string, rsaBits int) (crypto.Signer, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("generate %s server key: %w", keyType, err)
 	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
+	keyPEM, err := EncodePrivateKey(key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("encode server key: %w", err)
+		return nil, nil, err
 	}
-	return key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+	return key, keyPEM, nil
 }
 
-// parsePrivateKey reads a PEM private key: PKCS#1, PKCS#8 or SEC 1.
-func parsePrivateKey(data []byte) (crypto.Signer, error) {
+// EncodePrivateKey encodes key as a PEM "PRIVATE KEY" block (PKCS#8), which
+// ParsePrivateKey reads back.
+func EncodePrivateKey(key crypto.Signer) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("encode private key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// ParsePrivateKey reads the first PEM block of data as a private key:
+// PKCS#1 ("RSA PRIVATE KEY"), SEC 1 ("EC PRIVATE KEY") or PKCS#8 ("PRIVATE
+// KEY"), as Puppet and OpenSSL write them. It fails for other blocks and for
+// keys that cannot sign.
+func ParsePrivateKey(data []byte) (crypto.Signer, error) {
 	block, _ := pem.Decode(data)
 	if block == nil {
 		return nil, errors.New("no PEM private key")
@@ -311,7 +348,10 @@ func parsePrivateKey(data []byte) (crypto.Signer, error) {
 	return signer, nil
 }
 
-func publicKeysEqual(a, b crypto.PublicKey) bool {
+// PublicKeysEqual reports whether a and b are the same public key. a must be
+// an RSA, ECDSA or Ed25519 key (as from a certificate, a request or
+// crypto.Signer.Public); anything else is equal to nothing.
+func PublicKeysEqual(a, b crypto.PublicKey) bool {
 	type equaler interface{ Equal(crypto.PublicKey) bool }
 	switch k := a.(type) {
 	case *rsa.PublicKey, *ecdsa.PublicKey, ed25519.PublicKey:
@@ -392,18 +432,7 @@ func (c *CA) IsRevoked(serial *big.Int) bool {
 // issued by this CA, valid now, good for client authentication, not revoked.
 // intermediates may be nil.
 func (c *CA) VerifyClient(cert *x509.Certificate, intermediates *x509.CertPool) error {
-	if _, err := cert.Verify(x509.VerifyOptions{
-		Roots:         c.pool,
-		Intermediates: intermediates,
-		CurrentTime:   c.now(),
-		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}); err != nil {
-		return fmt.Errorf("verify client certificate %q: %w", cert.Subject.CommonName, err)
-	}
-	if c.IsRevoked(cert.SerialNumber) {
-		return fmt.Errorf("verify client certificate %q: certificate serial %s is revoked", cert.Subject.CommonName, formatSerial(cert.SerialNumber))
-	}
-	return nil
+	return c.clientCheck().VerifyClient(cert, intermediates)
 }
 
 // VerifyConnection is a tls.Config.VerifyConnection for the front door: it
@@ -412,21 +441,7 @@ func (c *CA) VerifyClient(cert *x509.Certificate, intermediates *x509.CertPool) 
 // did not ask crypto/tls to. Connections without a client certificate pass:
 // the CA endpoints serve them, and authorization is per path.
 func (c *CA) VerifyConnection(cs tls.ConnectionState) error {
-	if len(cs.PeerCertificates) == 0 {
-		return nil
-	}
-	leaf := cs.PeerCertificates[0]
-	if len(cs.VerifiedChains) == 0 {
-		inter := x509.NewCertPool()
-		for _, ic := range cs.PeerCertificates[1:] {
-			inter.AddCert(ic)
-		}
-		return c.VerifyClient(leaf, inter)
-	}
-	if bytes.Equal(leaf.RawIssuer, c.cert.RawSubject) && c.IsRevoked(leaf.SerialNumber) {
-		return fmt.Errorf("client certificate %q (serial %s) is revoked", leaf.Subject.CommonName, formatSerial(leaf.SerialNumber))
-	}
-	return nil
+	return c.clientCheck().VerifyConnection(cs)
 }
 
 // ServerTLSConfig returns a TLS configuration for Puppet's port 8140: it
@@ -434,11 +449,11 @@ func (c *CA) VerifyConnection(cs tls.ConnectionState) error {
 // without requiring them, verifies those given against the CA and refuses
 // revoked ones. Callers may adjust the result (NextProtos, timeouts).
 func (c *CA) ServerTLSConfig(server tls.Certificate) *tls.Config {
-	return &tls.Config{
-		MinVersion:       tls.VersionTLS12,
-		Certificates:     []tls.Certificate{server},
-		ClientAuth:       tls.VerifyClientCertIfGiven,
-		ClientCAs:        c.pool,
-		VerifyConnection: c.VerifyConnection,
-	}
+	return c.clientCheck().TLSConfig(server)
+}
+
+// clientCheck checks client certificates against this CA and its CRL, at
+// the CA's clock.
+func (c *CA) clientCheck() ClientCheck {
+	return ClientCheck{Roots: c.pool, Issuers: []*x509.Certificate{c.cert}, IsRevoked: c.IsRevoked, Now: c.now}
 }

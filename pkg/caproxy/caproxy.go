@@ -22,17 +22,14 @@ package caproxy
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -43,6 +40,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -206,7 +204,7 @@ func (c *CA) open(ctx context.Context) error {
 				return fmt.Errorf("kept upstream CA certificate %s: %w (remove it to fetch the CA certificate again)", c.path(fileCACert), err)
 			}
 			c.log.Info("trusting the kept upstream CA certificate", "file", c.path(fileCACert),
-				"subject", c.caCerts[0].Subject.String(), "fingerprint", fingerprint(c.caCerts[0].Raw))
+				"subject", c.caCerts[0].Subject.String(), "fingerprint", ca.Fingerprint(c.caCerts[0].Raw))
 		case errors.Is(err, fs.ErrNotExist):
 			if err := c.bootstrap(ctx); err != nil {
 				return err
@@ -268,7 +266,7 @@ func (c *CA) bootstrap(ctx context.Context) error {
 	c.log.Warn("trusting the upstream CA certificate on first use, without verification; "+
 		"compare its fingerprint with the CA's (on the CA: puppetserver ca list --all, or "+
 		"openssl x509 -noout -fingerprint -sha256 -in $(puppet config print cacert))",
-		"subject", c.caCerts[0].Subject.String(), "fingerprint", fingerprint(c.caCerts[0].Raw),
+		"subject", c.caCerts[0].Subject.String(), "fingerprint", ca.Fingerprint(c.caCerts[0].Raw),
 		"kept_in", c.path(fileCACert))
 	return nil
 }
@@ -519,28 +517,6 @@ func (c *CA) List(ctx context.Context) ([]farm.CertStatus, error) {
 func (c *CA) upstreamOnly(what, verb, command string) error {
 	return fmt.Errorf("%s: this front door proxies CA requests to %s; %s on the upstream CA (%s): %w",
 		what, c.upstream, verb, command, farm.ErrInvalid)
-}
-
-// fingerprint is the SHA-256 of der as colon-separated upper-case hex, as
-// Puppet prints fingerprints.
-func fingerprint(der []byte) string {
-	sum := sha256.Sum256(der)
-	h := strings.ToUpper(hex.EncodeToString(sum[:]))
-	var b strings.Builder
-	for i := 0; i < len(h); i += 2 {
-		if i > 0 {
-			b.WriteByte(':')
-		}
-		b.WriteString(h[i : i+2])
-	}
-	return b.String()
-}
-
-func formatSerial(s *big.Int) string {
-	if s == nil {
-		return ""
-	}
-	return strings.ToUpper(s.Text(16))
 }
 
 // writeFileAtomic writes data to path (0600) through a temporary file in

@@ -179,7 +179,7 @@ func TestOpenTrust(t *testing.T) {
 	other := startUpstream(t, ca.Options{})
 	upCA, _ := up.ca.CACertificate(context.Background())
 	otherCA, _ := other.ca.CACertificate(context.Background())
-	fp := fingerprint(parseCert(t, upCA).Raw)
+	fp := ca.Fingerprint(parseCert(t, upCA).Raw)
 
 	t.Run("trust on first use", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "proxy")
@@ -371,7 +371,7 @@ func TestSubmitCSR(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Certificate after autosign: %v", err)
 	}
-	if cert := parseCert(t, certPEM); !publicKeysEqual(key.Public(), cert.PublicKey) {
+	if cert := parseCert(t, certPEM); !ca.PublicKeysEqual(key.Public(), cert.PublicKey) {
 		t.Fatal("autosigned certificate has another key")
 	}
 
@@ -699,7 +699,7 @@ func TestServerCert(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Leaf.SerialNumber.Cmp(leaf.SerialNumber) == 0 || publicKeysEqual(c.Leaf.PublicKey, leaf.PublicKey) {
+		if c.Leaf.SerialNumber.Cmp(leaf.SerialNumber) == 0 || ca.PublicKeysEqual(c.Leaf.PublicKey, leaf.PublicKey) {
 			t.Fatal("revoked certificate or its key reused")
 		}
 	})
@@ -810,7 +810,7 @@ func TestServerCertWaitsForOperator(t *testing.T) {
 		}
 		mustContain(t, "error", err.Error(), "has not signed the request", "puppetserver ca sign --certname late.test")
 		pendingPEM, _ := os.ReadFile(filepath.Join(dir, dirPending, "late.test.key"))
-		pending, err := parsePrivateKey(pendingPEM)
+		pending, err := ca.ParsePrivateKey(pendingPEM)
 		if err != nil {
 			t.Fatalf("pending key: %v", err)
 		}
@@ -823,7 +823,7 @@ func TestServerCertWaitsForOperator(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !publicKeysEqual(pending.Public(), c.Leaf.PublicKey) {
+		if !ca.PublicKeysEqual(pending.Public(), c.Leaf.PublicKey) {
 			t.Fatal("the certificate signed for the pending key was not used")
 		}
 	})
@@ -849,7 +849,7 @@ func TestServerCertWaitsForOperator(t *testing.T) {
 		}
 		mustContain(t, "log", logs.String(), "already pending on the upstream CA")
 		csr, _ := parseCSRPEM(before)
-		if !publicKeysEqual(csr.PublicKey, c.Leaf.PublicKey) {
+		if !ca.PublicKeysEqual(csr.PublicKey, c.Leaf.PublicKey) {
 			t.Fatal("certificate is not for the first request's key")
 		}
 	})

@@ -3,10 +3,7 @@ package caproxy
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -53,7 +50,7 @@ func (c *CA) ServerCert(ctx context.Context, certname string, dnsAltNames []stri
 	if err := farm.ValidateCertname(certname); err != nil {
 		return tls.Certificate{}, fmt.Errorf("server certificate %q: %w", certname, err)
 	}
-	dnsNames, ips, err := splitAltNames(certname, dnsAltNames)
+	dnsNames, ips, err := ca.SplitAltNames(certname, dnsAltNames)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("server certificate %q: %w", certname, err)
 	}
@@ -80,7 +77,7 @@ func (c *CA) serverCert(ctx context.Context, certname string, dnsNames []string,
 		why = c.unusable(kept, keptKey, certname, dnsNames, ips, keyType)
 	}
 	if why == "" {
-		c.log.Info("reusing server certificate", "certname", certname, "serial", formatSerial(kept.SerialNumber), "not_after", kept.NotAfter)
+		c.log.Info("reusing server certificate", "certname", certname, "serial", ca.FormatSerial(kept.SerialNumber), "not_after", kept.NotAfter)
 		return c.keyPair(kept, keptKey)
 	}
 	c.log.Info("requesting a server certificate from the upstream CA", "certname", certname, "reason", why,
@@ -95,7 +92,7 @@ func (c *CA) serverCert(ctx context.Context, certname string, dnsNames []string,
 	// or hold a certificate that blocks a new one.
 	signed, err := c.fetchCert(ctx, certname)
 	switch {
-	case err == nil && publicKeysEqual(key.Public(), signed.PublicKey):
+	case err == nil && ca.PublicKeysEqual(key.Public(), signed.PublicKey):
 		return c.finishServerCert(certname, key, signed, dnsNames, ips)
 	case err == nil:
 		if err := c.heldElsewhere(ctx, certname, signed, why); err != nil {
@@ -107,7 +104,7 @@ func (c *CA) serverCert(ctx context.Context, certname string, dnsNames []string,
 
 	pending := false
 	if data, err := c.get(ctx, "certificate_request", certname); err == nil {
-		if csr, err := parseCSRPEM(data); err == nil && publicKeysEqual(key.Public(), csr.PublicKey) && coversCSR(csr, dnsNames, ips) {
+		if csr, err := parseCSRPEM(data); err == nil && ca.PublicKeysEqual(key.Public(), csr.PublicKey) && coversCSR(csr, dnsNames, ips) {
 			pending = true
 			c.log.Info("our certificate request is already pending on the upstream CA", "certname", certname)
 		}
@@ -130,9 +127,9 @@ func (c *CA) serverCert(ctx context.Context, certname string, dnsNames []string,
 	for {
 		signed, err := c.fetchCert(ctx, certname)
 		switch {
-		case err == nil && publicKeysEqual(key.Public(), signed.PublicKey):
+		case err == nil && ca.PublicKeysEqual(key.Public(), signed.PublicKey):
 			c.log.Info("the upstream CA signed the server certificate", "certname", certname,
-				"serial", formatSerial(signed.SerialNumber), "waited", time.Since(started).Round(time.Millisecond))
+				"serial", ca.FormatSerial(signed.SerialNumber), "waited", time.Since(started).Round(time.Millisecond))
 			return c.finishServerCert(certname, key, signed, dnsNames, ips)
 		case err == nil:
 			if err := c.heldElsewhere(ctx, certname, signed, why); err != nil {
@@ -212,7 +209,7 @@ func (c *CA) heldElsewhere(ctx context.Context, certname string, held *x509.Cert
 	return fmt.Errorf("the upstream CA already holds a certificate for %s with another key (serial %s, not after %s) and will not sign a new one; "+
 		"this front door cannot use it (%s). If that certificate is not an agent's, on the CA run: puppetserver ca clean --certname %s; "+
 		"otherwise give the front door another certname: %w",
-		certname, formatSerial(held.SerialNumber), held.NotAfter.Format(time.RFC3339), why, certname, farm.ErrConflict)
+		certname, ca.FormatSerial(held.SerialNumber), held.NotAfter.Format(time.RFC3339), why, certname, farm.ErrConflict)
 }
 
 // explainRefusal adds what to do to the upstream's refusal of our request.
@@ -249,10 +246,10 @@ func altNamesText(certname string, dnsNames []string, ips []net.IP) []string {
 
 // finishServerCert checks the signed certificate and keeps it with its key.
 func (c *CA) finishServerCert(certname string, key crypto.Signer, cert *x509.Certificate, dnsNames []string, ips []net.IP) (tls.Certificate, error) {
-	if why := c.unusable(cert, key, certname, dnsNames, ips, keyTypeOf(key)); why != "" {
-		return tls.Certificate{}, fmt.Errorf("the upstream CA signed a certificate (serial %s) this front door cannot use: %s", formatSerial(cert.SerialNumber), why)
+	if why := c.unusable(cert, key, certname, dnsNames, ips, ca.KeyTypeOf(key)); why != "" {
+		return tls.Certificate{}, fmt.Errorf("the upstream CA signed a certificate (serial %s) this front door cannot use: %s", ca.FormatSerial(cert.SerialNumber), why)
 	}
-	keyPEM, err := encodeKey(key)
+	keyPEM, err := ca.EncodePrivateKey(key)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
@@ -267,8 +264,8 @@ func (c *CA) finishServerCert(certname string, key crypto.Signer, cert *x509.Cer
 	if err := os.Remove(c.path(dirPending, certname+".key")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		c.log.Warn("could not remove the pending key", "err", err)
 	}
-	c.log.Info("server certificate kept", "certname", certname, "serial", formatSerial(cert.SerialNumber),
-		"not_after", cert.NotAfter, "fingerprint", fingerprint(cert.Raw))
+	c.log.Info("server certificate kept", "certname", certname, "serial", ca.FormatSerial(cert.SerialNumber),
+		"not_after", cert.NotAfter, "fingerprint", ca.Fingerprint(cert.Raw))
 	return c.keyPair(cert, key)
 }
 
@@ -292,7 +289,7 @@ func (c *CA) keyPair(cert *x509.Certificate, key crypto.Signer) (tls.Certificate
 // certificate, or "".
 func (c *CA) unusable(cert *x509.Certificate, key crypto.Signer, certname string, dnsNames []string, ips []net.IP, keyType string) string {
 	now := time.Now()
-	if !publicKeysEqual(key.Public(), cert.PublicKey) {
+	if !ca.PublicKeysEqual(key.Public(), cert.PublicKey) {
 		return "key does not match the certificate"
 	}
 	if cert.Subject.CommonName != certname {
@@ -304,24 +301,7 @@ func (c *CA) unusable(cert *x509.Certificate, key crypto.Signer, certname string
 	if c.IsRevoked(cert.SerialNumber) {
 		return "certificate is revoked"
 	}
-	if kt := keyTypeOf(key); kt != keyType {
-		return fmt.Sprintf("key is %s, %s requested", kt, keyType)
-	}
-	lifetime := cert.NotAfter.Sub(cert.NotBefore)
-	if cert.NotAfter.Sub(now) < min(30*24*time.Hour, lifetime/3) {
-		return "certificate expires soon"
-	}
-	for _, n := range dnsNames {
-		if !slices.Contains(cert.DNSNames, n) {
-			return "certificate lacks DNS name " + n
-		}
-	}
-	for _, ip := range ips {
-		if !slices.ContainsFunc(cert.IPAddresses, ip.Equal) {
-			return "certificate lacks IP address " + ip.String()
-		}
-	}
-	return ""
+	return ca.ServerCertUnfit(cert, key, keyType, now, dnsNames, ips)
 }
 
 // coversCSR reports whether a pending request asks for every name wanted.
@@ -344,8 +324,8 @@ func coversCSR(csr *x509.CertificateRequest, dnsNames []string, ips []net.IP) bo
 func (c *CA) pendingKey(certname, keyType string) (crypto.Signer, error) {
 	path := c.path(dirPending, certname+".key")
 	if data, err := os.ReadFile(path); err == nil {
-		key, err := parsePrivateKey(data)
-		if err == nil && keyTypeOf(key) == keyType {
+		key, err := ca.ParsePrivateKey(data)
+		if err == nil && ca.KeyTypeOf(key) == keyType {
 			return key, nil
 		}
 		if err != nil {
@@ -354,17 +334,7 @@ func (c *CA) pendingKey(certname, keyType string) (crypto.Signer, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("read pending key: %w", err)
 	}
-	var key crypto.Signer
-	var err error
-	if keyType == ca.KeyRSA {
-		key, err = rsa.GenerateKey(rand.Reader, c.opts.KeyBits)
-	} else {
-		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("generate %s key: %w", keyType, err)
-	}
-	keyPEM, err := encodeKey(key)
+	key, keyPEM, err := ca.NewServerKey(keyType, c.opts.KeyBits)
 	if err != nil {
 		return nil, err
 	}
@@ -419,110 +389,12 @@ func loadKeyPair(certPath, keyPath string) (*x509.Certificate, crypto.Signer, st
 	if err != nil {
 		return nil, nil, "kept key unreadable: " + err.Error()
 	}
-	key, err := parsePrivateKey(keyPEM)
+	key, err := ca.ParsePrivateKey(keyPEM)
 	if err != nil {
 		return nil, nil, "kept key unreadable: " + err.Error()
 	}
-	if !publicKeysEqual(key.Public(), cert.PublicKey) {
+	if !ca.PublicKeysEqual(key.Public(), cert.PublicKey) {
 		return nil, nil, "kept key does not match kept certificate"
 	}
 	return cert, key, ""
-}
-
-// splitAltNames returns the DNS SANs (certname first, deduplicated, lower
-// case) and IP SANs, as package ca does.
-func splitAltNames(certname string, alt []string) ([]string, []net.IP, error) {
-	dns := []string{certname}
-	var ips []net.IP
-	for _, a := range alt {
-		a = strings.TrimSpace(a)
-		if v, ok := strings.CutPrefix(a, "IP:"); ok {
-			ip := net.ParseIP(v)
-			if ip == nil {
-				return nil, nil, fmt.Errorf("alt name %q is not an IP address: %w", a, farm.ErrInvalid)
-			}
-			ips = appendIP(ips, ip)
-			continue
-		}
-		a = strings.ToLower(strings.TrimPrefix(a, "DNS:"))
-		if ip := net.ParseIP(a); ip != nil {
-			ips = appendIP(ips, ip)
-			continue
-		}
-		if a == "" || strings.ContainsAny(a, "*/\\ ") || strings.HasPrefix(a, ".") {
-			return nil, nil, fmt.Errorf("alt name %q is not a DNS name: %w", a, farm.ErrInvalid)
-		}
-		if !slices.Contains(dns, a) {
-			dns = append(dns, a)
-		}
-	}
-	return dns, ips, nil
-}
-
-func appendIP(ips []net.IP, ip net.IP) []net.IP {
-	if v4 := ip.To4(); v4 != nil {
-		ip = v4
-	}
-	for _, have := range ips {
-		if have.Equal(ip) {
-			return ips
-		}
-	}
-	return append(ips, ip)
-}
-
-func keyTypeOf(key crypto.Signer) string {
-	switch k := key.(type) {
-	case *ecdsa.PrivateKey:
-		if k.Curve == elliptic.P256() {
-			return ca.KeyECDSAP256
-		}
-		return "ecdsa-" + k.Curve.Params().Name
-	case *rsa.PrivateKey:
-		return ca.KeyRSA
-	default:
-		return fmt.Sprintf("%T", key)
-	}
-}
-
-func encodeKey(key crypto.Signer) ([]byte, error) {
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("encode key: %w", err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
-
-// parsePrivateKey reads a PEM private key: PKCS#1, PKCS#8 or SEC 1.
-func parsePrivateKey(data []byte) (crypto.Signer, error) {
-	block, _ := pem.Decode(data)
-	if block == nil {
-		return nil, errors.New("no PEM private key")
-	}
-	var key any
-	var err error
-	switch block.Type {
-	case "RSA PRIVATE KEY":
-		key, err = x509.ParsePKCS1PrivateKey(block.Bytes)
-	case "EC PRIVATE KEY":
-		key, err = x509.ParseECPrivateKey(block.Bytes)
-	case "PRIVATE KEY":
-		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
-	default:
-		return nil, fmt.Errorf("PEM block %q is not a private key", block.Type)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("parse private key: %w", err)
-	}
-	signer, ok := key.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("private key of type %T cannot sign", key)
-	}
-	return signer, nil
-}
-
-func publicKeysEqual(a, b crypto.PublicKey) bool {
-	type equaler interface{ Equal(crypto.PublicKey) bool }
-	k, ok := a.(equaler)
-	return ok && k.Equal(b)
 }

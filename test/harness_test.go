@@ -207,8 +207,13 @@ func (f *farmProc) metric(sample string) float64 {
 
 // brokerCLI runs an operator verb against this farm.
 func (f *farmProc) brokerCLI(args ...string) (string, error) {
-	args = append(args, "--admin", f.Admin)
-	out, err := exec.Command(brokerBin, args...).CombinedOutput()
+	const limit = 5 * time.Minute // a deploy that never finishes must not hang the suite
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, brokerBin, append(args, "--admin", f.Admin)...).CombinedOutput()
+	if ctx.Err() != nil {
+		return string(out), fmt.Errorf("broker %s did not finish within %s: %w", strings.Join(args, " "), limit, ctx.Err())
+	}
 	return string(out), err
 }
 

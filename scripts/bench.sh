@@ -160,6 +160,18 @@ else
   say "BenchmarkCompileWarm is absent from pkg/compiler/puppet: skipping the compile benchmark"
 fi
 
+# 3b. Certificate signing: the directory CA and the DynamoDB CA (dynalite on
+# loopback, so it measures the CA's round trips, not DynamoDB's latency).
+ca_cmd=(go test -run '^$' -bench 'BenchmarkSign$/rsa4096/submit|BenchmarkSignDynamoDB' -benchtime 200x ./pkg/ca ./pkg/dynamostate)
+say "CA benchmark: ${ca_cmd[*]}"
+if ca_out=$("${ca_cmd[@]}" 2>&1); then
+  printf '%s\n' "$ca_out" | grep -E '^Benchmark' >&2 || true
+else
+  say "the CA benchmark failed:"
+  printf '%s\n' "$ca_out" | tail -n 20 >&2
+  ca_out="FAILED"
+fi
+
 # 4. The report. loadgen --tsv lines: phase clients facts per_second p50 p90 p99 max errors
 pick() { awk -F'\t' -v p="$1" -v c="$2" -v f="$3" -v col="$4" '$1==p && $2==c && $3==f {print $col; exit}' "$5"; }
 verdict() {
@@ -283,6 +295,21 @@ mkdir -p "$(dirname "$OUT")"
     echo '```'
   else
     echo "- \`BenchmarkCompileWarm\` does not exist in pkg/compiler/puppet yet: not measured."
+  fi
+  echo
+  echo "## Certificate signing"
+  echo
+  if [ "$ca_out" = "FAILED" ]; then
+    echo "- The CA benchmarks failed in this run; run \`$(printf '%q ' "${ca_cmd[@]}" | sed 's/ $//')\` to see why."
+  else
+    echo "Autosigned certificate requests with a 4096-bit CA key: \`BenchmarkSign\` on the CA"
+    echo "directory (fsync per write), \`BenchmarkSignDynamoDB\` on the DynamoDB CA store against"
+    echo "dynalite on loopback, one CA at a time and through two CAs on one table in parallel (two"
+    echo "front doors). \`$(printf '%q ' "${ca_cmd[@]}" | sed 's/ $//')\`:"
+    echo
+    echo '```'
+    printf '%s\n' "$ca_out" | grep -E '^Benchmark' | awk '{printf "%s  %.0f certificates/s\n", $0, 1e9/$3}'
+    echo '```'
   fi
   echo
   echo "## How to read this"

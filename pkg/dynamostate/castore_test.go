@@ -18,9 +18,11 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
 )
 
+var discardLogger = slog.New(slog.DiscardHandler)
+
 // newCATable returns the name of a fresh CA table on the emulator, deleted
 // when the test ends.
-func newCATable(t *testing.T) string {
+func newCATable(t testing.TB) string {
 	t.Helper()
 	table := fmt.Sprintf("t%04d-ca", tableSeq.Add(1))
 	client := newClient(endpoint)
@@ -51,7 +53,7 @@ func openCA(t *testing.T, table, keyFile string, opts ca.Options) *ca.CA {
 		opts.KeyBits = 2048
 	}
 	opts.ServerDir = t.TempDir()
-	opts.Logger = slog.New(slog.DiscardHandler)
+	opts.Logger = discardLogger
 	c, err := ca.Init(t.Context(), NewCAStore(newClient(endpoint), table), ca.KeyFile(keyFile), opts)
 	if err != nil {
 		t.Fatalf("open CA on table %s: %v", table, err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/big"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -23,7 +24,8 @@ import (
 //
 //	ca                  cert: the CA certificate (PEM)
 //	serial              next: the next serial number (N)
-//	crl                 pem, number (N): the current CRL
+//	crl                 number (N), gen, parts (N), sha256: the current CRL
+//	crl#<gen>#<i>       data: part i of the CRL (PEM) written as generation gen
 //	req#<certname>      pem: a pending certificate request
 //	cert#<certname>     pem, serial (hex): the certificate a name holds
 //	server#<serial>     pem, certname: a front door's certificate
@@ -36,11 +38,16 @@ import (
 // empty table. The CA key is never here (ca.KeySource).
 //
 // Listing requests and certificates scans the table, which is fine for the
-// tens of thousands of agents a CA serves; the CRL is one item, so it holds
-// about 7,000 revocations before DynamoDB's 400 KB item limit.
+// tens of thousands of agents a CA serves. The CRL is kept in parts (see
+// crl.go), so it has no size limit and re-reading an unchanged one costs
+// one small item.
 type CAStore struct {
 	client *dynamodb.Client
 	table  string
+
+	crlMu     sync.Mutex
+	crlCached crlHead // the head of crlPEM
+	crlPEM    []byte
 }
 
 // AttrKey is the CA table's partition key.
@@ -164,7 +171,7 @@ func (s *CAStore) Create(ctx context.Context, g ca.Genesis) error {
 	if err := ifAbsent("serial", map[string]types.AttributeValue{"next": num(g.NextSerial)}); err != nil {
 		return err
 	}
-	if err := ifAbsent("crl", map[string]types.AttributeValue{"pem": str(string(g.CRLPEM)), "number": num(crlNumber)}); err != nil {
+	if err := s.writeCRL(ctx, g.CRLPEM, crlNumber, nil); err != nil && !errors.Is(err, farm.ErrConflict) {
 		return err
 	}
 	if err := s.RecordIssued(ctx, g.Issued); err != nil {
@@ -282,20 +289,6 @@ func (s *CAStore) ServerCerts(ctx context.Context) ([][]byte, error) {
 		out = append(out, b)
 	}
 	return out, nil
-}
-
-func (s *CAStore) CRL(ctx context.Context) ([]byte, error) {
-	b, err := s.getString(ctx, "crl", "pem")
-	if err != nil {
-		return nil, fmt.Errorf("read CRL: %w", err)
-	}
-	return b, nil
-}
-
-// PutCRL replaces the CRL if its number is still prev.
-func (s *CAStore) PutCRL(ctx context.Context, crlPEM []byte, number, prev *big.Int) error {
-	return s.put(ctx, "crl", map[string]types.AttributeValue{"pem": str(string(crlPEM)), "number": num(number)},
-		"#n = :prev", map[string]types.AttributeValue{":prev": num(prev)})
 }
 
 // condNames maps the placeholders a condition uses to attribute names

@@ -199,6 +199,25 @@ func TestStore(t *testing.T, open func(t *testing.T) ca.Store) {
 			t.Fatalf("CRL is not the one written under the right number")
 		}
 	})
+
+	// A large site's CRL (20,000 revocations, about 1 MB of PEM) is kept
+	// whole, and a second store on the same records sees each new one.
+	t.Run("LargeCRL", func(t *testing.T) {
+		s := open(t)
+		m := newMinter(t)
+		create(t, s, m)
+		big1 := m.crlWith(t, 1, 20000)
+		big2 := m.crlWith(t, 2, 20001)
+		for i, crl := range [][]byte{big1, big2} {
+			locked(t, s, func(ctx context.Context) {
+				must(t, s.PutCRL(ctx, crl, big.NewInt(int64(i+1)), big.NewInt(int64(i))))
+			})
+			got, err := s.CRL(t.Context())
+			if err != nil || string(got) != string(crl) {
+				t.Fatalf("CRL %d of %d bytes read back as %d bytes, %v", i+1, len(crl), len(got), err)
+			}
+		}
+	})
 }
 
 // TestShared runs two CAs opened on one store, as two front doors run:
@@ -359,9 +378,17 @@ func (m *minter) cert(t *testing.T, serial int64, cn string) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
-func (m *minter) crl(t *testing.T, number int64) []byte {
+func (m *minter) crl(t *testing.T, number int64) []byte { return m.crlWith(t, number, 0) }
+
+// crlWith makes a CRL revoking serials 1000..1000+revoked-1.
+func (m *minter) crlWith(t *testing.T, number int64, revoked int) []byte {
+	entries := make([]x509.RevocationListEntry, revoked)
+	for i := range entries {
+		entries[i] = x509.RevocationListEntry{SerialNumber: big.NewInt(int64(1000 + i)), RevocationTime: time.Now()}
+	}
 	der, err := x509.CreateRevocationList(rand.Reader, &x509.RevocationList{
 		Number: big.NewInt(number), ThisUpdate: time.Now(), NextUpdate: time.Now().Add(time.Hour),
+		RevokedCertificateEntries: entries,
 	}, m.caCert, m.key)
 	must(t, err)
 	return pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: der})

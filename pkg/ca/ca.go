@@ -121,10 +121,11 @@ var _ farm.CA = (*CA)(nil)
 
 // crlState is one parsed, verified CRL.
 type crlState struct {
-	pem     []byte
-	number  *big.Int
-	entries []x509.RevocationListEntry
-	revoked map[string]time.Time // serial (hex) → revocation time
+	pem        []byte
+	number     *big.Int
+	thisUpdate time.Time
+	entries    []x509.RevocationListEntry
+	revoked    map[string]time.Time // serial (hex) → revocation time
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -284,7 +285,7 @@ func (c *CA) create(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("parse new CA certificate: %w", err)
 	}
 	c.cert, c.key = cert, key
-	crlPEM, err := c.newCRL(big.NewInt(0), nil)
+	crlPEM, err := c.newCRL(big.NewInt(0), nil, time.Time{})
 	if err != nil {
 		return nil, err
 	}
@@ -584,7 +585,7 @@ func (c *CA) revokeLocked(ctx context.Context, certname string, serial *big.Int)
 	entries := append(append([]x509.RevocationListEntry(nil), cur.entries...),
 		x509.RevocationListEntry{SerialNumber: serial, RevocationTime: c.now()})
 	number := new(big.Int).Add(cur.number, big.NewInt(1))
-	crlPEM, err := c.newCRL(number, entries)
+	crlPEM, err := c.newCRL(number, entries, cur.thisUpdate)
 	if err != nil {
 		return err
 	}
@@ -804,7 +805,7 @@ func (c *CA) parseCRL(data []byte) (*crlState, error) {
 	if rl.Number == nil {
 		return nil, errors.New("the stored CRL has no CRL number")
 	}
-	st := &crlState{pem: data, number: rl.Number, entries: rl.RevokedCertificateEntries, revoked: map[string]time.Time{}}
+	st := &crlState{pem: data, number: rl.Number, thisUpdate: rl.ThisUpdate, entries: rl.RevokedCertificateEntries, revoked: map[string]time.Time{}}
 	for _, e := range rl.RevokedCertificateEntries {
 		st.revoked[e.SerialNumber.Text(16)] = e.RevocationTime
 	}

@@ -210,8 +210,13 @@ func (c *CA) issueLeaf(s leafSpec) (*x509.Certificate, []byte, error) {
 // newCRL signs a CRL (v2, with CRL number and AKI) listing entries. Its
 // nextUpdate is far ahead, as Puppet's: the CRL is re-signed on every
 // revocation, not on a schedule.
-func (c *CA) newCRL(number *big.Int, entries []x509.RevocationListEntry) ([]byte, error) {
-	now := c.now()
+func (c *CA) newCRL(number *big.Int, entries []x509.RevocationListEntry, after time.Time) ([]byte, error) {
+	// thisUpdate is the CRL's Last-Modified, to the second: a newer CRL
+	// must have a later one, or an agent's If-Modified-Since misses it.
+	now := c.now().Truncate(time.Second)
+	if !now.After(after) {
+		now = after.Truncate(time.Second).Add(time.Second)
+	}
 	tmpl := &x509.RevocationList{
 		Number:                    number,
 		ThisUpdate:                now,

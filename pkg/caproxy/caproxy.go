@@ -101,6 +101,9 @@ type CA struct {
 
 	crl       atomic.Pointer[crlState]
 	refreshMu sync.Mutex // one CRL refresh at a time
+	// crlModified is the upstream's Last-Modified for the current CRL,
+	// sent back as If-Modified-Since; guarded by refreshMu.
+	crlModified string
 	serverMu  sync.Mutex // one ServerCert at a time
 
 	stop      context.CancelFunc
@@ -340,32 +343,41 @@ func (c *CA) path(name ...string) string { return filepath.Join(append([]string{
 // transport failure: the upstream unreachable, or its certificate not
 // verifying.
 func (c *CA) do(ctx context.Context, client *http.Client, method, path string, body []byte) (int, []byte, error) {
+	status, _, data, err := c.doHeader(ctx, client, method, path, body, nil)
+	return status, data, err
+}
+
+// doHeader is do with extra request headers, returning the response's.
+func (c *CA) doHeader(ctx context.Context, client *http.Client, method, path string, body []byte, header http.Header) (int, http.Header, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.upstream+path, rd)
 	if err != nil {
-		return 0, nil, fmt.Errorf("build request to upstream CA: %w", err)
+		return 0, nil, nil, fmt.Errorf("build request to upstream CA: %w", err)
 	}
 	req.Header.Set("Accept", "text/plain")
 	req.Header.Set("User-Agent", "compilefarm-caproxy")
 	if body != nil {
 		req.Header.Set("Content-Type", "text/plain")
 	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, nil, c.transportError(ctx, method, path, err)
+		return 0, nil, nil, c.transportError(ctx, method, path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
-		return 0, nil, c.transportError(ctx, method, path, err)
+		return 0, nil, nil, c.transportError(ctx, method, path, err)
 	}
 	if len(data) > maxBody {
-		return 0, nil, fmt.Errorf("upstream CA %s answered %s %s with more than %d bytes", c.upstream, method, path, maxBody)
+		return 0, nil, nil, fmt.Errorf("upstream CA %s answered %s %s with more than %d bytes", c.upstream, method, path, maxBody)
 	}
-	return resp.StatusCode, data, nil
+	return resp.StatusCode, resp.Header, data, nil
 }
 
 // verifyError marks a failure to verify the upstream's TLS certificate.

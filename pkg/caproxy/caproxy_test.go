@@ -12,6 +12,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log"
@@ -39,7 +40,33 @@ type upstream struct {
 	ca  *ca.CA
 	srv *httptest.Server
 	url string
+
+	mu       sync.Mutex
+	statuses []string // "GET /path STATUS" of every answer
 }
+
+// answers returns the statuses the upstream answered requests for path with.
+func (u *upstream) answers(path string) []int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []int
+	for _, s := range u.statuses {
+		var m, p string
+		var code int
+		fmt.Sscan(s, &m, &p, &code)
+		if p == path {
+			out = append(out, code)
+		}
+	}
+	return out
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) { r.status = code; r.ResponseWriter.WriteHeader(code) }
 
 func startUpstream(t *testing.T, opts ca.Options) *upstream {
 	t.Helper()
@@ -58,12 +85,21 @@ func startUpstream(t *testing.T, opts ca.Options) *upstream {
 		t.Fatal(err)
 	}
 	fd := &frontdoor.Server{CA: authority, Revocations: authority, Log: quiet()}
-	srv := httptest.NewUnstartedServer(fd.Handler())
+	up := &upstream{dir: dir, ca: authority}
+	h := fd.Handler()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(rec, r)
+		up.mu.Lock()
+		up.statuses = append(up.statuses, fmt.Sprintf("%s %s %d", r.Method, r.URL.Path, rec.status))
+		up.mu.Unlock()
+	}))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are expected
 	srv.TLS = authority.ServerTLSConfig(serverCert)
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	return &upstream{dir: dir, ca: authority, srv: srv, url: srv.URL}
+	up.srv, up.url = srv, srv.URL
+	return up
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -474,6 +510,31 @@ func TestCRL(t *testing.T) {
 	up := startUpstream(t, ca.Options{Autosign: true})
 	a1 := agentCert(t, up, "agent1.test")
 	a2 := agentCert(t, up, "agent2.test")
+
+	// An unchanged CRL is not downloaded again: the proxy sends
+	// If-Modified-Since and the upstream answers 304.
+	t.Run("ConditionalGET", func(t *testing.T) {
+		up := startUpstream(t, ca.Options{Autosign: true})
+		a := agentCert(t, up, "agent3.test")
+		p, _ := openProxy(t, up, Options{Dir: t.TempDir(), CRLRefresh: time.Hour})
+		const path = "/puppet-ca/v1/certificate_revocation_list/ca"
+		before := len(up.answers(path))
+		if err := p.RefreshCRL(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := up.answers(path)[before:]; len(got) != 1 || got[0] != http.StatusNotModified {
+			t.Fatalf("refresh of an unchanged CRL: upstream answered %v, want [304]", got)
+		}
+		if err := up.ca.Revoke(ctx, "agent3.test"); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.RefreshCRL(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := up.answers(path); got[len(got)-1] != http.StatusOK || !p.IsRevoked(a.Leaf.SerialNumber) {
+			t.Fatalf("refresh after a revocation: upstream answered %v, revoked %v; want 200 and true", got, p.IsRevoked(a.Leaf.SerialNumber))
+		}
+	})
 
 	t.Run("RefreshCRL", func(t *testing.T) {
 		dir := t.TempDir()

@@ -86,15 +86,23 @@ func (st *crlState) olderThan(cur *crlState) bool {
 func (c *CA) RefreshCRL(ctx context.Context) error {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
-	status, body, err := c.do(ctx, c.client, http.MethodGet, "/puppet-ca/v1/certificate_revocation_list/ca", nil)
-	if err == nil && status != http.StatusOK {
+	cur := c.crl.Load()
+	var ims http.Header
+	if cur != nil && c.crlModified != "" {
+		// Only a changed CRL comes back: large sites' CRLs are megabytes.
+		ims = http.Header{"If-Modified-Since": {c.crlModified}}
+	}
+	status, hdr, body, err := c.doHeader(ctx, c.client, http.MethodGet, "/puppet-ca/v1/certificate_revocation_list/ca", nil, ims)
+	if err == nil && status != http.StatusOK && status != http.StatusNotModified {
 		err = upstreamError(status, body)
 	}
 	if err != nil {
 		return fmt.Errorf("fetch CRL: %w", err)
 	}
-	cur := c.crl.Load()
-	if cur != nil && bytes.Equal(cur.pem, body) {
+	if status == http.StatusNotModified || (cur != nil && bytes.Equal(cur.pem, body)) {
+		if status == http.StatusOK {
+			c.crlModified = hdr.Get("Last-Modified")
+		}
 		next := *cur
 		next.fetched = time.Now()
 		c.crl.Store(&next)
@@ -115,6 +123,7 @@ func (c *CA) RefreshCRL(ctx context.Context) error {
 		c.log.Error("could not keep the CRL", "file", c.path(fileCRL), "err", err)
 	}
 	c.crl.Store(st)
+	c.crlModified = hdr.Get("Last-Modified")
 	c.log.Info("CRL updated from the upstream CA", "revoked", st.entries, "crl_numbers", crlNumbers(st))
 	return nil
 }

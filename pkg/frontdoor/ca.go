@@ -1,9 +1,13 @@
 package frontdoor
 
 import (
+	"bytes"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
@@ -66,13 +70,23 @@ func (s *Server) getCertificate(w http.ResponseWriter, r *http.Request) {
 	writePEM(w, b)
 }
 
+// getCRL answers the CRL with Last-Modified set to its thisUpdate, and 304
+// to an agent whose If-Modified-Since (crl_refresh_interval) is not older:
+// a large site's CRL is megabytes.
 func (s *Server) getCRL(w http.ResponseWriter, r *http.Request) {
 	b, err := s.CA.CRL(r.Context())
 	if err != nil {
 		s.caError(w, r, "certificate_revocation_list", "ca", err)
 		return
 	}
-	writePEM(w, b)
+	var modified time.Time
+	if block, _ := pem.Decode(b); block != nil {
+		if rl, err := x509.ParseRevocationList(block.Bytes); err == nil {
+			modified = rl.ThisUpdate
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	http.ServeContent(w, r, "", modified, bytes.NewReader(b))
 }
 
 func (s *Server) putCSR(w http.ResponseWriter, r *http.Request) {

@@ -39,6 +39,7 @@ type rig struct {
 	anon   *http.Client
 	certs  map[string]tls.Certificate
 	pool   *x509.CertPool
+	ca     *ca.CA
 }
 
 func newRig(t *testing.T) *rig {
@@ -72,7 +73,7 @@ func newRig(t *testing.T) *rig {
 	srv.TLS = authority.ServerTLSConfig(serverCert)
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	r := &rig{t: t, srv: srv, store: store, codeID: m.CodeID(), certs: map[string]tls.Certificate{}, pool: authority.Pool()}
+	r := &rig{t: t, srv: srv, store: store, codeID: m.CodeID(), certs: map[string]tls.Certificate{}, pool: authority.Pool(), ca: authority}
 	r.anon = r.client("")
 	for _, name := range []string{"agent1.example.test", "agent2.example.test"} {
 		csr, key := farmtest.NewCSR(t, name)
@@ -360,5 +361,28 @@ func TestCSRRefusalBody(t *testing.T) {
 				t.Errorf("got %d %q\nwant 400 %q", resp.status, resp.body, tt.want)
 			}
 		})
+	}
+}
+
+// The CRL carries Last-Modified; an agent refreshing it
+// (crl_refresh_interval) with If-Modified-Since gets 304 while it is
+// unchanged and the new CRL after a revocation, even within the second.
+func TestCRLIfModifiedSince(t *testing.T) {
+	r := newRig(t)
+	const path = "/puppet-ca/v1/certificate_revocation_list/ca"
+	first := r.do(r.anon, "GET", path, nil, nil)
+	lm := first.header.Get("Last-Modified")
+	if first.status != 200 || lm == "" || !strings.HasPrefix(first.body, "-----BEGIN X509 CRL-----") {
+		t.Fatalf("GET CRL: %d, Last-Modified %q, body %.30q", first.status, lm, first.body)
+	}
+	if again := r.do(r.anon, "GET", path, nil, map[string]string{"If-Modified-Since": lm}); again.status != 304 || again.body != "" {
+		t.Fatalf("unchanged CRL with If-Modified-Since: %d %.30q, want 304 and no body", again.status, again.body)
+	}
+	if err := r.ca.Revoke(t.Context(), "agent2.example.test"); err != nil {
+		t.Fatal(err)
+	}
+	after := r.do(r.anon, "GET", path, nil, map[string]string{"If-Modified-Since": lm})
+	if after.status != 200 || after.body == first.body {
+		t.Fatalf("CRL after a revocation with the old If-Modified-Since: %d, changed %v; want 200 and the new CRL", after.status, after.body != first.body)
 	}
 }

@@ -104,7 +104,7 @@ type CA struct {
 	// crlModified is the upstream's Last-Modified for the current CRL,
 	// sent back as If-Modified-Since; guarded by refreshMu.
 	crlModified string
-	serverMu  sync.Mutex // one ServerCert at a time
+	serverMu    sync.Mutex // one ServerCert at a time
 
 	stop      context.CancelFunc
 	done      chan struct{}

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +14,8 @@ import (
 // dev`: CA bootstrap, pluginsync, a static catalog with module files (single
 // and recursive), ERB and EPP content, reports, no compile for an unchanged
 // second run, a recompile after a fact the manifests read changes, 403 for
-// another node's catalog, and a readable error for a manifest that fails.
+// another node's catalog, a readable error for a manifest that fails, and
+// CRL refreshes (304 while unchanged, the new CRL after a revocation).
 func TestRealAgent(t *testing.T) {
 	envs := copyExampleEnvs(t)
 	f := startFarm(t, t.TempDir(), envs)
@@ -97,6 +100,17 @@ func TestRealAgent(t *testing.T) {
 		}
 	})
 
+	// Agents with crl_refresh_interval ask for the CRL with
+	// If-Modified-Since: unchanged, the front door answers 304.
+	refresh := []string{"--crl_refresh_interval", "1s"}
+	t.Run("CRL refresh while unchanged", func(t *testing.T) {
+		time.Sleep(2 * time.Second) // past the 1s interval since the CRL was fetched, in the agent's whole seconds
+		code, out := a.run(t, f, refresh...)
+		if code != 0 || !strings.Contains(out, "Refreshing CRL") || !strings.Contains(out, "CRL is unmodified") {
+			t.Fatalf("run with crl_refresh_interval: exit %d, want 0 and the CRL unmodified (304)\n%s", code, out)
+		}
+	})
+
 	t.Run("revoked certificate is refused", func(t *testing.T) {
 		r := newAgent(t, "revoked.example.test")
 		if code, out := r.run(t, f); code != 2 {
@@ -115,6 +129,26 @@ func TestRealAgent(t *testing.T) {
 		list, _ := f.brokerCLI("ca", "list")
 		if !strings.Contains(list, "revoked.example.test") || !strings.Contains(list, "revoked") {
 			t.Errorf("ca list does not show the revocation:\n%s", list)
+		}
+	})
+
+	t.Run("CRL refresh after a revocation", func(t *testing.T) {
+		time.Sleep(2 * time.Second)
+		code, out := a.run(t, f, refresh...)
+		if code != 0 || !strings.Contains(out, "Refreshing CRL") || strings.Contains(out, "CRL is unmodified") {
+			t.Fatalf("run after a revocation: exit %d, want 0 and a new CRL\n%s", code, out)
+		}
+		data, err := os.ReadFile(filepath.Join(a.Dir, "ssl", "crl.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, _ := pem.Decode(data)
+		if block == nil {
+			t.Fatalf("agent's crl.pem is not PEM")
+		}
+		crl, err := x509.ParseRevocationList(block.Bytes)
+		if err != nil || len(crl.RevokedCertificateEntries) != 1 {
+			t.Fatalf("agent's CRL after refresh: %v, err %v; want the one revocation", crl, err)
 		}
 	})
 

@@ -78,7 +78,7 @@ func (c *caFlags) validateKey() error {
 	return nil
 }
 
-func (c *caFlags) keySource(awsCfg aws.Config) ca.KeySource {
+func (c *caFlags) keySource(awsCfg aws.Config) farm.CAKeySource {
 	if c.keySecret != "" {
 		return cakey.NewSecret(secretsmanager.NewFromConfig(awsCfg), c.keySecret)
 	}

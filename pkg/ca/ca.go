@@ -9,13 +9,16 @@
 // agent requested, and a v2 CRL re-signed on every revocation. It refuses the
 // requests Puppet Server refuses, with Puppet's messages (see RequestError).
 //
-// Everything lives in one directory laid out like Puppet Server's cadir
-// (ca_crt.pem, ca_key.pem, ca_crl.pem, serial, inventory.txt, requests/,
-// signed/) plus server/ for the front door's own certificates. Every write is
-// atomic (temp file, fsync, rename). A CA is safe for concurrent use, and
-// several processes may open the same directory (the running broker and an
-// operator's "broker ca sign"): changes are serialised with flock(2) on
-// <dir>/.lock and each process picks up the others' revocations.
+// The CA's records live in a farm.CAStore and its key in a farm.CAKeySource.
+// Open keeps both in one directory laid out like Puppet Server's cadir
+// (DirStore: ca_crt.pem, ca_key.pem, ca_crl.pem, serial, inventory.txt,
+// requests/, signed/) plus server/ for the front door's own certificates;
+// every write is atomic (temp file, fsync, rename), and several processes
+// may open the same directory (the running broker and an operator's "broker
+// ca sign"): changes are serialised with flock(2) on <dir>/.lock. New and
+// Init take any store and key source, such as the DynamoDB store a fleet of
+// front doors shares and a key in Secrets Manager. A CA is safe for
+// concurrent use and picks up revocations other processes made.
 //
 // Besides farm.CA the CA gives a TLS server what it needs: IssueServerCert
 // for the front door's certificate, Pool and VerifyConnection (revocation
@@ -90,12 +93,12 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// CA is a Puppet certificate authority whose records live in a Store and
-// whose key comes from a KeySource. It implements farm.CA; see the package
+// CA is a Puppet certificate authority whose records live in a
+// farm.CAStore and whose key comes from a farm.CAKeySource. It implements farm.CA; see the package
 // documentation.
 type CA struct {
-	store      Store
-	keys       KeySource
+	store      farm.CAStore
+	keys       farm.CAKeySource
 	dir        string // the directory of a CA made by Open, else ""
 	closeStore func() error
 	opts       Options
@@ -187,18 +190,18 @@ func Open(ctx context.Context, dir string, opts Options) (*CA, error) {
 // New opens the CA kept in store, signing with the key from keys. It
 // returns an error wrapping farm.ErrNotFound when the store has no CA yet:
 // Init makes one.
-func New(ctx context.Context, store Store, keys KeySource, opts Options) (*CA, error) {
+func New(ctx context.Context, store farm.CAStore, keys farm.CAKeySource, opts Options) (*CA, error) {
 	return start(ctx, store, keys, opts, false)
 }
 
 // Init is New, creating the CA first when the store has none: with the key
 // keys holds, or a new key stored in keys. Several processes may Init one
 // store at once; one CA results.
-func Init(ctx context.Context, store Store, keys KeySource, opts Options) (*CA, error) {
+func Init(ctx context.Context, store farm.CAStore, keys farm.CAKeySource, opts Options) (*CA, error) {
 	return start(ctx, store, keys, opts, true)
 }
 
-func start(ctx context.Context, store Store, keys KeySource, opts Options, create bool) (*CA, error) {
+func start(ctx context.Context, store farm.CAStore, keys farm.CAKeySource, opts Options, create bool) (*CA, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -290,9 +293,9 @@ func (c *CA) create(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	err = c.store.Create(ctx, Genesis{
+	err = c.store.Create(ctx, farm.CAGenesis{
 		CertPEM: certPEM, CRLPEM: crlPEM, NextSerial: big.NewInt(2),
-		Issued: Issued{Certname: "Puppet CA: " + c.opts.Name, Serial: cert.SerialNumber, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter},
+		Issued: farm.CertIssued{Certname: "Puppet CA: " + c.opts.Name, Serial: cert.SerialNumber, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter},
 	})
 	if errors.Is(err, farm.ErrConflict) {
 		return c.store.CACert(ctx) // another process made the CA first
@@ -537,7 +540,7 @@ func (c *CA) signLocked(ctx context.Context, certname string, v *vetted, replace
 	} else if err != nil {
 		return err
 	}
-	if err := c.store.RecordIssued(ctx, Issued{Certname: certname, Serial: cert.SerialNumber, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter}); err != nil {
+	if err := c.store.RecordIssued(ctx, farm.CertIssued{Certname: certname, Serial: cert.SerialNumber, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter}); err != nil {
 		return err
 	}
 	c.log.Info("signed certificate", "certname", certname, "serial", FormatSerial(serial),

@@ -45,7 +45,7 @@ type DirStore struct {
 	lockFile *os.File
 }
 
-var _ Store = (*DirStore)(nil)
+var _ farm.CAStore = (*DirStore)(nil)
 
 // OpenDirStore opens the store in dir, creating dir and its subdirectories
 // when missing. Close releases it.
@@ -129,7 +129,7 @@ func (d *DirStore) CACert(ctx context.Context) ([]byte, error) {
 
 // Create writes the CA's files, the certificate last: a directory without
 // ca_crt.pem has no CA yet, whatever else a crash left behind.
-func (d *DirStore) Create(ctx context.Context, g Genesis) error {
+func (d *DirStore) Create(ctx context.Context, g farm.CAGenesis) error {
 	if _, err := os.Stat(d.path(fileCACert)); err == nil {
 		return fmt.Errorf("create CA in %s: %w", d.dir, farm.ErrConflict)
 	}
@@ -194,7 +194,7 @@ func (d *DirStore) NextSerial(ctx context.Context) (*big.Int, error) {
 // RecordIssued adds a line to inventory.txt in Puppet's format
 // ("0x0003 2026-11-20T22:26:40UTC 2031-11-20T22:26:40UTC /CN=agent1"),
 // rewriting the file atomically as Puppet Server does.
-func (d *DirStore) RecordIssued(ctx context.Context, e Issued) error {
+func (d *DirStore) RecordIssued(ctx context.Context, e farm.CertIssued) error {
 	path := d.path(fileInventory)
 	old, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -214,7 +214,7 @@ func (d *DirStore) RecordIssued(ctx context.Context, e Issued) error {
 }
 
 // inventoryLine formats e as a line of Puppet's inventory.txt.
-func inventoryLine(e Issued) string {
+func inventoryLine(e farm.CertIssued) string {
 	const layout = "2006-01-02T15:04:05MST"
 	return fmt.Sprintf("0x%s %s %s /CN=%s\n", FormatSerial(e.Serial),
 		e.NotBefore.UTC().Format(layout), e.NotAfter.UTC().Format(layout), e.Certname)
@@ -388,10 +388,10 @@ func (d *DirStore) names(sub string) ([]string, error) {
 	return out, nil
 }
 
-// KeyFile is a KeySource kept in a PEM file (0600).
+// KeyFile is a farm.CAKeySource kept in a PEM file (0600).
 type KeyFile string
 
-var _ KeySource = KeyFile("")
+var _ farm.CAKeySource = KeyFile("")
 
 func (f KeyFile) String() string { return "file " + string(f) }
 

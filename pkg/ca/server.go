@@ -136,7 +136,7 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 		if err := c.store.PutSigned(ctx, certname, certPEM, replace); err != nil {
 			return fmt.Errorf("record server certificate (another front door may have just replaced it: start again): %w", err)
 		}
-		if err := c.store.RecordIssued(ctx, Issued{Certname: certname, Serial: cert.SerialNumber, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter}); err != nil {
+		if err := c.store.RecordIssued(ctx, farm.CertIssued{Certname: certname, Serial: cert.SerialNumber, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter}); err != nil {
 			return err
 		}
 		c.log.Info("issued server certificate", "certname", certname, "serial", FormatSerial(serial),

@@ -5,11 +5,12 @@ import (
 	"testing"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
-	"github.com/compilefarm/compilefarm/pkg/ca/catest"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
 )
 
 func TestDirStoreContract(t *testing.T) {
-	catest.TestStore(t, func(t *testing.T) ca.Store {
+	farmtest.TestCAStore(t, func(t *testing.T) farm.CAStore {
 		s, err := ca.OpenDirStore(filepath.Join(t.TempDir(), "ca"))
 		if err != nil {
 			t.Fatal(err)
@@ -20,9 +21,9 @@ func TestDirStoreContract(t *testing.T) {
 }
 
 func TestDirStoreShared(t *testing.T) {
-	catest.TestShared(t, func(t *testing.T) (*ca.CA, *ca.CA) {
+	farmtest.TestSharedCA(t, func(t *testing.T) (farm.CA, farm.CA) {
 		dir := filepath.Join(t.TempDir(), "ca")
-		open := func() *ca.CA {
+		open := func() farm.CA {
 			c, err := ca.Open(t.Context(), dir, ca.Options{KeyBits: 2048, Autosign: true})
 			if err != nil {
 				t.Fatal(err)

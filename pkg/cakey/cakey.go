@@ -1,5 +1,5 @@
 // Package cakey keeps the CA's private key in an AWS Secrets Manager
-// secret: the ca.KeySource of front doors that sign on AWS, so the key never
+// secret: the farm.CAKeySource of front doors that sign on AWS, so the key never
 // sits on a task's disk or in the CA's DynamoDB table.
 package cakey
 
@@ -12,18 +12,17 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/smithy-go"
 
-	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
-// Secret is a ca.KeySource in the Secrets Manager secret ID (a name or an
+// Secret is a farm.CAKeySource in the Secrets Manager secret ID (a name or an
 // ARN), whose SecretString is the PEM key.
 type Secret struct {
 	client *secretsmanager.Client
 	id     string
 }
 
-var _ ca.KeySource = (*Secret)(nil)
+var _ farm.CAKeySource = (*Secret)(nil)
 
 // NewSecret returns the key source of secret id.
 func NewSecret(client *secretsmanager.Client, id string) *Secret {

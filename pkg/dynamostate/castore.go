@@ -15,11 +15,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
-// CAStore keeps a Puppet CA's records (ca.Store) in one DynamoDB table,
+// CAStore keeps a Puppet CA's records (farm.CAStore) in one DynamoDB table,
 // partition key AttrKey (S), one item per record:
 //
 //	ca                  cert: the CA certificate (PEM)
@@ -35,7 +34,7 @@ import (
 // hosts sign at once without a lock: NextSerial is an atomic ADD (no serial
 // is ever handed out twice), a certificate replaces only the serial it
 // names, a CRL only the CRL number it was built on, and Create only an
-// empty table. The CA key is never here (ca.KeySource).
+// empty table. The CA key is never here (farm.CAKeySource).
 //
 // Listing requests and certificates scans the table, which is fine for the
 // tens of thousands of agents a CA serves. The CRL is kept in parts (see
@@ -53,7 +52,7 @@ type CAStore struct {
 // AttrKey is the CA table's partition key.
 const AttrKey = "key"
 
-var _ ca.Store = (*CAStore)(nil)
+var _ farm.CAStore = (*CAStore)(nil)
 
 // NewCAStore returns the CA store in table.
 func NewCAStore(client *dynamodb.Client, table string) *CAStore {
@@ -151,9 +150,9 @@ func (s *CAStore) CACert(ctx context.Context) ([]byte, error) {
 // Create writes the counter, the CRL and the inventory entry, each only if
 // absent, and the CA certificate last, only if absent: a table without the
 // ca item has no CA yet. Two processes creating at once sign with the same
-// key (ca.KeySource.CreateKey lets one key win), so whichever CRL lands is
+// key (farm.CAKeySource.CreateKey lets one key win), so whichever CRL lands is
 // signed by the CA that lands.
-func (s *CAStore) Create(ctx context.Context, g ca.Genesis) error {
+func (s *CAStore) Create(ctx context.Context, g farm.CAGenesis) error {
 	if _, err := s.get(ctx, "ca"); err == nil {
 		return fmt.Errorf("create CA in table %s: %w", s.table, farm.ErrConflict)
 	}
@@ -207,7 +206,7 @@ func (s *CAStore) NextSerial(ctx context.Context) (*big.Int, error) {
 	return n, nil
 }
 
-func (s *CAStore) RecordIssued(ctx context.Context, e ca.Issued) error {
+func (s *CAStore) RecordIssued(ctx context.Context, e farm.CertIssued) error {
 	return s.put(ctx, "issued#"+serialKey(e.Serial), map[string]types.AttributeValue{
 		"certname":   str(e.Certname),
 		"not_before": str(e.NotBefore.UTC().Format(time.RFC3339)),

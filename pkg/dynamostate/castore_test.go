@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
-	"github.com/compilefarm/compilefarm/pkg/ca/catest"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
 )
@@ -42,7 +41,7 @@ func newCATable(t testing.TB) string {
 }
 
 func TestCAStoreContract(t *testing.T) {
-	catest.TestStore(t, func(t *testing.T) ca.Store { return NewCAStore(newClient(endpoint), newCATable(t)) })
+	farmtest.TestCAStore(t, func(t *testing.T) farm.CAStore { return NewCAStore(newClient(endpoint), newCATable(t)) })
 }
 
 // openCA opens a CA on table with the key in keyFile, on a client of its
@@ -68,7 +67,7 @@ func TestCAContractOnDynamoDB(t *testing.T) {
 }
 
 func TestCASharedOnDynamoDB(t *testing.T) {
-	catest.TestShared(t, func(t *testing.T) (*ca.CA, *ca.CA) {
+	farmtest.TestSharedCA(t, func(t *testing.T) (farm.CA, farm.CA) {
 		table, key := newCATable(t), filepath.Join(t.TempDir(), "ca_key.pem")
 		return openCA(t, table, key, ca.Options{Autosign: true}), openCA(t, table, key, ca.Options{Autosign: true})
 	})

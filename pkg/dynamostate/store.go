@@ -1,6 +1,6 @@
 // Package dynamostate keeps the farm's node and environment records in
 // DynamoDB: a farm.NodeStore and a farm.EnvironmentStore for the AWS wiring,
-// and the CA's records (CAStore, a ca.Store).
+// and the CA's records (CAStore, a farm.CAStore).
 //
 // # Tables
 //

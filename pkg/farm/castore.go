@@ -1,4 +1,4 @@
-package ca
+package farm
 
 import (
 	"context"
@@ -6,19 +6,19 @@ import (
 	"time"
 )
 
-// Store keeps a CA's records: its certificate, serial counter, inventory,
+// CAStore keeps a CA's records: its certificate, serial counter, inventory,
 // pending requests, signed certificates, the front doors' certificates and
-// the CRL. The CA key is not a record: it comes from a KeySource.
+// the CRL. The CA key is not a record: it comes from a CAKeySource.
 //
-// Drivers: the directory laid out like Puppet Server's cadir (Dir, behind
-// Open), and DynamoDB (package dynamostate). A driver whose writes are not
-// conditional themselves serialises changes with Lock; a driver with
-// conditional writes returns a no-op from Lock and enforces the conditions
-// of NextSerial, PutSigned, DeleteSigned, Create and PutCRL itself, so that
-// several processes on several hosts can sign at once. Every method returns
-// farm.ErrNotFound for a missing record and farm.ErrConflict for a failed
-// condition.
-type Store interface {
+// Drivers: the directory laid out like Puppet Server's cadir (ca.DirStore),
+// and DynamoDB (dynamostate.CAStore); farmtest.TestCAStore is their suite.
+// A driver whose writes are not conditional themselves serialises changes
+// with Lock; a driver with conditional writes returns a no-op from Lock and
+// enforces the conditions of NextSerial, PutSigned, DeleteSigned, Create and
+// PutCRL itself, so that several processes on several hosts can sign at
+// once. Every method returns ErrNotFound for a missing record and
+// ErrConflict for a failed condition.
+type CAStore interface {
 	// Lock serialises a change with other processes sharing the store,
 	// waiting until ctx ends.
 	Lock(ctx context.Context) (unlock func(), err error)
@@ -30,15 +30,15 @@ type Store interface {
 	// CA yet.
 	CACert(ctx context.Context) ([]byte, error)
 	// Create records a new CA: its certificate, first CRL (number 0), the
-	// serial counter at Genesis.NextSerial and the CA certificate's
+	// serial counter at CAGenesis.NextSerial and the CA certificate's
 	// inventory entry. ErrConflict when the store already has a CA.
-	Create(ctx context.Context, g Genesis) error
+	Create(ctx context.Context, g CAGenesis) error
 
 	// NextSerial takes a serial number from the counter: no two calls, from
 	// any process, ever get the same number.
 	NextSerial(ctx context.Context) (*big.Int, error)
 	// RecordIssued adds a certificate to the inventory.
-	RecordIssued(ctx context.Context, e Issued) error
+	RecordIssued(ctx context.Context, e CertIssued) error
 
 	// Request, PutRequest and DeleteRequest keep pending certificate
 	// requests (PEM) by certname; deleting a missing one is not an error.
@@ -70,24 +70,25 @@ type Store interface {
 	PutCRL(ctx context.Context, crlPEM []byte, number, prev *big.Int) error
 }
 
-// Genesis is what a new CA puts in its store.
-type Genesis struct {
+// CAGenesis is what a new CA puts in its store.
+type CAGenesis struct {
 	CertPEM    []byte
 	CRLPEM     []byte
-	NextSerial *big.Int // the first serial to hand out
-	Issued     Issued   // the CA certificate's own inventory entry
+	NextSerial *big.Int   // the first serial to hand out
+	Issued     CertIssued // the CA certificate's own inventory entry
 }
 
-// Issued is one inventory entry: a certificate the CA issued.
-type Issued struct {
+// CertIssued is one inventory entry: a certificate the CA issued.
+type CertIssued struct {
 	Certname            string // the subject CN
 	Serial              *big.Int
 	NotBefore, NotAfter time.Time
 }
 
-// KeySource holds the CA's private key (PEM): a file (KeyFile, and the CA
-// directory behind Open) or an AWS Secrets Manager secret (package cakey).
-type KeySource interface {
+// CAKeySource holds the CA's private key (PEM): a file (ca.KeyFile, and
+// the CA directory behind ca.Open) or an AWS Secrets Manager secret
+// (cakey.Secret).
+type CAKeySource interface {
 	// LoadKey returns the key; ErrNotFound when the source holds none.
 	LoadKey(ctx context.Context) ([]byte, error)
 	// CreateKey stores a new key; ErrConflict when the source holds one.

@@ -122,6 +122,25 @@ func (a *awsFarm) serveArgs(t *testing.T, envs, work string, extra ...string) []
 		"--ca-table", caTable, "--ca-key-secret", caSecret, "--environments", envs, "--work", work, "--autosign"}, extra...)
 }
 
+// startFleet starts one broker serve per entry of extraArgs (serveArgs
+// plus those flags) on envs, deploys production through the first, and runs
+// the compile Lambda with its pollers until the test ends.
+func (a *awsFarm) startFleet(t *testing.T, ctx context.Context, envs string, extraArgs ...[]string) ([]*farmProc, *lambdaruntime.Runtime) {
+	t.Helper()
+	var doors []*farmProc
+	for _, extra := range extraArgs {
+		doors = append(doors, startBroker(t, a.Env, a.serveArgs(t, envs, t.TempDir(), extra...)...))
+	}
+	if out, err := doors[0].brokerCLI("code", "deploy", "production"); err != nil {
+		t.Fatalf("code deploy through serve: %v\n%s", err, out)
+	}
+	rt, pollers := a.startCompileLambda(t, ctx)
+	pollCtx, stopPolling := context.WithCancel(ctx)
+	t.Cleanup(stopPolling)
+	pollForever(pollCtx, t, pollers)
+	return doors, rt
+}
+
 // serveProxyArgs are the broker serve flags for a front door on these
 // backends that proxies CA requests to upstream (host:port).
 func (a *awsFarm) serveProxyArgs(envs, work, upstream string) []string {

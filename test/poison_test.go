@@ -29,14 +29,8 @@ func TestPoisonJobAgentKeepsCatalog(t *testing.T) {
 	defer cancel()
 	a := startAWS(t, ctx)
 	envs := copyExampleEnvs(t)
-	s := startBroker(t, a.Env, a.serveArgs(t, envs, t.TempDir())...)
-	if out, err := s.brokerCLI("code", "deploy", "production"); err != nil {
-		t.Fatalf("code deploy through serve: %v\n%s", err, out)
-	}
-	rt, pollers := a.startCompileLambda(t, ctx)
-	pollCtx, stopPolling := context.WithCancel(ctx)
-	defer stopPolling()
-	pollForever(pollCtx, t, pollers)
+	doors, rt := a.startFleet(t, ctx, envs, nil)
+	s := doors[0]
 
 	agent := newAgent(t, "poison1.example.test")
 	if code, out := agent.run(t, s); code != 2 {

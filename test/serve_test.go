@@ -25,15 +25,9 @@ func TestServeAWS(t *testing.T) {
 	defer cancel()
 	a := startAWS(t, ctx)
 	envs := copyExampleEnvs(t)
-	s1 := startBroker(t, a.Env, a.serveArgs(t, envs, t.TempDir(), "--allow-subject-alt-names", "--certname", "door1.example.test")...)
-	s2 := startBroker(t, a.Env, a.serveArgs(t, envs, t.TempDir(), "--certname", "door2.example.test")...)
-	if out, err := s1.brokerCLI("code", "deploy", "production"); err != nil {
-		t.Fatalf("code deploy through serve: %v\n%s", err, out)
-	}
-	_, pollers := a.startCompileLambda(t, ctx)
-	pollCtx, stopPolling := context.WithCancel(ctx)
-	defer stopPolling()
-	pollForever(pollCtx, t, pollers)
+	doors, _ := a.startFleet(t, ctx, envs,
+		[]string{"--allow-subject-alt-names", "--certname", "door1.example.test"}, []string{"--certname", "door2.example.test"})
+	s1, s2 := doors[0], doors[1]
 
 	agent := newAgent(t, "fleet1.example.test")
 	if code, out := agent.run(t, s1); code != 2 {

@@ -53,12 +53,9 @@ func StartDynamoDB(ctx context.Context) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	watch := `"$0" "$@" & child=$!
-while kill -0 ` + strconv.Itoa(os.Getpid()) + ` 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 1; done
-kill $child 2>/dev/null; wait $child`
 	return Start(ctx, "DynamoDB (dynalite)", port, DynamoDBInstallScript, nil,
-		"/bin/sh", "-c", watch, bin, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")
+		whileAlive(bin, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+			"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")...)
 }
 
 // StartSecretsManager runs moto's server (checked by
@@ -77,9 +74,15 @@ func StartSecretsManager(ctx context.Context) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	return Start(ctx, "Secrets Manager (moto)", port, SecretsInstallScript, nil,
+		whileAlive(py, "-m", "moto.server", "-H", "127.0.0.1", "-p", strconv.Itoa(port))...)
+}
+
+// whileAlive wraps argv in a small shell that ends it when this process is
+// gone, even if a test binary dies without stopping the emulator.
+func whileAlive(argv ...string) []string {
 	watch := `"$0" "$@" & child=$!
 while kill -0 ` + strconv.Itoa(os.Getpid()) + ` 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 1; done
 kill $child 2>/dev/null; wait $child`
-	return Start(ctx, "Secrets Manager (moto)", port, SecretsInstallScript, nil,
-		"/bin/sh", "-c", watch, py, "-m", "moto.server", "-H", "127.0.0.1", "-p", strconv.Itoa(port))
+	return append([]string{"/bin/sh", "-c", watch}, argv...)
 }

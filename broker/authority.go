@@ -105,6 +105,7 @@ func (c *caFlags) open(ctx context.Context, awsCfg aws.Config, work string, opts
 		return p, cert, func() { p.Close() }, nil
 	case c.table != "":
 		opts.ServerDir = filepath.Join(work, "server-cert")
+		opts.Name = "" // named by `broker ca init`; the certname is not the CA's name here
 		store := dynamostate.NewCAStore(dynamodb.NewFromConfig(awsCfg), c.table)
 		a, err := ca.New(ctx, store, c.keySource(awsCfg), opts)
 		if err != nil {

@@ -243,7 +243,9 @@ func (d *DirStore) Signed(ctx context.Context, certname string) ([]byte, error) 
 // PutSigned checks replace against the file it overwrites. Caller holds
 // Lock.
 func (d *DirStore) PutSigned(ctx context.Context, certname string, certPEM []byte, replace *big.Int) error {
-	if err := d.checkHeld(certname, replace); err != nil {
+	if err := d.checkHeld(certname, replace); errors.Is(err, farm.ErrNotFound) {
+		return fmt.Errorf("replace certificate %s of %s: it holds none: %w", FormatSerial(replace), certname, farm.ErrConflict)
+	} else if err != nil {
 		return err
 	}
 	return writeFileAtomic(d.signedPath(certname), certPEM, 0o644)

@@ -51,8 +51,9 @@ type CAStore interface {
 	// Signed returns the certificate (PEM) held by certname.
 	Signed(ctx context.Context, certname string) ([]byte, error)
 	// PutSigned stores certPEM as certname's certificate. replace is the
-	// serial of the certificate it may replace, nil when certname must hold
-	// none; ErrConflict otherwise.
+	// serial of the certificate it replaces, nil when certname must hold
+	// none; ErrConflict when certname holds anything else (or nothing,
+	// when replace is set).
 	PutSigned(ctx context.Context, certname string, certPEM []byte, replace *big.Int) error
 	// DeleteSigned removes certname's certificate if its serial is serial.
 	DeleteSigned(ctx context.Context, certname string, serial *big.Int) error

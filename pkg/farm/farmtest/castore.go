@@ -140,6 +140,9 @@ func TestCAStore(t *testing.T, open func(t *testing.T) farm.CAStore) {
 			if err := s.PutSigned(ctx, "a.example.test", second, big.NewInt(9)); !errors.Is(err, farm.ErrConflict) {
 				t.Fatalf("PutSigned replacing the wrong serial: err = %v, want ErrConflict", err)
 			}
+			if err := s.PutSigned(ctx, "c.example.test", m.cert(t, 7, "c.example.test"), big.NewInt(7)); !errors.Is(err, farm.ErrConflict) {
+				t.Fatalf("PutSigned replacing a serial for a name holding none: err = %v, want ErrConflict", err)
+			}
 		})
 		if got, _ := s.Signed(ctx, "a.example.test"); string(got) != string(first) {
 			t.Fatalf("a refused PutSigned changed the certificate")

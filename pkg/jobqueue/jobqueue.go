@@ -128,11 +128,12 @@ func byDeadline(a, b *entry) bool {
 	return a.ID < b.ID
 }
 
-// core is the embedded queue's scheduler: at most one waiting job per node
+// Core is the embedded queue's scheduler: at most one waiting job per node
 // (newer jobs collapse into it), at most one job per node in flight, the
 // urgent lane before the bulk lane, oldest EnqueuedAt first within a lane.
 // persist, when set, makes each change durable before it is applied in
-// memory; when it fails nothing changes.
+// memory; when it fails nothing changes. Drivers hand out Queue handles on
+// it.
 type Core struct {
 	mu      sync.Mutex
 	persist func(puts []Stored, dels []uint64) error
@@ -151,6 +152,8 @@ type Core struct {
 	closed     bool
 }
 
+// New returns an empty Core that logs to log and, when persist is not nil,
+// makes every change durable through it before applying it.
 func New(log *slog.Logger, persist func(puts []Stored, dels []uint64) error) *Core {
 	var nonce [6]byte
 	_, _ = rand.Read(nonce[:])
@@ -171,7 +174,7 @@ func New(log *slog.Logger, persist func(puts []Stored, dels []uint64) error) *Co
 	return c
 }
 
-// load adds jobs read back from storage (none of them in flight), in ID
+// Load adds jobs read back from storage (none of them in flight), in ID
 // order, collapsing jobs of one node. It returns the records to rewrite and
 // delete so storage holds one job per node again.
 func (c *Core) Load(jobs []Stored) (puts []Stored, dels []uint64) {
@@ -514,3 +517,46 @@ func (c *Core) Stats(ctx context.Context) ([]farm.QueueStats, error) {
 	}
 	return out, nil
 }
+
+// Queue is a farm.Queue on a Core: the handle a driver returns. Handles on
+// one Core share its jobs; a delivery received through a handle stays in
+// flight for that handle's visibility timeout.
+type Queue struct {
+	c          *Core
+	visibility time.Duration
+}
+
+var _ farm.Queue = Queue{}
+
+// Queue returns a handle whose deliveries time out after visibility
+// (DefaultVisibilityTimeout when not positive).
+func (c *Core) Queue(visibility time.Duration) Queue {
+	if visibility <= 0 {
+		visibility = DefaultVisibilityTimeout
+	}
+	return Queue{c: c, visibility: visibility}
+}
+
+// Enqueue adds job, collapsing it with a waiting job of the same node and
+// slot. A zero EnqueuedAt is set to now. A job with an invalid certname or
+// an unknown lane is refused with farm.ErrInvalid.
+func (q Queue) Enqueue(ctx context.Context, job farm.Job) error { return q.c.Enqueue(ctx, job) }
+
+// Receive blocks until a job is ready or ctx ends (or the Core closes).
+func (q Queue) Receive(ctx context.Context) (farm.Delivery, error) {
+	return q.c.Receive(ctx, q.visibility)
+}
+
+// Ack finishes d for good. A delivery no longer in flight (finished
+// already, or timed out) gives farm.ErrNotFound.
+func (q Queue) Ack(ctx context.Context, d farm.Delivery) error { return q.c.Ack(ctx, d) }
+
+// Retry hands d's job out again after the delay, collapsing it with a newer
+// waiting job of its node. A delivery no longer in flight gives
+// farm.ErrNotFound.
+func (q Queue) Retry(ctx context.Context, d farm.Delivery, after time.Duration) error {
+	return q.c.Retry(ctx, d, after)
+}
+
+// Stats returns one entry per lane, urgent first.
+func (q Queue) Stats(ctx context.Context) ([]farm.QueueStats, error) { return q.c.Stats(ctx) }

@@ -50,7 +50,7 @@ func TestEnvironmentStore(t *testing.T) {
 func TestQueue(t *testing.T) {
 	farmtest.TestQueue(t, func(t *testing.T) farm.Queue {
 		return open(t, t.TempDir()).Queue(localstore.QueueOptions{VisibilityTimeout: testVisibility})
-	}, farmtest.QueueCaps{Collapses: true, NodeExclusive: true})
+	}, farmtest.QueueCaps{Collapses: true, NodeExclusive: true, FinishedDeliveryIsNotFound: true})
 }
 
 func TestContentLayout(t *testing.T) {
@@ -257,30 +257,6 @@ func TestClosed(t *testing.T) {
 	for name, err := range map[string]error{"get node": errGet, "put content": errPut, "enqueue": errEnq, "put environment": errEnv} {
 		if !errors.Is(err, localstore.ErrClosed) {
 			t.Errorf("%s after close: %v, want ErrClosed", name, err)
-		}
-	}
-}
-
-func TestFinishedDeliveryIsNotFound(t *testing.T) {
-	ctx := context.Background()
-	q := open(t, t.TempDir()).Queue(localstore.QueueOptions{})
-	if err := q.Enqueue(ctx, farm.Job{Certname: "a.example.com", Lane: farm.LaneUrgent, Seq: 1}); err != nil {
-		t.Fatal(err)
-	}
-	d, err := q.Receive(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Ack(ctx, d); err != nil {
-		t.Fatal(err)
-	}
-	for name, err := range map[string]error{
-		"ack again":       q.Ack(ctx, d),
-		"retry after ack": q.Retry(ctx, d, 0),
-		"ack unknown":     q.Ack(ctx, farm.Delivery{ID: "nope"}),
-	} {
-		if !errors.Is(err, farm.ErrNotFound) {
-			t.Errorf("%s: %v, want ErrNotFound", name, err)
 		}
 	}
 }

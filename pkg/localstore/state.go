@@ -10,12 +10,46 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
-func decodeNode(certname string, v []byte) (farm.Node, error) {
-	var n farm.Node
-	if err := json.Unmarshal(v, &n); err != nil {
-		return farm.Node{}, fmt.Errorf("stored record of node %s is unreadable: %v: %w", certname, err, farm.ErrInvalid)
+// decode reads a stored JSON record; what names it in errors ("node
+// web01.example.com").
+func decode[T any](what string, v []byte) (T, error) {
+	var r T
+	if err := json.Unmarshal(v, &r); err != nil {
+		return r, fmt.Errorf("stored record of %s is unreadable: %v: %w", what, err, farm.ErrInvalid)
 	}
-	return n, nil
+	return r, nil
+}
+
+// getRecord reads the record of the kind ("node") under key in bucket;
+// farm.ErrNotFound when there is none.
+func getRecord[T any](db *bolt.DB, bucket []byte, kind, key string) (T, error) {
+	var r T
+	err := db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucket).Get([]byte(key))
+		if v == nil {
+			return farm.ErrNotFound
+		}
+		var err error
+		r, err = decode[T](kind+" "+key, v)
+		return err
+	})
+	return r, err
+}
+
+// listRecords reads every record in bucket, in key order.
+func listRecords[T any](db *bolt.DB, bucket []byte, kind string) ([]T, error) {
+	out := []T{}
+	err := db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucket).ForEach(func(k, v []byte) error {
+			r, err := decode[T](kind+" "+string(k), v)
+			if err != nil {
+				return err
+			}
+			out = append(out, r)
+			return nil
+		})
+	})
+	return out, err
 }
 
 // GetNode returns the record of certname.
@@ -26,16 +60,7 @@ func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error)
 	if err := farm.ValidateCertname(certname); err != nil {
 		return farm.Node{}, fmt.Errorf("get node: %w", err)
 	}
-	var n farm.Node
-	err := s.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketNodes).Get([]byte(certname))
-		if v == nil {
-			return farm.ErrNotFound
-		}
-		var err error
-		n, err = decodeNode(certname, v)
-		return err
-	})
+	n, err := getRecord[farm.Node](s.db, bucketNodes, "node", certname)
 	if err != nil {
 		return farm.Node{}, fmt.Errorf("get node %s: %w", certname, s.storageErr(err))
 	}
@@ -47,18 +72,7 @@ func (s *Store) ListNodes(ctx context.Context) ([]farm.Node, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
-	var out []farm.Node
-	err := s.db.View(func(tx *bolt.Tx) error {
-		out = []farm.Node{}
-		return tx.Bucket(bucketNodes).ForEach(func(k, v []byte) error {
-			n, err := decodeNode(string(k), v)
-			if err != nil {
-				return err
-			}
-			out = append(out, n)
-			return nil
-		})
-	})
+	out, err := listRecords[farm.Node](s.db, bucketNodes, "node")
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", s.storageErr(err))
 	}
@@ -87,7 +101,7 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 		n := farm.Node{Certname: certname}
 		if v := b.Get(key); v != nil {
 			var err error
-			if n, err = decodeNode(certname, v); err != nil {
+			if n, err = decode[farm.Node]("node "+certname, v); err != nil {
 				return err
 			}
 		}
@@ -104,7 +118,7 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 		if err := b.Put(key, v); err != nil {
 			return err
 		}
-		out, err = decodeNode(certname, v) // a copy fn cannot reach
+		out, err = decode[farm.Node]("node "+certname, v) // a copy fn cannot reach
 		return err
 	})
 	if fnErr != nil {
@@ -124,17 +138,7 @@ func (s *Store) GetEnvironment(ctx context.Context, name string) (farm.Environme
 	if err := farm.ValidateEnvironment(name); err != nil {
 		return farm.Environment{}, fmt.Errorf("get environment: %w", err)
 	}
-	var e farm.Environment
-	err := s.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketEnvironments).Get([]byte(name))
-		if v == nil {
-			return farm.ErrNotFound
-		}
-		if err := json.Unmarshal(v, &e); err != nil {
-			return fmt.Errorf("stored record is unreadable: %v: %w", err, farm.ErrInvalid)
-		}
-		return nil
-	})
+	e, err := getRecord[farm.Environment](s.db, bucketEnvironments, "environment", name)
 	if err != nil {
 		return farm.Environment{}, fmt.Errorf("get environment %s: %w", name, s.storageErr(err))
 	}
@@ -146,18 +150,7 @@ func (s *Store) ListEnvironments(ctx context.Context) ([]farm.Environment, error
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("list environments: %w", err)
 	}
-	var out []farm.Environment
-	err := s.db.View(func(tx *bolt.Tx) error {
-		out = []farm.Environment{}
-		return tx.Bucket(bucketEnvironments).ForEach(func(k, v []byte) error {
-			var e farm.Environment
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("stored record of environment %s is unreadable: %v: %w", k, err, farm.ErrInvalid)
-			}
-			out = append(out, e)
-			return nil
-		})
-	})
+	out, err := listRecords[farm.Environment](s.db, bucketEnvironments, "environment")
 	if err != nil {
 		return nil, fmt.Errorf("list environments: %w", s.storageErr(err))
 	}

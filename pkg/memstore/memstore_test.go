@@ -28,32 +28,7 @@ func newQueue(t *testing.T) farm.Queue {
 }
 
 func TestQueue(t *testing.T) {
-	farmtest.TestQueue(t, newQueue, farmtest.QueueCaps{Collapses: true, NodeExclusive: true})
-}
-
-func TestQueueFinishedDeliveryIsNotFound(t *testing.T) {
-	ctx := context.Background()
-	q := newQueue(t)
-	job := farm.Job{Certname: "a.example.com", Lane: farm.LaneUrgent, Seq: 1}
-	if err := q.Enqueue(ctx, job); err != nil {
-		t.Fatal(err)
-	}
-	d, err := q.Receive(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Ack(ctx, d); err != nil {
-		t.Fatal(err)
-	}
-	for name, err := range map[string]error{
-		"ack again":       q.Ack(ctx, d),
-		"retry after ack": q.Retry(ctx, d, 0),
-		"ack unknown":     q.Ack(ctx, farm.Delivery{ID: "nope"}),
-	} {
-		if !errors.Is(err, farm.ErrNotFound) {
-			t.Errorf("%s: %v, want ErrNotFound", name, err)
-		}
-	}
+	farmtest.TestQueue(t, newQueue, farmtest.QueueCaps{Collapses: true, NodeExclusive: true, FinishedDeliveryIsNotFound: true})
 }
 
 func TestInvalidSpace(t *testing.T) {
@@ -63,5 +38,34 @@ func TestInvalidSpace(t *testing.T) {
 		if _, err := s.Put(ctx, sp, []byte("x")); !errors.Is(err, farm.ErrInvalid) {
 			t.Errorf("put in space %q: %v, want ErrInvalid", sp, err)
 		}
+	}
+}
+
+// The store keeps its own copy of an environment: changing the record put or
+// returned, through its Release pointer too, changes nothing stored.
+func TestEnvironmentsAreCopies(t *testing.T) {
+	s := memstore.New()
+	ctx := context.Background()
+	env := farm.Environment{Name: "production", CodeID: "new", Release: &farm.Release{Hold: true, Stable: "old", Nodes: []string{"a.example.com"}}}
+	if err := s.PutEnvironment(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	env.Release.Nodes[0] = "put.example.com"
+	got, err := s.GetEnvironment(ctx, "production")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Release.Percent = 50
+	list, err := s.ListEnvironments(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list[0].Release.Nodes[0] = "listed.example.com"
+	again, err := s.GetEnvironment(ctx, "production")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := again.Release; r.Percent != 0 || len(r.Nodes) != 1 || r.Nodes[0] != "a.example.com" {
+		t.Fatalf("stored release changed with a caller's copy: %+v", r)
 	}
 }

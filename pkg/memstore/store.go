@@ -32,7 +32,7 @@ type Store struct {
 	nodes  map[string][]byte // JSON
 
 	envMu sync.RWMutex
-	envs  map[string]farm.Environment
+	envs  map[string][]byte // JSON
 }
 
 // New returns an empty store.
@@ -40,7 +40,7 @@ func New() *Store {
 	return &Store{
 		content: map[farm.Space]map[farm.Digest][]byte{},
 		nodes:   map[string][]byte{},
-		envs:    map[string]farm.Environment{},
+		envs:    map[string][]byte{},
 	}
 }
 
@@ -107,12 +107,13 @@ func (s *Store) Has(ctx context.Context, space farm.Space, d farm.Digest) (bool,
 // drivers keep them: no caller shares a stored record, new fields of the farm
 // types need no change here, and what does not encode is refused the same way.
 
-func decodeNode(b []byte) farm.Node {
-	var n farm.Node
-	if err := json.Unmarshal(b, &n); err != nil {
-		panic(fmt.Sprintf("memstore: decode a node this store encoded: %v", err))
+// decode reads back a record this store encoded.
+func decode[T any](b []byte) T {
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		panic(fmt.Sprintf("memstore: decode a %T this store encoded: %v", v, err))
 	}
-	return n
+	return v
 }
 
 // GetNode returns the record of certname.
@@ -129,7 +130,7 @@ func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error)
 	if !ok {
 		return farm.Node{}, fmt.Errorf("get node %s: %w", certname, farm.ErrNotFound)
 	}
-	return decodeNode(b), nil
+	return decode[farm.Node](b), nil
 }
 
 // ListNodes returns every node record, sorted by certname.
@@ -140,7 +141,7 @@ func (s *Store) ListNodes(ctx context.Context) ([]farm.Node, error) {
 	s.nodeMu.RLock()
 	out := make([]farm.Node, 0, len(s.nodes))
 	for _, b := range s.nodes {
-		out = append(out, decodeNode(b))
+		out = append(out, decode[farm.Node](b))
 	}
 	s.nodeMu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Certname < out[j].Certname })
@@ -162,7 +163,7 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 	defer s.nodeMu.Unlock()
 	n := farm.Node{Certname: certname}
 	if b, ok := s.nodes[certname]; ok {
-		n = decodeNode(b)
+		n = decode[farm.Node](b)
 	}
 	if err := fn(&n); err != nil {
 		return farm.Node{}, err
@@ -175,7 +176,7 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 		return farm.Node{}, fmt.Errorf("update node %s: encode: %v: %w", certname, err, farm.ErrInvalid)
 	}
 	s.nodes[certname] = b
-	return decodeNode(b), nil
+	return decode[farm.Node](b), nil
 }
 
 // GetEnvironment returns the record of environment name.
@@ -187,12 +188,12 @@ func (s *Store) GetEnvironment(ctx context.Context, name string) (farm.Environme
 		return farm.Environment{}, fmt.Errorf("get environment: %w", err)
 	}
 	s.envMu.RLock()
-	e, ok := s.envs[name]
+	b, ok := s.envs[name]
 	s.envMu.RUnlock()
 	if !ok {
 		return farm.Environment{}, fmt.Errorf("get environment %s: %w", name, farm.ErrNotFound)
 	}
-	return e, nil
+	return decode[farm.Environment](b), nil
 }
 
 // ListEnvironments returns every environment record, sorted by name.
@@ -202,8 +203,8 @@ func (s *Store) ListEnvironments(ctx context.Context) ([]farm.Environment, error
 	}
 	s.envMu.RLock()
 	out := make([]farm.Environment, 0, len(s.envs))
-	for _, e := range s.envs {
-		out = append(out, e)
+	for _, b := range s.envs {
+		out = append(out, decode[farm.Environment](b))
 	}
 	s.envMu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -218,8 +219,12 @@ func (s *Store) PutEnvironment(ctx context.Context, env farm.Environment) error 
 	if err := farm.ValidateEnvironment(env.Name); err != nil {
 		return fmt.Errorf("put environment: %w", err)
 	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		return fmt.Errorf("put environment %s: encode: %v: %w", env.Name, err, farm.ErrInvalid)
+	}
 	s.envMu.Lock()
-	s.envs[env.Name] = env
+	s.envs[env.Name] = b
 	s.envMu.Unlock()
 	return nil
 }

@@ -39,6 +39,19 @@ func wantEnv(t *testing.T, what string, got, want farm.Environment) {
 	}
 }
 
+// listEnvs lists the store's environments, sorted by name, and fails
+// unless there are want of them.
+func listEnvs(t *testing.T, s farm.EnvironmentStore, what string, want int) []farm.Environment {
+	t.Helper()
+	list, err := s.ListEnvironments(ctxFor(t, waitLong))
+	must(t, "list environments "+what, err)
+	if len(list) != want {
+		t.Fatalf("list environments %s: %d environments, want %d", what, len(list), want)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	return list
+}
+
 func env(name, code string, at time.Time) farm.Environment {
 	return farm.Environment{Name: name, CodeID: string(farm.DigestOf([]byte(code))), DeployedAt: at}
 }
@@ -52,9 +65,7 @@ func envEveryField(t *testing.T, s farm.EnvironmentStore) {
 	must(t, "put", s.PutEnvironment(ctx, want))
 	got, err := s.GetEnvironment(ctx, want.Name)
 	must(t, "get", err)
-	if g, w := normalize(got), normalize(want); !reflect.DeepEqual(g, w) {
-		t.Fatalf("stored environment: got %+v, want %+v", g, w)
-	}
+	wantEnv(t, "stored environment", got, want)
 }
 
 func envUnknown(t *testing.T, s farm.EnvironmentStore) {
@@ -81,30 +92,17 @@ func envReplace(t *testing.T, s farm.EnvironmentStore) {
 	got, err := s.GetEnvironment(ctx, "production")
 	must(t, "get", err)
 	wantEnv(t, "environment after replacing", got, want)
-	list, err := s.ListEnvironments(ctx)
-	must(t, "list", err)
-	if len(list) != 1 {
-		t.Fatalf("list after replacing: %d environments, want 1", len(list))
-	}
+	listEnvs(t, s, "after replacing", 1)
 }
 
 func envList(t *testing.T, s farm.EnvironmentStore) {
 	ctx := ctxFor(t, waitLong)
-	list, err := s.ListEnvironments(ctx)
-	must(t, "list empty", err)
-	if len(list) != 0 {
-		t.Fatalf("empty store lists %d environments", len(list))
-	}
+	listEnvs(t, s, "of an empty store", 0)
 	want := []farm.Environment{env("production", "p", base), env("development", "d", base.Add(time.Second)), env("feature_x", "f", base.Add(time.Minute))}
 	for _, e := range want {
 		must(t, "put "+e.Name, s.PutEnvironment(ctx, e))
 	}
-	list, err = s.ListEnvironments(ctx)
-	must(t, "list", err)
-	if len(list) != len(want) {
-		t.Fatalf("list: %d environments, want %d", len(list), len(want))
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	list := listEnvs(t, s, "after puts", len(want))
 	sort.Slice(want, func(i, j int) bool { return want[i].Name < want[j].Name })
 	for i := range want {
 		wantEnv(t, "listed environment", list[i], want[i])
@@ -122,11 +120,7 @@ func envInvalid(t *testing.T, s farm.EnvironmentStore) {
 		_, err = s.GetEnvironment(ctx, name)
 		wantErrIs(t, fmt.Sprintf("get environment %q", name), err, farm.ErrInvalid)
 	}
-	list, err := s.ListEnvironments(ctx)
-	must(t, "list", err)
-	if len(list) != 0 {
-		t.Fatalf("invalid names left %d environments", len(list))
-	}
+	listEnvs(t, s, "after invalid names", 0)
 }
 
 func envConcurrent(t *testing.T, s farm.EnvironmentStore) {
@@ -148,11 +142,7 @@ func envConcurrent(t *testing.T, s farm.EnvironmentStore) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	list, err := s.ListEnvironments(ctx)
-	must(t, "list", err)
-	if len(list) != n {
-		t.Fatalf("list after concurrent puts: %d environments, want %d", len(list), n)
-	}
+	listEnvs(t, s, "after concurrent puts", n)
 	for i := range n {
 		got, err := s.GetEnvironment(ctx, fmt.Sprintf("env_%d", i))
 		must(t, "get", err)

@@ -106,6 +106,19 @@ func nodeString(n farm.Node) string {
 	return string(b)
 }
 
+// listNodes lists the store's nodes, sorted by certname, and fails unless
+// there are want of them.
+func listNodes(t *testing.T, s farm.NodeStore, what string, want int) []farm.Node {
+	t.Helper()
+	nodes, err := s.ListNodes(ctxFor(t, waitLong))
+	must(t, "list nodes "+what, err)
+	if len(nodes) != want {
+		t.Fatalf("list nodes %s: %d nodes, want %d", what, len(nodes), want)
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Certname < nodes[j].Certname })
+	return nodes
+}
+
 // putNode stores n as the whole record for n.Certname.
 func putNode(t *testing.T, s farm.NodeStore, n farm.Node) {
 	t.Helper()
@@ -248,11 +261,7 @@ func nodeFnErrorNew(t *testing.T, s farm.NodeStore) {
 	}
 	_, err = s.GetNode(ctx, c)
 	wantErrIs(t, "get node whose creation failed", err, farm.ErrNotFound)
-	nodes, err := s.ListNodes(ctx)
-	must(t, "list", err)
-	if len(nodes) != 0 {
-		t.Fatalf("list after failed creation: %d nodes, want none", len(nodes))
-	}
+	listNodes(t, s, "after failed creation", 0)
 }
 
 // nodeSequenceCheck is how the farm moves a catalog pointer only forward.
@@ -358,22 +367,12 @@ func nodeConcurrentIncrements(t *testing.T, s farm.NodeStore) {
 }
 
 func nodeList(t *testing.T, s farm.NodeStore) {
-	ctx := ctxFor(t, waitLong)
-	nodes, err := s.ListNodes(ctx)
-	must(t, "list empty store", err)
-	if len(nodes) != 0 {
-		t.Fatalf("empty store lists %d nodes", len(nodes))
-	}
+	listNodes(t, s, "of an empty store", 0)
 	want := []farm.Node{fullNode("c.example.com"), fullNode("a.example.com"), {Certname: "b.example.com", Environment: "test"}}
 	for _, n := range want {
 		putNode(t, s, n)
 	}
-	nodes, err = s.ListNodes(ctx)
-	must(t, "list", err)
-	if len(nodes) != len(want) {
-		t.Fatalf("list: %d nodes, want %d", len(nodes), len(want))
-	}
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Certname < nodes[j].Certname })
+	nodes := listNodes(t, s, "after puts", len(want))
 	sort.Slice(want, func(i, j int) bool { return want[i].Certname < want[j].Certname })
 	for i := range want {
 		wantNode(t, "listed node", nodes[i], want[i])
@@ -395,11 +394,7 @@ func nodeInvalidCertname(t *testing.T, s farm.NodeStore) {
 			t.Fatalf("update node %q called fn", c)
 		}
 	}
-	nodes, err := s.ListNodes(ctx)
-	must(t, "list", err)
-	if len(nodes) != 0 {
-		t.Fatalf("invalid certnames left %d nodes", len(nodes))
-	}
+	listNodes(t, s, "after invalid certnames", 0)
 }
 
 // nodeRename: the contract is silent; a record is keyed by its certname, so

@@ -28,6 +28,9 @@ type QueueCaps struct {
 	// NoOldestAge: Stats always reports an OldestAge of 0 (on SQS the age of
 	// the oldest message is a CloudWatch metric, not a queue attribute).
 	NoOldestAge bool
+	// FinishedDeliveryIsNotFound: Ack or Retry of a delivery that is not in
+	// flight (acked already, or never handed out) returns farm.ErrNotFound.
+	FinishedDeliveryIsNotFound bool
 }
 
 // TestQueue checks that a farm.Queue keeps its contract. newQueue returns a
@@ -69,6 +72,9 @@ func TestQueue(t *testing.T, newQueue func(t *testing.T) farm.Queue, caps QueueC
 			test{"NodeExclusiveUntilVisibilityTimeout", func(t *testing.T, q farm.Queue) { queueExclusiveTimeout(t, q, caps) }},
 		)
 	}
+	if caps.FinishedDeliveryIsNotFound {
+		tests = append(tests, test{"FinishedDeliveryIsNotFound", queueFinishedNotFound})
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, newQueue(t)) })
 	}
@@ -92,6 +98,19 @@ func wantJob(t *testing.T, what string, got, want farm.Job) {
 	t.Helper()
 	if g, w := normalize(got), normalize(want); !reflect.DeepEqual(g, w) {
 		t.Fatalf("%s:\n got  %+v\n want %+v", what, g, w)
+	}
+}
+
+// wantRedelivery checks that d2 delivers job j again after d1: the next
+// attempt, under a new delivery ID.
+func wantRedelivery(t *testing.T, d1, d2 farm.Delivery, j farm.Job) {
+	t.Helper()
+	wantJob(t, "redelivered job", d2.Job, j)
+	if d2.Attempts != d1.Attempts+1 {
+		t.Fatalf("redelivery has Attempts %d, want %d", d2.Attempts, d1.Attempts+1)
+	}
+	if d2.ID == d1.ID {
+		t.Fatalf("redelivery reuses delivery ID %q", d1.ID)
 	}
 }
 
@@ -259,13 +278,7 @@ func queueRetryDelay(t *testing.T, q farm.Queue, caps QueueCaps) {
 	if waited := time.Since(retried); waited < delay {
 		t.Fatalf("retried delivery came back after %v, before its %v delay", waited, delay)
 	}
-	wantJob(t, "redelivered job", d2.Job, j)
-	if d2.Attempts != d1.Attempts+1 {
-		t.Fatalf("redelivery has Attempts %d, want %d", d2.Attempts, d1.Attempts+1)
-	}
-	if d2.ID == d1.ID {
-		t.Fatalf("redelivery reuses delivery ID %q", d1.ID)
-	}
+	wantRedelivery(t, d1, d2, j)
 	ack(t, q, d2)
 	wantCounts(t, q, "after ack", 0, 0, 0, 0)
 }
@@ -450,15 +463,25 @@ func queueAtLeastOnce(t *testing.T, q farm.Queue) {
 	enqueue(t, q, j)
 	d1 := receive(t, q) // and never finished
 	d2 := receive(t, q)
-	wantJob(t, "redelivered job", d2.Job, j)
-	if d2.Attempts != d1.Attempts+1 {
-		t.Fatalf("redelivery has Attempts %d, want %d", d2.Attempts, d1.Attempts+1)
-	}
-	if d2.ID == d1.ID {
-		t.Fatalf("redelivery reuses delivery ID %q", d1.ID)
-	}
+	wantRedelivery(t, d1, d2, j)
 	ack(t, q, d2)
 	wantCounts(t, q, "after acking the redelivery", 0, 0, 0, 0)
+}
+
+func queueFinishedNotFound(t *testing.T, q farm.Queue) {
+	ctx := ctxFor(t, waitLong)
+	enqueue(t, q, farm.Job{Certname: "a.example.com", Lane: farm.LaneUrgent, Seq: 1})
+	d := receive(t, q)
+	ack(t, q, d)
+	for name, err := range map[string]error{
+		"ack again":       q.Ack(ctx, d),
+		"retry after ack": q.Retry(ctx, d, 0),
+		"ack unknown":     q.Ack(ctx, farm.Delivery{ID: "nope"}),
+	} {
+		if !errors.Is(err, farm.ErrNotFound) {
+			t.Errorf("%s: %v, want ErrNotFound", name, err)
+		}
+	}
 }
 
 func queueConcurrent(t *testing.T, q farm.Queue) {

@@ -88,7 +88,7 @@ func (f *Files) FileMetadata(ctx context.Context, key string, opts MetadataOptio
 	if err != nil {
 		return FileMetadata{}, fmt.Errorf("file_metadata %s: %w", key, err)
 	}
-	md, err := f.collect(ctx, p, "", opts)
+	md, err := f.collect(ctx, f.Manifest.resolve(p, "", opts.Links == catalog.LinksFollow), opts)
 	if err != nil {
 		return FileMetadata{}, fmt.Errorf("file_metadata %s: %w", key, err)
 	}
@@ -119,24 +119,23 @@ func (f *Files) FileMetadatas(ctx context.Context, key string, opts MetadataOpti
 	if noRecurse {
 		opts.Recurse = false
 	}
-	type found struct{ root, rel string }
 	var order []found
 	seen := map[string]bool{}
 	for _, root := range roots {
-		rels, err := f.fileset(ctx, root, opts)
+		entries, err := f.fileset(ctx, root, opts)
 		if err != nil {
 			return nil, fmt.Errorf("file_metadatas %s: %w", key, err)
 		}
-		for _, r := range rels {
-			if !seen[r] {
-				seen[r] = true
-				order = append(order, found{root, r})
+		for _, e := range entries {
+			if !seen[e.rel] {
+				seen[e.rel] = true
+				order = append(order, e)
 			}
 		}
 	}
 	out := make([]FileMetadata, 0, len(order))
 	for _, e := range order {
-		md, err := f.collect(ctx, e.root, e.rel, opts)
+		md, err := f.collect(ctx, e, opts)
 		if err != nil {
 			return nil, fmt.Errorf("file_metadatas %s: %w", key, err)
 		}
@@ -145,23 +144,43 @@ func (f *Files) FileMetadatas(ctx context.Context, key string, opts MetadataOpti
 	return out, nil
 }
 
+// found is root/rel (rel "" for a single lookup, "." for a search root)
+// resolved once with a request's links option: its real path and entry, or
+// err (e.g. a dangling link with links=follow).
+type found struct {
+	root, rel string
+	full      string // root/rel
+	real      string
+	entry     Entry
+	err       error
+}
+
+func (m *Manifest) resolve(root, rel string, follow bool) found {
+	fd := found{root: root, rel: rel, full: root}
+	if rel != "" && rel != "." {
+		fd.full = join(root, rel)
+	}
+	fd.real, fd.entry, fd.err = m.walk(fd.full, follow)
+	return fd
+}
+
 // fileset lists "." and, when recursing, the paths below root relative to
 // it, as Puppet::FileServing::Fileset does (breadth first, ignore patterns
 // matched against base names, links entered only with links=follow).
-func (f *Files) fileset(ctx context.Context, root string, opts MetadataOptions) ([]string, error) {
+func (f *Files) fileset(ctx context.Context, root string, opts MetadataOptions) ([]found, error) {
 	m := f.Manifest
 	follow := opts.Links == catalog.LinksFollow
-	realRoot, _, err := m.walk(root, follow)
-	if err != nil {
-		return nil, err
+	top := m.resolve(root, ".", follow)
+	if top.err != nil {
+		return nil, top.err
 	}
 	type item struct {
-		rel   string
+		found
 		depth int
 		chain []string // real directories from the root down to this one
 	}
-	out := []string{"."}
-	queue := []item{{rel: "", depth: 0, chain: []string{realRoot}}}
+	out := []found{top}
+	queue := []item{{found: top, chain: []string{top.real}}}
 	for len(queue) > 0 {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -171,53 +190,48 @@ func (f *Files) fileset(ctx context.Context, root string, opts MetadataOptions) 
 		if !opts.Recurse || (opts.RecurseLimit > 0 && it.depth+1 > opts.RecurseLimit) {
 			continue
 		}
-		real, e, err := m.walk(join(root, it.rel), follow)
-		if err != nil || e.Type != TypeDirectory {
+		if it.err != nil || it.entry.Type != TypeDirectory {
 			continue // not a directory (or a dangling link): no children
 		}
-		if it.rel != "" {
-			for _, anc := range it.chain[:len(it.chain)-1] {
-				if anc == real {
-					return nil, fmt.Errorf("%s: links loop back to %s: %w", f.abs(join(root, it.rel)), f.abs(real), farm.ErrInvalid)
-				}
+		for _, anc := range it.chain[:len(it.chain)-1] {
+			if anc == it.real {
+				return nil, fmt.Errorf("%s: links loop back to %s: %w", f.abs(it.full), f.abs(it.real), farm.ErrInvalid)
 			}
 		}
-		for _, name := range m.children[real] {
+		for _, name := range m.children[it.real] {
 			if ignored(opts.Ignore, name) {
 				continue
 			}
-			rel := join(it.rel, name)
-			out = append(out, rel)
+			rel := name
+			if it.depth > 0 {
+				rel = it.rel + "/" + name
+			}
+			child := m.resolve(root, rel, follow)
+			out = append(out, child)
 			if opts.MaxFiles > 0 && len(out)-1 > opts.MaxFiles {
 				return nil, fmt.Errorf("the directory '%s' contains more than %d entries, which exceeds the limit of %d specified by the max_files parameter: %w",
 					f.abs(root), opts.MaxFiles, opts.MaxFiles, farm.ErrInvalid)
 			}
-			childReal := real
-			if r, _, err := m.walk(join(root, rel), follow); err == nil {
-				childReal = r
+			childReal := child.real
+			if child.err != nil {
+				childReal = it.real
 			}
 			chain := append(append([]string(nil), it.chain...), childReal)
-			queue = append(queue, item{rel: rel, depth: it.depth + 1, chain: chain})
+			queue = append(queue, item{found: child, depth: it.depth + 1, chain: chain})
 		}
 	}
 	return out, nil
 }
 
-// collect builds the metadata of root/rel (rel "" for a single lookup, "."
-// for a search root), as Puppet::FileServing::Metadata#collect does.
-func (f *Files) collect(ctx context.Context, root, rel string, opts MetadataOptions) (FileMetadata, error) {
-	m := f.Manifest
-	full := root
-	if rel != "" && rel != "." {
-		full = join(root, rel)
+// collect builds the metadata of a resolved path, as
+// Puppet::FileServing::Metadata#collect does.
+func (f *Files) collect(ctx context.Context, fd found, opts MetadataOptions) (FileMetadata, error) {
+	if fd.err != nil {
+		return FileMetadata{}, fd.err
 	}
-	follow := opts.Links == catalog.LinksFollow
-	_, e, err := m.walk(full, follow)
-	if err != nil {
-		return FileMetadata{}, err
-	}
+	e := fd.entry
 	md := FileMetadata{
-		Path: f.abs(root), RelativePath: rel, Links: opts.Links,
+		Path: f.abs(fd.root), RelativePath: fd.rel, Links: opts.Links,
 		Owner: f.Owner, Group: f.Group, Mode: 0o644, Type: string(e.Type),
 	}
 	if opts.SourcePermissions != catalog.PermissionsIgnore {
@@ -237,7 +251,7 @@ func (f *Files) collect(ctx context.Context, root, rel string, opts MetadataOpti
 		md.Checksum = catalog.Checksum{Type: opts.ChecksumType}
 		// Puppet checksums what the link points at, and sends null when it
 		// cannot (a dangling link, or digests of a directory).
-		_, target, err := m.walk(full, true)
+		_, target, err := f.Manifest.walk(fd.full, true)
 		switch {
 		case err != nil:
 		case target.Type == TypeFile:
@@ -246,8 +260,8 @@ func (f *Files) collect(ctx context.Context, root, rel string, opts MetadataOpti
 				return FileMetadata{}, err
 			}
 			md.Checksum.Value = v
-		case opts.ChecksumType == "mtime" || opts.ChecksumType == "ctime" || opts.ChecksumType == "none":
-			md.Checksum.Value, _ = timeOrNone(opts.ChecksumType)
+		default:
+			md.Checksum.Value, _ = timeOrNone(opts.ChecksumType) // "" (null) for digests
 		}
 	}
 	return md, nil

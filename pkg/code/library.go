@@ -37,9 +37,6 @@ func (l *Library) Manifest(ctx context.Context, codeID string) (*Manifest, error
 	if ok {
 		return m, nil
 	}
-	if !farm.Digest(codeID).Valid() {
-		return nil, fmt.Errorf("code_id %q is not a code snapshot id: %w", codeID, farm.ErrInvalid)
-	}
 	m, err := Load(ctx, l.store, codeID)
 	if err != nil {
 		return nil, err
@@ -80,12 +77,12 @@ func (l *Library) EnvironmentPath(ctx context.Context, codeID string) (string, e
 func PublicDir(environment string) string { return "/compilefarm/environments/" + environment }
 
 // files returns the file server of a snapshot, with public paths.
-func (l *Library) files(ctx context.Context, codeID string) (*Files, *Manifest, error) {
+func (l *Library) files(ctx context.Context, codeID string) (*Files, error) {
 	m, err := l.Manifest(ctx, codeID)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return NewFiles(l.store, m, PublicDir(m.Environment)), m, nil
+	return NewFiles(l.store, m, PublicDir(m.Environment)), nil
 }
 
 // Publish rewrites the checkout paths of a snapshot in text (a compiled
@@ -95,27 +92,28 @@ func (l *Library) Publish(ctx context.Context, codeID string, text []byte) ([]by
 	if err != nil {
 		return nil, err
 	}
-	checkout := filepath.Join(l.root, codeID, m.Environment)
-	return bytes.ReplaceAll(text, []byte(checkout+"/"), []byte(PublicDir(m.Environment)+"/")), nil
+	return l.publish(m, text), nil
+}
+
+func (l *Library) publish(m *Manifest, text []byte) []byte {
+	checkout := filepath.Join(l.root, m.CodeID(), m.Environment)
+	return bytes.ReplaceAll(text, []byte(checkout+"/"), []byte(PublicDir(m.Environment)+"/"))
 }
 
 // MakeStatic shows public paths in a compiled catalog, inlines file
 // metadata from the snapshot and sets code_id.
 func (l *Library) MakeStatic(ctx context.Context, cat []byte, codeID string) ([]byte, error) {
-	f, _, err := l.files(ctx, codeID)
+	f, err := l.files(ctx, codeID)
 	if err != nil {
 		return nil, err
 	}
-	if cat, err = l.Publish(ctx, codeID, cat); err != nil {
-		return nil, err
-	}
-	return catalog.MakeStatic(ctx, cat, codeID, f)
+	return catalog.MakeStatic(ctx, l.publish(f.Manifest, cat), codeID, f)
 }
 
 // FileMetadata answers file_metadata for a mount key (modules/<mod>/<path>,
 // plugins, pluginfacts, locales) in a snapshot.
 func (l *Library) FileMetadata(ctx context.Context, codeID, key string, opts catalog.MetadataOptions) (catalog.FileMetadata, error) {
-	f, _, err := l.files(ctx, codeID)
+	f, err := l.files(ctx, codeID)
 	if err != nil {
 		return catalog.FileMetadata{}, err
 	}
@@ -124,7 +122,7 @@ func (l *Library) FileMetadata(ctx context.Context, codeID, key string, opts cat
 
 // FileMetadatas answers file_metadatas for a mount key in a snapshot.
 func (l *Library) FileMetadatas(ctx context.Context, codeID, key string, opts catalog.MetadataOptions) ([]catalog.FileMetadata, error) {
-	f, _, err := l.files(ctx, codeID)
+	f, err := l.files(ctx, codeID)
 	if err != nil {
 		return nil, err
 	}
@@ -162,10 +160,8 @@ func (l *Library) StaticFileContent(ctx context.Context, codeID, path string) ([
 	return l.content(ctx, e)
 }
 
+// content reads a file entry's bytes (Lookup and LookupStatic give only files).
 func (l *Library) content(ctx context.Context, e Entry) ([]byte, error) {
-	if e.Type != TypeFile {
-		return nil, fmt.Errorf("%s is a %s, not a file: %w", e.Path, e.Type, farm.ErrInvalid)
-	}
 	b, err := l.store.Get(ctx, farm.SpaceContent, e.SHA256)
 	if err != nil {
 		return nil, fmt.Errorf("read content of %s: %w", e.Path, err)

@@ -93,24 +93,40 @@ func (r *Resource) Ref() string { return r.Type + "[" + r.Title + "]" }
 
 // Param returns the raw JSON of parameter name and whether it is set (a JSON
 // null counts as not set, as Puppet drops undef parameters).
-func (r *Resource) Param(name string) (json.RawMessage, bool) {
+func (r *Resource) Param(name string) (json.RawMessage, bool) { return r.params().get(name) }
+
+// StringParam returns parameter name when it is a JSON string.
+func (r *Resource) StringParam(name string) (string, bool) { return r.params().str(name) }
+
+// params are a resource's parameters by name; decode them once with
+// Resource.params to read several.
+type params map[string]json.RawMessage
+
+// params decodes the resource's parameters (nil when it has none or they
+// are not a JSON object).
+func (r *Resource) params() params {
 	if len(r.Parameters) == 0 {
-		return nil, false
+		return nil
 	}
-	var params map[string]json.RawMessage
-	if json.Unmarshal(r.Parameters, &params) != nil {
-		return nil, false
+	var p params
+	if json.Unmarshal(r.Parameters, &p) != nil {
+		return nil
 	}
-	v, ok := params[name]
+	return p
+}
+
+// get is Resource.Param.
+func (p params) get(name string) (json.RawMessage, bool) {
+	v, ok := p[name]
 	if !ok || string(v) == "null" {
 		return nil, false
 	}
 	return v, true
 }
 
-// StringParam returns parameter name when it is a JSON string.
-func (r *Resource) StringParam(name string) (string, bool) {
-	v, ok := r.Param(name)
+// str is Resource.StringParam.
+func (p params) str(name string) (string, bool) {
+	v, ok := p.get(name)
 	if !ok {
 		return "", false
 	}
@@ -344,70 +360,80 @@ func splitObject(what string, b []byte) (map[string]json.RawMessage, error) {
 	return m, nil
 }
 
-// take decodes and removes key from m when present.
-func take(m map[string]json.RawMessage, key string, into any) error {
-	v, ok := m[key]
-	if !ok {
-		return nil
-	}
-	delete(m, key)
-	if string(v) == "null" {
-		return nil
-	}
-	if err := json.Unmarshal(v, into); err != nil {
-		return fmt.Errorf("key %q: %w", key, err)
-	}
-	return nil
+// objectReader reads a JSON object key by key, the counterpart of
+// objectWriter: each key read is removed, so what is left at the end are
+// the unknown keys. It keeps the first error.
+type objectReader struct {
+	m   map[string]json.RawMessage
+	err error
 }
 
-func takeRaw(m map[string]json.RawMessage, key string) json.RawMessage {
-	v, ok := m[key]
+func readObject(what string, b []byte) (*objectReader, error) {
+	m, err := splitObject(what, b)
+	if err != nil {
+		return nil, err
+	}
+	return &objectReader{m: m}, nil
+}
+
+// raw removes key and returns its raw value; nil when absent or null.
+func (o *objectReader) raw(key string) json.RawMessage {
+	v, ok := o.m[key]
 	if !ok {
 		return nil
 	}
-	delete(m, key)
+	delete(o.m, key)
 	if string(v) == "null" {
 		return nil
 	}
 	return v
 }
 
-func nilIfEmpty(m map[string]json.RawMessage) map[string]json.RawMessage {
-	if len(m) == 0 {
+// field removes key and decodes its value, when present and not null, into
+// into.
+func (o *objectReader) field(key string, into any) {
+	v := o.raw(key)
+	if v == nil {
+		return
+	}
+	if err := json.Unmarshal(v, into); err != nil && o.err == nil {
+		o.err = fmt.Errorf("key %q: %w", key, err)
+	}
+}
+
+// rest returns the keys not read, nil when there are none.
+func (o *objectReader) rest() map[string]json.RawMessage {
+	if len(o.m) == 0 {
 		return nil
 	}
-	return m
+	return o.m
 }
 
 // UnmarshalJSON reads a catalog, keeping unknown keys in Extra.
 func (c *Catalog) UnmarshalJSON(b []byte) error {
-	m, err := splitObject("catalog", b)
+	o, err := readObject("catalog", b)
 	if err != nil {
 		return err
 	}
 	var out Catalog
-	errs := []error{
-		take(m, "tags", &out.Tags),
-		take(m, "name", &out.Name),
-		take(m, "code_id", &out.CodeID),
-		take(m, "catalog_uuid", &out.CatalogUUID),
-		take(m, "catalog_format", &out.Format),
-		take(m, "environment", &out.Environment),
-		take(m, "resources", &out.Resources),
-		take(m, "edges", &out.Edges),
-		take(m, "classes", &out.Classes),
+	o.field("tags", &out.Tags)
+	o.field("name", &out.Name)
+	o.field("code_id", &out.CodeID)
+	o.field("catalog_uuid", &out.CatalogUUID)
+	o.field("catalog_format", &out.Format)
+	o.field("environment", &out.Environment)
+	o.field("resources", &out.Resources)
+	o.field("edges", &out.Edges)
+	o.field("classes", &out.Classes)
+	if o.err != nil {
+		return o.err
 	}
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
+	if v, ok := o.m["version"]; ok {
+		out.Version = v // kept as sent, null included
+		delete(o.m, "version")
 	}
-	if v, ok := m["version"]; ok {
-		out.Version = v
-		delete(m, "version")
-	}
-	out.Metadata = takeRaw(m, "metadata")
-	out.RecursiveMetadata = takeRaw(m, "recursive_metadata")
+	out.Metadata = o.raw("metadata")
+	out.RecursiveMetadata = o.raw("recursive_metadata")
 	for _, raw := range []json.RawMessage{out.Metadata, out.RecursiveMetadata} {
 		if raw != nil {
 			if _, err := splitObject("metadata", raw); err != nil {
@@ -415,7 +441,7 @@ func (c *Catalog) UnmarshalJSON(b []byte) error {
 			}
 		}
 	}
-	out.Extra = nilIfEmpty(m)
+	out.Extra = o.rest()
 	*c = out
 	return nil
 }
@@ -451,34 +477,30 @@ func (r Resource) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON reads a resource, keeping unknown keys in Extra.
 func (r *Resource) UnmarshalJSON(b []byte) error {
-	m, err := splitObject("resource", b)
+	o, err := readObject("resource", b)
 	if err != nil {
 		return err
 	}
 	var out Resource
-	errs := []error{
-		take(m, "type", &out.Type),
-		take(m, "title", &out.Title),
-		take(m, "tags", &out.Tags),
-		take(m, "file", &out.File),
-		take(m, "line", &out.Line),
-		take(m, "exported", &out.Exported),
-		take(m, "kind", &out.Kind),
-		take(m, "sensitive_parameters", &out.SensitiveParameters),
+	o.field("type", &out.Type)
+	o.field("title", &out.Title)
+	o.field("tags", &out.Tags)
+	o.field("file", &out.File)
+	o.field("line", &out.Line)
+	o.field("exported", &out.Exported)
+	o.field("kind", &out.Kind)
+	o.field("sensitive_parameters", &out.SensitiveParameters)
+	if o.err != nil {
+		return fmt.Errorf("resource %s[%s]: %w", out.Type, out.Title, o.err)
 	}
-	for _, err := range errs {
-		if err != nil {
-			return fmt.Errorf("resource %s[%s]: %w", out.Type, out.Title, err)
-		}
-	}
-	out.Parameters = takeRaw(m, "parameters")
+	out.Parameters = o.raw("parameters")
 	if out.Parameters != nil {
 		if _, err := splitObject("resource "+out.Ref()+" parameters", out.Parameters); err != nil {
 			return err
 		}
 	}
-	out.ExtParameters = takeRaw(m, "ext_parameters")
-	out.Extra = nilIfEmpty(m)
+	out.ExtParameters = o.raw("ext_parameters")
+	out.Extra = o.rest()
 	*r = out
 	return nil
 }
@@ -494,18 +516,17 @@ func (e Edge) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON reads an edge, keeping unknown keys in Extra.
 func (e *Edge) UnmarshalJSON(b []byte) error {
-	m, err := splitObject("edge", b)
+	o, err := readObject("edge", b)
 	if err != nil {
 		return err
 	}
 	var out Edge
-	if err := take(m, "source", &out.Source); err != nil {
-		return err
+	o.field("source", &out.Source)
+	o.field("target", &out.Target)
+	if o.err != nil {
+		return o.err
 	}
-	if err := take(m, "target", &out.Target); err != nil {
-		return err
-	}
-	out.Extra = nilIfEmpty(m)
+	out.Extra = o.rest()
 	*e = out
 	return nil
 }

@@ -121,7 +121,7 @@ func resourceParams(c *Catalog) (map[string]resourceState, error) {
 				sums := map[string]string{}
 				for src, entries := range tree {
 					for _, e := range entries {
-						sums[src+" "+fmt.Sprint(e.RelativePath)] = e.Checksum.Value
+						sums[src+" "+e.RelativePath] = e.Checksum.Value
 					}
 				}
 				b, _ := json.Marshal(sums)

@@ -68,17 +68,18 @@ func (c *Catalog) InlineMetadata(ctx context.Context, files FileResolver) error 
 		if r.Type != "File" {
 			continue
 		}
-		sources, ok := inlineableSources(r)
+		p := r.params()
+		sources, ok := inlineableSources(p)
 		if !ok {
 			continue
 		}
 		opts := MetadataOptions{
-			Links:             stringParam(r, "links", LinksManage),
-			ChecksumType:      stringParam(r, "checksum", DefaultChecksumType),
-			SourcePermissions: stringParam(r, "source_permissions", PermissionsIgnore),
+			Links:             stringParam(p, "links", LinksManage),
+			ChecksumType:      stringParam(p, "checksum", DefaultChecksumType),
+			SourcePermissions: stringParam(p, "source_permissions", PermissionsIgnore),
 		}
-		if isRecursive(r) {
-			m, err := recursiveMetadata(ctx, r, sources, opts, files, envDir)
+		if isRecursive(p) {
+			m, err := recursiveMetadata(ctx, r, p, sources, opts, files, envDir)
 			if err != nil {
 				return err
 			}
@@ -110,16 +111,16 @@ func (c *Catalog) InlineMetadata(ctx context.Context, files FileResolver) error 
 	return nil
 }
 
-// inlineableSources returns the resource's sources (trailing slashes
+// inlineableSources returns a File resource's sources (trailing slashes
 // removed) when its metadata may be inlined.
-func inlineableSources(r *Resource) ([]string, bool) {
-	if ensure, _ := r.StringParam("ensure"); ensure == "absent" {
+func inlineableSources(p params) ([]string, bool) {
+	if ensure, _ := p.str("ensure"); ensure == "absent" {
 		return nil, false
 	}
-	if _, ok := r.Param("content"); ok {
+	if _, ok := p.get("content"); ok {
 		return nil, false
 	}
-	raw, ok := r.Param("source")
+	raw, ok := p.get("source")
 	if !ok {
 		return nil, false
 	}
@@ -143,15 +144,15 @@ func inlineableSources(r *Resource) ([]string, bool) {
 	return sources, len(sources) > 0
 }
 
-func stringParam(r *Resource, name, def string) string {
-	if s, ok := r.StringParam(name); ok && s != "" {
+func stringParam(p params, name, def string) string {
+	if s, ok := p.str(name); ok && s != "" {
 		return s
 	}
 	return def
 }
 
-func isRecursive(r *Resource) bool {
-	raw, ok := r.Param("recurse")
+func isRecursive(p params) bool {
+	raw, ok := p.get("recurse")
 	if !ok {
 		return false
 	}
@@ -167,8 +168,8 @@ func isRecursive(r *Resource) bool {
 }
 
 // intParam reads a number or a numeric string.
-func intParam(r *Resource, name string) (int, bool) {
-	raw, ok := r.Param(name)
+func intParam(p params, name string) (int, bool) {
+	raw, ok := p.get(name)
 	if !ok {
 		return 0, false
 	}
@@ -185,8 +186,8 @@ func intParam(r *Resource, name string) (int, bool) {
 	return 0, false
 }
 
-func ignoreParam(r *Resource) []string {
-	raw, ok := r.Param("ignore")
+func ignoreParam(p params) []string {
+	raw, ok := p.get("ignore")
 	if !ok {
 		return nil
 	}
@@ -239,19 +240,19 @@ func inlineable(md FileMetadata, source, envDir string) (string, bool) {
 	return "puppet://" + authority + "/" + rel, true
 }
 
-func recursiveMetadata(ctx context.Context, r *Resource, sources []string, opts MetadataOptions, files FileResolver, envDir string) (map[string][]FileMetadata, error) {
+func recursiveMetadata(ctx context.Context, r *Resource, p params, sources []string, opts MetadataOptions, files FileResolver, envDir string) (map[string][]FileMetadata, error) {
 	opts.Recurse = true
-	if n, ok := intParam(r, "recurselimit"); ok {
+	if n, ok := intParam(p, "recurselimit"); ok {
 		if n <= 0 {
 			opts.Recurse = false // Puppet: recurselimit 0 lists only the root
 		}
 		opts.RecurseLimit = n
 	}
-	if n, ok := intParam(r, "max_files"); ok {
+	if n, ok := intParam(p, "max_files"); ok {
 		opts.MaxFiles = n
 	}
-	opts.Ignore = ignoreParam(r)
-	sourceselect, _ := r.StringParam("sourceselect")
+	opts.Ignore = ignoreParam(p)
+	sourceselect, _ := p.str("sourceselect")
 
 	out := map[string][]FileMetadata{}
 	for _, source := range sources {

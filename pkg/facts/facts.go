@@ -56,7 +56,13 @@ type CatalogRequest struct {
 // RawFactsParam returns the still-encoded value of the "facts" parameter of
 // a form body without parsing the rest of the form. Its digest is a cheap
 // identity for "the same facts as last time".
-func RawFactsParam(body []byte) ([]byte, bool) {
+func RawFactsParam(body []byte) ([]byte, bool) { return RawFormParam(body, "facts") }
+
+// RawFormParam returns the still-encoded value of the first key parameter
+// of a form body (such as the catalog request's "environment", to
+// url.QueryUnescape) without parsing the rest of the form.
+func RawFormParam(body []byte, key string) ([]byte, bool) {
+	prefix := []byte(key + "=")
 	for len(body) > 0 {
 		var field []byte
 		if i := bytes.IndexByte(body, '&'); i >= 0 {
@@ -64,8 +70,8 @@ func RawFactsParam(body []byte) ([]byte, bool) {
 		} else {
 			field, body = body, nil
 		}
-		if bytes.HasPrefix(field, []byte("facts=")) {
-			return field[len("facts="):], true
+		if v, ok := bytes.CutPrefix(field, prefix); ok {
+			return v, true
 		}
 	}
 	return nil, false

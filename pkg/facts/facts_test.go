@@ -49,6 +49,9 @@ func TestParseCatalogFormGolden(t *testing.T) {
 	if !ok || len(rawParam) == 0 {
 		t.Fatalf("RawFactsParam found nothing")
 	}
+	if env, ok := RawFormParam(body, "environment"); !ok || string(env) != "production" {
+		t.Errorf("RawFormParam(environment) = %q, %v", env, ok)
+	}
 }
 
 func TestDecodeErrors(t *testing.T) {

@@ -38,9 +38,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/big"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,7 +100,6 @@ type Options struct {
 type CA struct {
 	store      farm.CAStore
 	keys       farm.CAKeySource
-	dir        string // the directory of a CA made by Open, else ""
 	closeStore func() error
 	opts       Options
 	log        *slog.Logger
@@ -164,7 +164,8 @@ func Open(ctx context.Context, dir string, opts Options) (*CA, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("open CA: no directory given: %w", farm.ErrInvalid)
 	}
-	if _, err := opts.withDefaults(); err != nil {
+	opts, err := opts.withDefaults()
+	if err != nil {
 		return nil, fmt.Errorf("open CA in %s: %w", dir, err)
 	}
 	st, err := OpenDirStore(dir)
@@ -174,16 +175,13 @@ func Open(ctx context.Context, dir string, opts Options) (*CA, error) {
 	if opts.ServerDir == "" {
 		opts.ServerDir = st.path(dirServer)
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
 	opts.Logger = opts.Logger.With("dir", dir)
 	c, err := start(ctx, st, KeyFile(st.path(fileCAKey)), opts, true)
 	if err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("open CA in %s: %w", dir, err)
 	}
-	c.dir, c.closeStore = dir, st.Close
+	c.closeStore = st.Close
 	return c, nil
 }
 
@@ -451,7 +449,7 @@ func (c *CA) checkFree(ctx context.Context, certname string) (revoked *big.Int, 
 	cert, err := c.readCert(ctx, certname)
 	switch {
 	case err == nil:
-		if !c.isRevokedState(c.crl.Load(), cert.SerialNumber) {
+		if !c.crl.Load().revokes(cert.SerialNumber) {
 			return nil, conflictf("%s already has a signed certificate; ignoring certificate request", certname)
 		}
 		revoked = cert.SerialNumber
@@ -479,7 +477,7 @@ func (c *CA) Sign(ctx context.Context, certname string) error {
 	err := c.locked(ctx, func() error {
 		data, err := c.store.Request(ctx, certname)
 		if errors.Is(err, farm.ErrNotFound) {
-			if held, cerr := c.readCert(ctx, certname); cerr == nil && !c.isRevokedState(c.crl.Load(), held.SerialNumber) {
+			if held, cerr := c.readCert(ctx, certname); cerr == nil && !c.crl.Load().revokes(held.SerialNumber) {
 				return conflictf("%s has no pending certificate request; it already has a signed certificate", certname)
 			}
 			return notFoundf("Could not find certificate_request %s", certname)
@@ -582,7 +580,7 @@ func (c *CA) Revoke(ctx context.Context, certname string) error {
 // refreshed the CRL from the store.
 func (c *CA) revokeLocked(ctx context.Context, certname string, serial *big.Int) error {
 	cur := c.crl.Load()
-	if _, ok := cur.revoked[serial.Text(16)]; ok {
+	if cur.revokes(serial) {
 		return nil
 	}
 	entries := append(append([]x509.RevocationListEntry(nil), cur.entries...),
@@ -635,14 +633,25 @@ func (c *CA) readPEM(ctx context.Context, certname, what, puppetWhat string, get
 // door certificates recorded only as such (on stores shared by several
 // front doors) are listed too, the newest per name.
 func (c *CA) List(ctx context.Context) ([]farm.CertStatus, error) {
-	st, err := c.refreshCRL(ctx)
+	byName, err := c.statuses(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list certificates: %w", err)
+	}
+	out := slices.AppendSeq(make([]farm.CertStatus, 0, len(byName)), maps.Values(byName))
+	slices.SortFunc(out, func(a, b farm.CertStatus) int { return strings.Compare(a.Certname, b.Certname) })
+	return out, nil
+}
+
+// statuses is List's entries, by certname.
+func (c *CA) statuses(ctx context.Context) (map[string]farm.CertStatus, error) {
+	st, err := c.refreshCRL(ctx)
+	if err != nil {
+		return nil, err
 	}
 	byName := map[string]farm.CertStatus{}
 	certStatus := func(name string, cert *x509.Certificate) farm.CertStatus {
 		state := farm.CertSigned
-		if c.isRevokedState(st, cert.SerialNumber) {
+		if st.revokes(cert.SerialNumber) {
 			state = farm.CertRevoked
 		}
 		return farm.CertStatus{
@@ -656,7 +665,7 @@ func (c *CA) List(ctx context.Context) ([]farm.CertStatus, error) {
 	}
 	signed, err := c.store.SignedCerts(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list certificates: %w", err)
+		return nil, err
 	}
 	for name, data := range signed {
 		cert, err := parseCertPEM(data)
@@ -666,16 +675,12 @@ func (c *CA) List(ctx context.Context) ([]farm.CertStatus, error) {
 		}
 		byName[name] = certStatus(name, cert)
 	}
-	servers, err := c.store.ServerCerts(ctx)
+	servers, err := c.serverCerts(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list certificates: %w", err)
+		return nil, err
 	}
 	newest := map[string]*x509.Certificate{}
-	for _, data := range servers {
-		cert, err := parseCertPEM(data)
-		if err != nil {
-			continue
-		}
+	for _, cert := range servers {
 		name := cert.Subject.CommonName
 		if old := newest[name]; old == nil || cert.NotBefore.After(old.NotBefore) {
 			newest[name] = cert
@@ -688,7 +693,7 @@ func (c *CA) List(ctx context.Context) ([]farm.CertStatus, error) {
 	}
 	requests, err := c.store.Requests(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list certificates: %w", err)
+		return nil, err
 	}
 	for name, data := range requests {
 		csr, err := parseCSR(data)
@@ -706,12 +711,7 @@ func (c *CA) List(ctx context.Context) ([]farm.CertStatus, error) {
 			DNSAltNames: csr.DNSNames,
 		}
 	}
-	out := make([]farm.CertStatus, 0, len(byName))
-	for _, s := range byName {
-		out = append(out, s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Certname < out[j].Certname })
-	return out, nil
+	return byName, nil
 }
 
 // readCert reads and parses certname's certificate; ErrNotFound when absent.
@@ -751,6 +751,19 @@ func Fingerprint(der []byte) string {
 		b.WriteString(h[i : i+2])
 	}
 	return b.String()
+}
+
+// FormatSerial writes a certificate serial as Puppet does: upper-case hex,
+// at least four digits (so 10 is "000A"). A nil serial gives "".
+func FormatSerial(n *big.Int) string {
+	if n == nil {
+		return ""
+	}
+	s := strings.ToUpper(n.Text(16))
+	for len(s) < 4 {
+		s = "0" + s
+	}
+	return s
 }
 
 // refreshCRL brings the in-memory CRL up to date with the store and returns
@@ -815,7 +828,8 @@ func (c *CA) parseCRL(data []byte) (*crlState, error) {
 	return st, nil
 }
 
-func (c *CA) isRevokedState(st *crlState, serial *big.Int) bool {
+// revokes reports whether st lists serial; a nil st lists nothing.
+func (st *crlState) revokes(serial *big.Int) bool {
 	if st == nil || serial == nil {
 		return false
 	}

@@ -109,7 +109,7 @@ func TestOpenDamagedDirectory(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := openCA(t, Options{})
-			dir := c.dir
+			dir := c.dir()
 			c.Close()
 			tc.damage(t, dir)
 			_, err := Open(t.Context(), dir, Options{Logger: discard})
@@ -120,7 +120,7 @@ func TestOpenDamagedDirectory(t *testing.T) {
 	}
 	t.Run("crash before the certificate was written", func(t *testing.T) {
 		c := openCA(t, Options{})
-		dir := c.dir
+		dir := c.dir()
 		c.Close()
 		os.Remove(filepath.Join(dir, fileCACert)) // key, CRL and serial remain: a half-made CA
 		c2 := openDir(t, dir, Options{})
@@ -411,7 +411,7 @@ func TestFrontDoorNamesAreReserved(t *testing.T) {
 func TestTwoInstancesShareDir(t *testing.T) {
 	ctx := t.Context()
 	a := openCA(t, Options{Autosign: true})
-	b := openDir(t, a.dir, Options{Autosign: true})
+	b := openDir(t, a.dir(), Options{Autosign: true})
 	const n = 12
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -457,7 +457,7 @@ func TestTwoInstancesShareDir(t *testing.T) {
 	if err := b.Revoke(ctx, "shared01.example.test"); err != nil {
 		t.Fatalf("Revoke: %v", err)
 	}
-	crl, err := x509.ParseRevocationList(mustPEMBytes(t, mustReadFile(t, filepath.Join(a.dir, fileCRL))))
+	crl, err := x509.ParseRevocationList(mustPEMBytes(t, mustReadFile(t, filepath.Join(a.dir(), fileCRL))))
 	if err != nil {
 		t.Fatalf("parse CRL: %v", err)
 	}
@@ -528,7 +528,7 @@ func TestTwoProcessesShareDir(t *testing.T) {
 	var outs []*bytes.Buffer
 	for _, prefix := range []string{"child-a", "child-b"} {
 		cmd := exec.CommandContext(t.Context(), exe, "-test.run=^TestHelperProcessSigns$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "CA_TEST_HELPER_DIR="+c.dir, "CA_TEST_HELPER_PREFIX="+prefix,
+		cmd.Env = append(os.Environ(), "CA_TEST_HELPER_DIR="+c.dir(), "CA_TEST_HELPER_PREFIX="+prefix,
 			fmt.Sprintf("CA_TEST_HELPER_COUNT=%d", perProcess))
 		out := &bytes.Buffer{}
 		cmd.Stdout, cmd.Stderr = out, out

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -304,11 +306,7 @@ func (d *DirStore) ServerCerts(ctx context.Context) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([][]byte, 0, len(all))
-	for _, b := range all {
-		out = append(out, b)
-	}
-	return out, nil
+	return slices.AppendSeq(make([][]byte, 0, len(all)), maps.Values(all)), nil
 }
 
 func (d *DirStore) CRL(ctx context.Context) ([]byte, error) {
@@ -338,18 +336,6 @@ func (d *DirStore) PutCRL(ctx context.Context, crlPEM []byte, number, prev *big.
 		return fmt.Errorf("replace CRL number %s: the current CRL has number %v: %w", prev, rl.Number, farm.ErrConflict)
 	}
 	return writeFileAtomic(d.path(fileCRL), crlPEM, 0o644)
-}
-
-// readRecord reads a record file; ErrNotFound when absent.
-func readRecord(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("read %s: %w", path, farm.ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return b, nil
 }
 
 // readAll reads every <certname>.pem in a subdirectory; files removed
@@ -388,129 +374,4 @@ func (d *DirStore) names(sub string) ([]string, error) {
 		out = append(out, name)
 	}
 	return out, nil
-}
-
-// KeyFile is a farm.CAKeySource kept in a PEM file (0600).
-type KeyFile string
-
-var _ farm.CAKeySource = KeyFile("")
-
-func (f KeyFile) String() string { return "file " + string(f) }
-
-// LoadKey reads the file; ErrNotFound when it does not exist.
-func (f KeyFile) LoadKey(ctx context.Context) ([]byte, error) {
-	b, err := readRecord(string(f))
-	if err != nil {
-		return nil, fmt.Errorf("read CA key: %w", err)
-	}
-	return b, nil
-}
-
-// CreateKey writes the key durably and only if the file does not exist:
-// it is written to a temp file and hard-linked into place, so a crash never
-// leaves half a key and two processes never both win.
-func (f KeyFile) CreateKey(ctx context.Context, keyPEM []byte) error {
-	path := string(f)
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write CA key %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	err = tmp.Chmod(0o600)
-	if err == nil {
-		_, err = tmp.Write(keyPEM)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write CA key %s: %w", path, err)
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("write CA key %s: %w", path, farm.ErrConflict)
-		}
-		return fmt.Errorf("write CA key %s: %w", path, err)
-	}
-	return syncDir(dir)
-}
-
-// writeFileAtomic replaces path with data so that readers see either the old
-// or the new content, never a mix, and the new content survives a crash once
-// writeFileAtomic returns: temp file in the same directory, fsync, rename,
-// fsync of the directory.
-func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	// The temp name starts with '.' so it is never taken for a certname.
-	f, err := os.CreateTemp(dir, "."+base+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err = f.Chmod(perm); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("write %s: fsync: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return syncDir(dir)
-}
-
-// removeFile deletes path durably; a missing file is not an error.
-func removeFile(path string) error {
-	err := os.Remove(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("remove %s: %w", path, err)
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
-	}
-	return nil
-}
-
-// FormatSerial writes a certificate serial as Puppet does: upper-case hex,
-// at least four digits (so 10 is "000A"). A nil serial gives "".
-func FormatSerial(n *big.Int) string {
-	if n == nil {
-		return ""
-	}
-	s := strings.ToUpper(n.Text(16))
-	for len(s) < 4 {
-		s = "0" + s
-	}
-	return s
 }

@@ -169,6 +169,7 @@ func pemKey(t testing.TB, key crypto.Signer) []byte {
 // Views of a CA opened with Open on its directory store, for tests that
 // look at or damage the files.
 func (c *CA) ds() *DirStore                      { return c.store.(*DirStore) }
+func (c *CA) dir() string                        { return c.ds().dir }
 func (c *CA) path(elem ...string) string         { return c.ds().path(elem...) }
 func (c *CA) signedPath(certname string) string  { return c.ds().signedPath(certname) }
 func (c *CA) names(sub string) ([]string, error) { return c.ds().names(sub) }

@@ -3,16 +3,10 @@ package ca
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -25,12 +19,6 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
-)
-
-// Key types for IssueServerCert.
-const (
-	KeyECDSAP256 = "ecdsa-p256" // the default: fast handshakes, accepted by Puppet 7 agents
-	KeyRSA       = "rsa"        // Options.KeyBits bits
 )
 
 // IssueServerCert returns the front door's own certificate and key, signed by
@@ -66,7 +54,7 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 	err = c.locked(ctx, func() error {
 		certPath := filepath.Join(c.opts.ServerDir, certname+".pem")
 		keyPath := filepath.Join(c.opts.ServerDir, certname+".key")
-		old, oldKey, why := c.loadServerCert(certPath, keyPath)
+		old, oldKey, why := LoadKeyPair(certPath, keyPath)
 		if why == "" {
 			why = c.serverCertStale(old, oldKey, dnsNames, ips, keyType)
 		}
@@ -81,14 +69,14 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 		var replace *big.Int
 		if held, err := c.readCert(ctx, certname); err == nil {
 			replace = held.SerialNumber
-			if !isServerCert(held) && !c.isRevokedState(c.crl.Load(), held.SerialNumber) {
+			if !isServerCert(held) && !c.crl.Load().revokes(held.SerialNumber) {
 				return conflictf("%s already has a signed agent certificate; revoke it or give the front door another certname", certname)
 			}
 		} else if !errors.Is(err, farm.ErrNotFound) {
 			return err
 		}
 		for _, n := range dnsNames[1:] {
-			if held, err := c.readCert(ctx, n); err == nil && !c.isRevokedState(c.crl.Load(), held.SerialNumber) {
+			if held, err := c.readCert(ctx, n); err == nil && !c.crl.Load().revokes(held.SerialNumber) {
 				c.log.Warn("an agent holds a certificate for one of the front door's names and could impersonate it; revoke it",
 					"name", n, "serial", FormatSerial(held.SerialNumber))
 			}
@@ -198,9 +186,11 @@ func appendIP(ips []net.IP, ip net.IP) []net.IP {
 	return append(ips, ip)
 }
 
-// loadServerCert reads a kept server certificate and key; why is non-empty
-// when there is none usable.
-func (c *CA) loadServerCert(certPath, keyPath string) (*x509.Certificate, crypto.Signer, string) {
+// LoadKeyPair reads a kept certificate (PEM) and its private key
+// (ParsePrivateKey) and checks they belong together. When there is no
+// usable pair it returns why, such as "none kept" when certPath does not
+// exist, for a log line.
+func LoadKeyPair(certPath, keyPath string) (cert *x509.Certificate, key crypto.Signer, why string) {
 	certPEM, err := os.ReadFile(certPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, "none kept"
@@ -208,20 +198,20 @@ func (c *CA) loadServerCert(certPath, keyPath string) (*x509.Certificate, crypto
 	if err != nil {
 		return nil, nil, err.Error()
 	}
-	cert, err := parseCertPEM(certPEM)
+	cert, err = parseCertPEM(certPEM)
 	if err != nil {
 		return nil, nil, "kept certificate unreadable: " + err.Error()
 	}
 	keyPEM, err := os.ReadFile(keyPath)
 	if err != nil {
-		return cert, nil, "kept key unreadable: " + err.Error()
+		return nil, nil, "kept key unreadable: " + err.Error()
 	}
-	key, err := ParsePrivateKey(keyPEM)
+	key, err = ParsePrivateKey(keyPEM)
 	if err != nil {
-		return cert, nil, "kept key unreadable: " + err.Error()
+		return nil, nil, "kept key unreadable: " + err.Error()
 	}
 	if !PublicKeysEqual(key.Public(), cert.PublicKey) {
-		return cert, nil, "kept key does not match kept certificate"
+		return nil, nil, "kept key does not match kept certificate"
 	}
 	return cert, key, ""
 }
@@ -232,7 +222,7 @@ func (c *CA) serverCertStale(cert *x509.Certificate, key crypto.Signer, dnsNames
 	if _, err := cert.Verify(x509.VerifyOptions{Roots: c.pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
 		return "kept certificate does not verify: " + err.Error()
 	}
-	if c.isRevokedState(c.crl.Load(), cert.SerialNumber) {
+	if c.crl.Load().revokes(cert.SerialNumber) {
 		return "kept certificate is revoked"
 	}
 	if why := ServerCertUnfit(cert, key, keyType, now, dnsNames, ips); why != "" {
@@ -269,97 +259,6 @@ func ServerCertUnfit(cert *x509.Certificate, key crypto.Signer, keyType string, 
 	return ""
 }
 
-// KeyTypeOf names key's type as IssueServerCert's keyType does: KeyECDSAP256
-// or KeyRSA; other keys get a descriptive name no request matches, such as
-// "ecdsa-P-384".
-func KeyTypeOf(key crypto.Signer) string {
-	switch k := key.(type) {
-	case *ecdsa.PrivateKey:
-		if k.Curve == elliptic.P256() {
-			return KeyECDSAP256
-		}
-		return "ecdsa-" + k.Curve.Params().Name
-	case *rsa.PrivateKey:
-		return KeyRSA
-	default:
-		return fmt.Sprintf("%T", key)
-	}
-}
-
-// NewServerKey generates a key for a server certificate: RSA of rsaBits bits
-// when keyType is KeyRSA, ECDSA P-256 otherwise. It returns the key and its
-// PEM encoding (EncodePrivateKey).
-func NewServerKey(keyType string, rsaBits int) (crypto.Signer, []byte, error) {
-	var key crypto.Signer
-	var err error
-	if keyType == KeyRSA {
-		key, err = rsa.GenerateKey(rand.Reader, rsaBits)
-	} else {
-		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate %s server key: %w", keyType, err)
-	}
-	keyPEM, err := EncodePrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return key, keyPEM, nil
-}
-
-// EncodePrivateKey encodes key as a PEM "PRIVATE KEY" block (PKCS#8), which
-// ParsePrivateKey reads back.
-func EncodePrivateKey(key crypto.Signer) ([]byte, error) {
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("encode private key: %w", err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
-
-// ParsePrivateKey reads the first PEM block of data as a private key:
-// PKCS#1 ("RSA PRIVATE KEY"), SEC 1 ("EC PRIVATE KEY") or PKCS#8 ("PRIVATE
-// KEY"), as Puppet and OpenSSL write them. It fails for other blocks and for
-// keys that cannot sign.
-func ParsePrivateKey(data []byte) (crypto.Signer, error) {
-	block, _ := pem.Decode(data)
-	if block == nil {
-		return nil, errors.New("no PEM private key")
-	}
-	var key any
-	var err error
-	switch block.Type {
-	case "RSA PRIVATE KEY":
-		key, err = x509.ParsePKCS1PrivateKey(block.Bytes)
-	case "EC PRIVATE KEY":
-		key, err = x509.ParseECPrivateKey(block.Bytes)
-	case "PRIVATE KEY":
-		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
-	default:
-		return nil, fmt.Errorf("PEM block %q is not a private key", block.Type)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("parse private key: %w", err)
-	}
-	signer, ok := key.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("private key of type %T cannot sign", key)
-	}
-	return signer, nil
-}
-
-// PublicKeysEqual reports whether a and b are the same public key. a must be
-// an RSA, ECDSA or Ed25519 key (as from a certificate, a request or
-// crypto.Signer.Public); anything else is equal to nothing.
-func PublicKeysEqual(a, b crypto.PublicKey) bool {
-	type equaler interface{ Equal(crypto.PublicKey) bool }
-	switch k := a.(type) {
-	case *rsa.PublicKey, *ecdsa.PublicKey, ed25519.PublicKey:
-		return k.(equaler).Equal(b)
-	}
-	return false
-}
-
 // serverNameOwner returns the certname of an unrevoked front door
 // certificate that carries name as a DNS SAN, or "". Agents must not get a
 // certificate for such a name: it would let them impersonate the front door
@@ -370,7 +269,7 @@ func (c *CA) serverNameOwner(ctx context.Context, name string) (string, error) {
 		return "", err
 	}
 	for _, cert := range certs {
-		if slices.Contains(cert.DNSNames, name) && !c.isRevokedState(c.crl.Load(), cert.SerialNumber) {
+		if slices.Contains(cert.DNSNames, name) && !c.crl.Load().revokes(cert.SerialNumber) {
 			return cert.Subject.CommonName, nil
 		}
 	}
@@ -400,60 +299,4 @@ func (c *CA) serverCerts(ctx context.Context) ([]*x509.Certificate, error) {
 		out = append(out, cert)
 	}
 	return out, nil
-}
-
-// CACert returns the CA certificate. Callers must not modify it.
-func (c *CA) CACert() *x509.Certificate { return c.cert }
-
-// Pool returns a pool holding the CA certificate, for tls.Config.ClientCAs
-// (and RootCAs of clients). Callers must not modify it.
-func (c *CA) Pool() *x509.CertPool { return c.pool }
-
-// IsRevoked reports whether the CA has revoked the certificate with this
-// serial. It answers from memory and is safe for concurrent use; at most
-// once a second one caller also reads the store's CRL, picking up
-// revocations made by other processes sharing the store.
-func (c *CA) IsRevoked(serial *big.Int) bool {
-	if serial == nil {
-		return false
-	}
-	if time.Since(time.Unix(0, c.lastCheck.Load())) > refreshEvery && c.reloadMu.TryLock() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if _, err := c.refreshCRLLocked(ctx); err != nil {
-			c.log.Error("refresh CRL", "err", err)
-		}
-		cancel()
-		c.reloadMu.Unlock()
-	}
-	return c.isRevokedState(c.crl.Load(), serial)
-}
-
-// VerifyClient checks a client certificate the way the front door must:
-// issued by this CA, valid now, good for client authentication, not revoked.
-// intermediates may be nil.
-func (c *CA) VerifyClient(cert *x509.Certificate, intermediates *x509.CertPool) error {
-	return c.clientCheck().VerifyClient(cert, intermediates)
-}
-
-// VerifyConnection is a tls.Config.VerifyConnection for the front door: it
-// refuses a client certificate the CA has revoked (crypto/tls has already
-// verified the chain against ClientCAs) and verifies fully when the config
-// did not ask crypto/tls to. Connections without a client certificate pass:
-// the CA endpoints serve them, and authorization is per path.
-func (c *CA) VerifyConnection(cs tls.ConnectionState) error {
-	return c.clientCheck().VerifyConnection(cs)
-}
-
-// ServerTLSConfig returns a TLS configuration for Puppet's port 8140: it
-// presents server (from IssueServerCert), asks for client certificates
-// without requiring them, verifies those given against the CA and refuses
-// revoked ones. Callers may adjust the result (NextProtos, timeouts).
-func (c *CA) ServerTLSConfig(server tls.Certificate) *tls.Config {
-	return c.clientCheck().TLSConfig(server)
-}
-
-// clientCheck checks client certificates against this CA and its CRL, at
-// the CA's clock.
-func (c *CA) clientCheck() ClientCheck {
-	return ClientCheck{Roots: c.pool, Issuers: []*x509.Certificate{c.cert}, IsRevoked: c.IsRevoked, Now: c.now}
 }

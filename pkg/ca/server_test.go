@@ -203,7 +203,7 @@ func TestServerCertReuse(t *testing.T) {
 			if !third.Leaf.Equal(second.Leaf) {
 				t.Fatalf("the certificate just issued was not kept")
 			}
-			if got := mustParseCert(t, mustReadFile(t, filepath.Join(c.dir, dirSigned, "puppet.test.pem"))); !got.Equal(second.Leaf) {
+			if got := mustParseCert(t, mustReadFile(t, filepath.Join(c.dir(), dirSigned, "puppet.test.pem"))); !got.Equal(second.Leaf) {
 				t.Fatalf("signed/ copy is stale")
 			}
 		})

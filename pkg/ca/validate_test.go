@@ -279,7 +279,7 @@ func TestPolicyCheckedAtSigning(t *testing.T) {
 	if err := c.SubmitCSR(t.Context(), name, makeCSR(t, csrSpec{cn: name, dns: []string{"alias.example.test"}})); err != nil {
 		t.Fatalf("SubmitCSR: %v", err)
 	}
-	dir := c.dir
+	dir := c.dir()
 	c.Close()
 	strict := openDir(t, dir, Options{})
 	if err := strict.Sign(t.Context(), name); !errors.Is(err, farm.ErrInvalid) {

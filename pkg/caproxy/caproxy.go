@@ -89,7 +89,6 @@ type Options struct {
 // concurrent use. Close stops the background CRL refresh.
 type CA struct {
 	upstream string // base URL, no trailing slash
-	dir      string
 	opts     Options
 	log      *slog.Logger
 	client   *http.Client
@@ -169,7 +168,6 @@ func Open(ctx context.Context, opts Options) (*CA, error) {
 	}
 	c := &CA{
 		upstream: strings.TrimRight(opts.Upstream, "/"),
-		dir:      opts.Dir,
 		opts:     opts,
 	}
 	c.log = opts.Logger.With("component", "caproxy", "upstream", c.upstream)
@@ -183,7 +181,7 @@ func Open(ctx context.Context, opts Options) (*CA, error) {
 }
 
 func (c *CA) open(ctx context.Context) error {
-	for _, d := range []string{c.dir, filepath.Join(c.dir, dirServer), filepath.Join(c.dir, dirPending)} {
+	for _, d := range []string{c.path(), c.path(dirServer), c.path(dirPending)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
@@ -337,7 +335,10 @@ func (c *CA) Close() error {
 	return nil
 }
 
-func (c *CA) path(name ...string) string { return filepath.Join(append([]string{c.dir}, name...)...) }
+// path names a file (or, with no name, the directory) in Options.Dir.
+func (c *CA) path(name ...string) string {
+	return filepath.Join(append([]string{c.opts.Dir}, name...)...)
+}
 
 // do sends one request to the upstream and reads the answer. err is a
 // transport failure: the upstream unreachable, or its certificate not

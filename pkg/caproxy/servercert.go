@@ -72,7 +72,7 @@ func (c *CA) ServerCert(ctx context.Context, certname string, dnsAltNames []stri
 
 func (c *CA) serverCert(ctx context.Context, certname string, dnsNames []string, ips []net.IP, keyType string) (tls.Certificate, error) {
 	certPath, keyPath := c.path(dirServer, certname+".pem"), c.path(dirServer, certname+".key")
-	kept, keptKey, why := loadKeyPair(certPath, keyPath)
+	kept, keptKey, why := ca.LoadKeyPair(certPath, keyPath)
 	if why == "" {
 		why = c.unusable(kept, keptKey, certname, dnsNames, ips, keyType)
 	}
@@ -365,36 +365,4 @@ func parseCSRPEM(data []byte) (*x509.CertificateRequest, error) {
 		return nil, errors.New("no PEM certificate request")
 	}
 	return x509.ParseCertificateRequest(block.Bytes)
-}
-
-// loadKeyPair reads a kept certificate and key; why is non-empty when there
-// is none usable.
-func loadKeyPair(certPath, keyPath string) (*x509.Certificate, crypto.Signer, string) {
-	certPEM, err := os.ReadFile(certPath)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, "none kept"
-	}
-	if err != nil {
-		return nil, nil, err.Error()
-	}
-	block, _ := pem.Decode(certPEM)
-	if block == nil || block.Type != "CERTIFICATE" {
-		return nil, nil, "kept certificate unreadable: no PEM certificate"
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return nil, nil, "kept certificate unreadable: " + err.Error()
-	}
-	keyPEM, err := os.ReadFile(keyPath)
-	if err != nil {
-		return nil, nil, "kept key unreadable: " + err.Error()
-	}
-	key, err := ca.ParsePrivateKey(keyPEM)
-	if err != nil {
-		return nil, nil, "kept key unreadable: " + err.Error()
-	}
-	if !ca.PublicKeysEqual(key.Public(), cert.PublicKey) {
-		return nil, nil, "kept key does not match kept certificate"
-	}
-	return cert, key, ""
 }

@@ -49,7 +49,7 @@ func (s *Server) postCatalog(w http.ResponseWriter, r *http.Request) {
 		s.apiError(w, r, err)
 		return
 	}
-	s.countUpload(out.Queued)
+	s.Metrics.ObserveFactUpload(out.Queued)
 	s.serveCatalog(w, r, out.Node)
 }
 
@@ -98,23 +98,6 @@ func formValue(body []byte, key string) string {
 	return ""
 }
 
-func (s *Server) countUpload(queued bool) {
-	if s.Metrics == nil {
-		return
-	}
-	if queued {
-		s.Metrics.FactUploads.WithLabelValues("queued").Inc()
-	} else {
-		s.Metrics.FactUploads.WithLabelValues("unchanged").Inc()
-	}
-}
-
-func (s *Server) countCatalog(outcome string) {
-	if s.Metrics != nil {
-		s.Metrics.CatalogRequests.WithLabelValues(outcome).Inc()
-	}
-}
-
 // serveCatalog applies the serving rule: a current catalog at once; a
 // pending compile is waited for (bounded, longer for a first compile); then
 // the last good catalog, or 503 with Retry-After when there is none; a failed
@@ -136,7 +119,7 @@ func (s *Server) serveCatalog(w http.ResponseWriter, r *http.Request, n farm.Nod
 		}
 		if n.Pending() {
 			if n.Catalog == nil {
-				s.countCatalog(metrics.CatalogPending)
+				s.Metrics.ObserveCatalogRequest(metrics.CatalogPending)
 				retry := int((wait + time.Second - 1) / time.Second)
 				w.Header().Set("Retry-After", strconv.Itoa(max(retry, 5)))
 				jsonError(w, http.StatusServiceUnavailable, "RUNTIME_ERROR", fmt.Sprintf(
@@ -149,16 +132,16 @@ func (s *Server) serveCatalog(w http.ResponseWriter, r *http.Request, n farm.Nod
 				"catalog_seq", n.Catalog.Seq, "requested_seq", n.Requested.Seq, "reason", n.Requested.Reason)
 		}
 	}
-	if n.Catalog == nil || (n.Compile != nil && n.Compile.Result == farm.ResultFailed && n.Compile.Seq > n.Catalog.Seq) {
-		if n.Catalog == nil {
-			s.countCatalog(metrics.CatalogFailed)
-			msg := "compile failed"
-			if n.Compile != nil {
-				msg = n.Compile.Error
-			}
-			jsonError(w, http.StatusInternalServerError, "RUNTIME_ERROR", "Server Error: "+msg)
-			return
+	if n.Catalog == nil {
+		s.Metrics.ObserveCatalogRequest(metrics.CatalogFailed)
+		msg := "compile failed"
+		if n.Compile != nil {
+			msg = n.Compile.Error
 		}
+		jsonError(w, http.StatusInternalServerError, "RUNTIME_ERROR", "Server Error: "+msg)
+		return
+	}
+	if n.Compile != nil && n.Compile.Result == farm.ResultFailed && n.Compile.Seq > n.Catalog.Seq {
 		outcome = metrics.CatalogStale
 		s.log().Warn("serving last good catalog: the latest compile failed", "node", n.Certname,
 			"catalog_seq", n.Catalog.Seq, "error", n.Compile.Error)
@@ -167,11 +150,12 @@ func (s *Server) serveCatalog(w http.ResponseWriter, r *http.Request, n farm.Nod
 		s.apiError(w, r, err)
 		return
 	}
-	s.countCatalog(outcome)
+	s.Metrics.ObserveCatalogRequest(outcome)
 }
 
-// waitCompile polls the node until its latest requested compile finished, for at most wait. The node store is the only channel between
-// front door and compile workers, in one process or across a fleet.
+// waitCompile polls the node until its latest requested compile finished,
+// for at most wait. The node store is the only channel between front door
+// and compile workers, in one process or across a fleet.
 func (s *Server) waitCompile(ctx context.Context, certname string, wait time.Duration) (farm.Node, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()

@@ -2,7 +2,6 @@ package frontdoor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -43,11 +42,6 @@ func (s *Server) fileError(w http.ResponseWriter, r *http.Request, what, key str
 		return
 	}
 	s.apiError(w, r, err)
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json;charset=utf-8")
-	json.NewEncoder(w).Encode(v)
 }
 
 func writeOctets(w http.ResponseWriter, b []byte) {

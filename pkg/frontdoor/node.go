@@ -50,8 +50,7 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 	if env == "" {
 		env = "production"
 	}
-	w.Header().Set("Content-Type", "application/json;charset=utf-8")
-	json.NewEncoder(w).Encode(map[string]any{"name": name, "environment": env, "parameters": params})
+	writeJSON(w, map[string]any{"name": name, "environment": env, "parameters": params})
 }
 
 // environment reads a valid, known environment: ErrInvalid for a bad
@@ -96,16 +95,11 @@ func (s *Server) putFacts(w http.ResponseWriter, r *http.Request) {
 		Document: func() ([]byte, error) { return body, nil },
 	})
 	if err != nil {
-		if errors.Is(err, farm.ErrNotFound) {
-			s.envError(w, r, err)
-			return
-		}
-		s.apiError(w, r, err)
+		s.envError(w, r, err)
 		return
 	}
-	s.countUpload(out.Queued)
-	w.Header().Set("Content-Type", "application/json;charset=utf-8")
-	json.NewEncoder(w).Encode(map[string]any{"queued": out.Queued, "reason": out.Reason})
+	s.Metrics.ObserveFactUpload(out.Queued)
+	writeJSON(w, map[string]any{"queued": out.Queued, "reason": out.Reason})
 }
 
 // reportHeader is the part of a Puppet report (format 12) the farm reads.
@@ -188,8 +182,7 @@ func (s *Server) getEnvironments(w http.ResponseWriter, r *http.Request) {
 			"config_version":      e.CodeID,
 		}}
 	}
-	w.Header().Set("Content-Type", "application/json;charset=utf-8")
-	json.NewEncoder(w).Encode(map[string]any{
+	writeJSON(w, map[string]any{
 		"search_paths": []string{"compilefarm://code"},
 		"environments": out,
 	})

@@ -23,8 +23,9 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/metrics"
 )
 
-// CA is the certificate authority as the front door uses it: the built-in
-// CA, or later a proxy to an upstream one.
+// CA is the agent-facing half of farm.CA (whose doc states the errors the
+// CA endpoints map to answers): the built-in CA or a proxy to an upstream
+// one. The front door neither signs, revokes nor lists.
 type CA interface {
 	CACertificate(ctx context.Context) ([]byte, error)
 	CRL(ctx context.Context) ([]byte, error)
@@ -218,11 +219,20 @@ type puppetError struct {
 	IssueKind string `json:"issue_kind"`
 }
 
-// jsonError answers an error in Puppet Server's JSON shape.
-func jsonError(w http.ResponseWriter, status int, kind, msg string) {
+// writeJSON answers 200 with v as JSON.
+func writeJSON(w http.ResponseWriter, v any) {
+	writeJSONStatus(w, http.StatusOK, v)
+}
+
+func writeJSONStatus(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json;charset=utf-8")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(puppetError{Message: msg, IssueKind: kind})
+	json.NewEncoder(w).Encode(v)
+}
+
+// jsonError answers an error in Puppet Server's JSON shape.
+func jsonError(w http.ResponseWriter, status int, kind, msg string) {
+	writeJSONStatus(w, status, puppetError{Message: msg, IssueKind: kind})
 }
 
 // apiError maps a farm error kind to Puppet Server's answer for /puppet/v3.
@@ -282,6 +292,5 @@ func (s *Server) statusServices(w http.ResponseWriter, r *http.Request) {
 		return map[string]any{"service_version": s.PuppetVersion, "service_status_version": 1,
 			"detail_level": "info", "state": "running", "status": map[string]any{}, "active_alerts": []any{}}
 	}
-	w.Header().Set("Content-Type", "application/json;charset=utf-8")
-	json.NewEncoder(w).Encode(map[string]any{"ca": svc(), "master": svc(), "server": svc(), "status-service": svc()})
+	writeJSON(w, map[string]any{"ca": svc(), "master": svc(), "server": svc(), "status-service": svc()})
 }

@@ -31,6 +31,12 @@ const (
 	CatalogPending = "pending" // no catalog within the wait bound: 503
 )
 
+// Fact upload results counted in compilefarm_fact_uploads_total.
+const (
+	UploadQueued    = "queued"    // the upload queued a compile
+	UploadUnchanged = "unchanged" // nothing that matters changed: no compile
+)
+
 // Farm is the set of metrics one process exports.
 type Farm struct {
 	Registry        *prometheus.Registry
@@ -88,12 +94,37 @@ func (m *Farm) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
 }
 
+// The Observe methods do nothing on a nil *Farm, so a process (or test)
+// without metrics needs no checks at the call sites.
+
 // ObserveCompile counts one finished compile.
 func (m *Farm) ObserveCompile(result string, d time.Duration) {
+	if m == nil {
+		return
+	}
 	m.Compiles.WithLabelValues(result).Inc()
 	if result == CompileOK || result == CompileFailed || result == CompileUnchanged {
 		m.CompileDuration.Observe(d.Seconds())
 	}
+}
+
+// ObserveCatalogRequest counts one catalog request by outcome (Catalog*).
+func (m *Farm) ObserveCatalogRequest(outcome string) {
+	if m != nil {
+		m.CatalogRequests.WithLabelValues(outcome).Inc()
+	}
+}
+
+// ObserveFactUpload counts one fact upload by whether it queued a compile.
+func (m *Farm) ObserveFactUpload(queued bool) {
+	if m == nil {
+		return
+	}
+	result := UploadUnchanged
+	if queued {
+		result = UploadQueued
+	}
+	m.FactUploads.WithLabelValues(result).Inc()
 }
 
 var (

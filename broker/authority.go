@@ -87,10 +87,11 @@ func (c *caFlags) keySource(awsCfg aws.Config) farm.CAKeySource {
 
 // open opens the chosen CA and gets the front door's certificate from it.
 // With an upstream CA that can mean waiting for an operator to sign it.
+// awsCfg matters only with --ca-table; work holds the local files of the
+// upstream and table CAs.
 func (c *caFlags) open(ctx context.Context, awsCfg aws.Config, work string, opts ca.Options,
 	certname string, altNames []string, keyType string, log *slog.Logger) (authority, tls.Certificate, func(), error) {
-	switch {
-	case c.upstream != "":
+	if c.upstream != "" {
 		p, err := caproxy.Open(ctx, caproxy.Options{Upstream: c.upstream, CACertFile: c.upstreamCACert,
 			Dir: filepath.Join(work, "ca-upstream"), Logger: log})
 		if err != nil {
@@ -103,31 +104,33 @@ func (c *caFlags) open(ctx context.Context, awsCfg aws.Config, work string, opts
 			return nil, tls.Certificate{}, nil, fmt.Errorf("server certificate from %s: %w", c.upstream, err)
 		}
 		return p, cert, func() { p.Close() }, nil
-	case c.table != "":
+	}
+	var (
+		a   *ca.CA
+		err error
+	)
+	if c.table != "" {
 		opts.ServerDir = filepath.Join(work, "server-cert")
 		opts.Name = "" // named by `broker ca init`; the certname is not the CA's name here
 		store := dynamostate.NewCAStore(dynamodb.NewFromConfig(awsCfg), c.table)
-		a, err := ca.New(ctx, store, c.keySource(awsCfg), opts)
-		if err != nil {
+		if a, err = ca.New(ctx, store, c.keySource(awsCfg), opts); err != nil {
 			return nil, tls.Certificate{}, nil, fmt.Errorf("open CA in DynamoDB table %s: %w", c.table, err)
 		}
-		cert, err := a.IssueServerCert(ctx, certname, altNames, keyType)
-		if err != nil {
-			return nil, tls.Certificate{}, nil, fmt.Errorf("issue server certificate: %w", err)
-		}
-		return a, cert, func() { a.Close() }, nil
-	default:
-		a, err := ca.Open(ctx, c.dir, opts)
-		if err != nil {
-			return nil, tls.Certificate{}, nil, err
-		}
-		cert, err := a.IssueServerCert(ctx, certname, altNames, keyType)
-		if err != nil {
-			a.Close()
-			return nil, tls.Certificate{}, nil, fmt.Errorf("issue server certificate: %w", err)
-		}
-		return a, cert, func() { a.Close() }, nil
+	} else if a, err = ca.Open(ctx, c.dir, opts); err != nil {
+		return nil, tls.Certificate{}, nil, err
 	}
+	cert, err := a.IssueServerCert(ctx, certname, altNames, keyType)
+	if err != nil {
+		a.Close()
+		return nil, tls.Certificate{}, nil, fmt.Errorf("issue server certificate: %w", err)
+	}
+	return a, cert, func() { a.Close() }, nil
+}
+
+// serverAltNames are the names the front door's certificate covers: the
+// loopback names, its certname, "puppet" and the extra ones (comma separated).
+func serverAltNames(certname, extra string) []string {
+	return append([]string{"localhost", "127.0.0.1", "::1", certname, "puppet"}, splitList(extra)...)
 }
 
 // runCAInit creates the CA of a fleet in DynamoDB: the key in the key

@@ -5,12 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/compilefarm/compilefarm/pkg/admin"
 	"github.com/compilefarm/compilefarm/pkg/ca"
@@ -62,12 +63,10 @@ func runDev(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("dev: unexpected arguments %q", fs.Args())
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	log, err := newLogger(c.logLevel)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	slog.SetDefault(log)
 	return dev(ctx, c, log)
 }
 
@@ -97,15 +96,14 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	defer store.Close()
 	queue := store.Queue(localstore.QueueOptions{})
 
-	authority, err := ca.Open(ctx, filepath.Join(c.data, "ca"), ca.Options{Name: c.certname, Autosign: c.autosign})
+	// The built-in CA in the data directory, as serve's --ca-dir.
+	caDir := caFlags{dir: filepath.Join(c.data, "ca")}
+	authority, serverCert, closeCA, err := caDir.open(ctx, aws.Config{}, c.data, ca.Options{Name: c.certname, Autosign: c.autosign},
+		c.certname, serverAltNames(c.certname, c.dnsAltNames), c.serverKey, log)
 	if err != nil {
-		return fmt.Errorf("open CA: %w", err)
+		return err
 	}
-	altNames := append([]string{"localhost", "127.0.0.1", "::1", c.certname, "puppet"}, splitList(c.dnsAltNames)...)
-	serverCert, err := authority.IssueServerCert(ctx, c.certname, altNames, c.serverKey)
-	if err != nil {
-		return fmt.Errorf("issue server certificate: %w", err)
-	}
+	defer closeCA()
 
 	log.Info("starting compile workers (loading Puppet)", "workers", c.workers)
 	engine, err := puppet.New(ctx, puppet.Options{
@@ -137,12 +135,10 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 		Content: store, Files: lib, Metrics: m, Log: log, PuppetVersion: engine.PuppetVersion(),
 		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait,
 	}
-	opsMux := http.NewServeMux()
-	opsMux.Handle("GET /metrics", m.Handler())
-	(&admin.Server{CA: authority, Nodes: store, Deployer: deployer, Log: log}).Register(opsMux)
+	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: store, Deployer: deployer})
 	// Client certificates are optional (CA bootstrap), verified against the
 	// CA when given, and refused at the handshake once revoked.
-	return listenAndServe(ctx, log, c.listen, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), opsMux,
+	return listenAndServe(ctx, log, c.listen, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), ops,
 		func(ctx context.Context) { pool.Run(ctx, c.workers) },
 		"compilefarm dev is up", "certname", c.certname, "environments", envRoot, "data", c.data, "autosign", c.autosign)
 }

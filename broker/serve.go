@@ -84,12 +84,10 @@ func runServe(ctx context.Context, args []string) error {
 	if err := c.ca.validate(); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	log, err := newLogger(c.logLevel)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	slog.SetDefault(log)
 	return serve(ctx, c, log)
 }
 
@@ -105,9 +103,8 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	altNames := append([]string{"localhost", "127.0.0.1", "::1", c.certname, "puppet"}, splitList(c.dnsAltNames)...)
 	authority, serverCert, closeCA, err := c.ca.open(ctx, awsCfg, c.work, ca.Options{Name: c.certname, Autosign: c.autosign, AllowSubjectAltNames: c.allowSANs, Logger: log},
-		c.certname, altNames, c.serverKey, log)
+		c.certname, serverAltNames(c.certname, c.dnsAltNames), c.serverKey, log)
 	if err != nil {
 		return err
 	}
@@ -121,11 +118,29 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		Content: content, Files: lib, Metrics: m, Log: log,
 		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait,
 	}
-	opsMux := http.NewServeMux()
-	opsMux.Handle("GET /metrics", m.Handler())
-	(&admin.Server{CA: authority, Nodes: state, Deployer: deployer, Log: log}).Register(opsMux)
-	return listenAndServe(ctx, log, c.listen, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), opsMux, nil,
+	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: state, Deployer: deployer})
+	return listenAndServe(ctx, log, c.listen, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), ops, nil,
 		"compilefarm serve is up", "backend", c.backend, "certname", c.certname, "bucket", c.bucket)
+}
+
+// newLogger returns the process's logger at level (--log-level) and makes
+// it the default.
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	slog.SetDefault(log)
+	return log, nil
+}
+
+// opsHandler serves /metrics and the operator API (the private listener).
+func opsHandler(m *metrics.Farm, adm *admin.Server) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	adm.Register(mux)
+	return mux
 }
 
 // loadAWSConfig reads the standard AWS configuration (environment,

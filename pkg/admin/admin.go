@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"time"
@@ -46,7 +45,6 @@ type Server struct {
 	CA       CA
 	Nodes    Nodes
 	Deployer Deployer
-	Log      *slog.Logger
 }
 
 // Register adds the operator API's routes to mux.

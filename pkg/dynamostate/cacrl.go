@@ -24,10 +24,10 @@ import (
 // of its own (crl#<gen>#<i>, crlPartBytes at most), then the head item (crl:
 // number, gen, parts, sha256) moved to the new generation with a condition
 // on the CRL number it was built on. Readers read the head and, only when
-// its generation is not the one they hold, the parts, checking the digest.
-// The losing writer of a race and the replaced generation delete their
-// parts afterwards; a reader that meets a part already gone reads the head
-// again.
+// its generation is not the one they last read or wrote, the parts,
+// checking the digest. The losing writer of a race and the replaced
+// generation delete their parts afterwards; a reader that meets a part
+// already gone reads the head again.
 
 // crlPartBytes keeps a part well under the 400 KB item limit.
 const crlPartBytes = 300_000
@@ -50,13 +50,9 @@ func (s *CAStore) CRL(ctx context.Context) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read CRL: %w", err)
 		}
-		s.crlMu.Lock()
-		if s.crlCached.gen == head.gen && s.crlPEM != nil {
-			pem := s.crlPEM
-			s.crlMu.Unlock()
+		if pem := s.cachedCRL(head.gen); pem != nil {
 			return pem, nil
 		}
-		s.crlMu.Unlock()
 		pem, err := s.readCRLParts(ctx, head)
 		if errors.Is(err, farm.ErrNotFound) && attempt < 5 {
 			continue // replaced meanwhile and its parts deleted: read the new head
@@ -64,11 +60,26 @@ func (s *CAStore) CRL(ctx context.Context) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read CRL: %w", err)
 		}
-		s.crlMu.Lock()
-		s.crlCached, s.crlPEM = head, pem
-		s.crlMu.Unlock()
+		s.cacheCRL(head.gen, pem)
 		return pem, nil
 	}
+}
+
+// cachedCRL returns the CRL this store last read or wrote if it is
+// generation gen, else nil.
+func (s *CAStore) cachedCRL(gen string) []byte {
+	s.crlMu.Lock()
+	defer s.crlMu.Unlock()
+	if s.crlGen != gen {
+		return nil
+	}
+	return s.crlPEM
+}
+
+func (s *CAStore) cacheCRL(gen string, pem []byte) {
+	s.crlMu.Lock()
+	s.crlGen, s.crlPEM = gen, pem
+	s.crlMu.Unlock()
 }
 
 func (s *CAStore) readCRLHead(ctx context.Context) (crlHead, error) {
@@ -161,6 +172,9 @@ func (s *CAStore) writeCRL(ctx context.Context, crlPEM []byte, number, prev *big
 		s.deleteCRLParts(ctx, gen, parts)
 		return err
 	}
+	// The next CRL call of this store finds the head at gen and need not
+	// read back the parts it just wrote.
+	s.cacheCRL(gen, bytes.Clone(crlPEM))
 	if old.gen != "" {
 		s.deleteCRLParts(ctx, old.gen, old.parts)
 	}

@@ -6,7 +6,9 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,15 +40,15 @@ import (
 //
 // Listing requests and certificates scans the table, which is fine for the
 // tens of thousands of agents a CA serves. The CRL is kept in parts (see
-// crl.go), so it has no size limit and re-reading an unchanged one costs
+// cacrl.go), so it has no size limit and re-reading an unchanged one costs
 // one small item.
 type CAStore struct {
 	client *dynamodb.Client
 	table  string
 
-	crlMu     sync.Mutex
-	crlCached crlHead // the head of crlPEM
-	crlPEM    []byte
+	crlMu  sync.Mutex
+	crlGen string // the generation crlPEM was read or written as
+	crlPEM []byte
 }
 
 // AttrKey is the CA table's partition key.
@@ -283,11 +285,7 @@ func (s *CAStore) ServerCerts(ctx context.Context) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([][]byte, 0, len(all))
-	for _, b := range all {
-		out = append(out, b)
-	}
-	return out, nil
+	return slices.Collect(maps.Values(all)), nil
 }
 
 // condNames maps the placeholders a condition uses to attribute names
@@ -313,20 +311,16 @@ func (s *CAStore) scanPrefix(ctx context.Context, prefix string) (map[string][]b
 		ExpressionAttributeNames:  map[string]string{"#k": AttrKey},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":p": str(prefix)},
 	}
-	p := dynamodb.NewScanPaginator(s.client, in)
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, s.err("list "+strings.TrimSuffix(prefix, "#"), err)
-		}
-		for _, item := range page.Items {
-			k, _ := item[AttrKey].(*types.AttributeValueMemberS)
-			v, _ := item["pem"].(*types.AttributeValueMemberS)
-			if k == nil || v == nil {
-				continue
-			}
+	err := scanItems(ctx, s.client, in, func(item map[string]types.AttributeValue) error {
+		k, _ := item[AttrKey].(*types.AttributeValueMemberS)
+		v, _ := item["pem"].(*types.AttributeValueMemberS)
+		if k != nil && v != nil {
 			out[strings.TrimPrefix(k.Value, prefix)] = []byte(v.Value)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", strings.TrimSuffix(prefix, "#"), err)
 	}
 	return out, nil
 }

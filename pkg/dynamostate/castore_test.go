@@ -1,16 +1,20 @@
 package dynamostate
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/farm"
@@ -78,5 +82,51 @@ func TestCANewNeedsACA(t *testing.T) {
 		ca.Options{ServerDir: t.TempDir()})
 	if err == nil || !errors.Is(err, farm.ErrNotFound) {
 		t.Fatalf("New on an empty table: err = %v, want ErrNotFound telling to run broker ca init", err)
+	}
+}
+
+// TestCRLReadsPartsOnlyWhenChanged: CRL reads the head item on every call
+// and the parts only for a generation the store has not read or written
+// itself, so the front door that wrote a CRL never reads it back.
+func TestCRLReadsPartsOnlyWhenChanged(t *testing.T) {
+	var gets atomic.Int32
+	countGets := func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+			return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("countGets",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if _, ok := in.Parameters.(*dynamodb.GetItemInput); ok {
+						gets.Add(1)
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	}
+	crlGets := func(s *CAStore, want []byte) int32 {
+		t.Helper()
+		gets.Store(0)
+		got, err := s.CRL(t.Context())
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("CRL = %d bytes, %v; want the %d bytes written", len(got), err, len(want))
+		}
+		return gets.Load()
+	}
+	table := newCATable(t)
+	writer := NewCAStore(newClient(endpoint, countGets), table)
+	if err := writer.writeCRL(t.Context(), []byte("CRL number 0"), big.NewInt(0), nil); err != nil {
+		t.Fatal(err)
+	}
+	crl := bytes.Repeat([]byte("r"), 2*crlPartBytes+1) // three parts
+	if err := writer.PutCRL(t.Context(), crl, big.NewInt(1), big.NewInt(0)); err != nil {
+		t.Fatal(err)
+	}
+	if n := crlGets(writer, crl); n != 1 {
+		t.Fatalf("the writer read %d items for the CRL it wrote, want 1 (the head)", n)
+	}
+	reader := NewCAStore(newClient(endpoint, countGets), table)
+	if n := crlGets(reader, crl); n != 4 {
+		t.Fatalf("another store read %d items for a new CRL, want 4 (the head and three parts)", n)
+	}
+	if n := crlGets(reader, crl); n != 1 {
+		t.Fatalf("another store read %d items for an unchanged CRL, want 1 (the head)", n)
 	}
 }

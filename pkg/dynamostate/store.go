@@ -4,7 +4,8 @@
 //
 // # Tables
 //
-// Two tables, both with on-demand billing and a single string partition key:
+// Store uses two tables, both with on-demand billing and a single string
+// partition key (CAStore's table is described on CAStore):
 //
 //	nodes:        certname (S, partition key), version (N), record (S)
 //	environments: name     (S, partition key), record (S)
@@ -238,16 +239,24 @@ func (s *Store) ListNodes(ctx context.Context) ([]farm.Node, error) {
 	return out, nil
 }
 
+// scan calls each on every item of table, with consistent reads.
 func (s *Store) scan(ctx context.Context, table string, each func(map[string]types.AttributeValue) error) error {
 	in := &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)}
 	if s.opts.ScanPageSize > 0 {
 		in.Limit = aws.Int32(s.opts.ScanPageSize)
 	}
-	p := dynamodb.NewScanPaginator(s.client, in)
+	return scanItems(ctx, s.client, in, each)
+}
+
+// scanItems runs the Scan in page by page and calls each on every item it
+// returns. A failed page is translated (naming in's table); each's error is
+// returned as is. Store and CAStore list their records with it.
+func scanItems(ctx context.Context, client *dynamodb.Client, in *dynamodb.ScanInput, each func(map[string]types.AttributeValue) error) error {
+	p := dynamodb.NewScanPaginator(client, in)
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
-			return translate(err, table)
+			return translate(err, aws.ToString(in.TableName))
 		}
 		for _, item := range page.Items {
 			if err := each(item); err != nil {

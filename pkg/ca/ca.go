@@ -675,7 +675,7 @@ func (c *CA) statuses(ctx context.Context) (map[string]farm.CertStatus, error) {
 		}
 		byName[name] = certStatus(name, cert)
 	}
-	servers, err := c.serverCerts(ctx)
+	servers, err := c.serverCerts(ctx, "")
 	if err != nil {
 		return nil, err
 	}

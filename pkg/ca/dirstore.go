@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -301,12 +300,23 @@ func (d *DirStore) PutServerCert(ctx context.Context, certname string, certPEM [
 	return writeFileAtomic(path, certPEM, 0o644)
 }
 
-func (d *DirStore) ServerCerts(ctx context.Context) ([][]byte, error) {
+// ServerCerts reads server/ (a few files: one per front door certname).
+func (d *DirStore) ServerCerts(ctx context.Context, dnsName string) ([][]byte, error) {
 	all, err := d.readAll(dirServer)
 	if err != nil {
 		return nil, err
 	}
-	return slices.AppendSeq(make([][]byte, 0, len(all)), maps.Values(all)), nil
+	out := make([][]byte, 0, len(all))
+	for _, data := range all {
+		if dnsName != "" {
+			cert, err := parseCertPEM(data)
+			if err != nil || !slices.Contains(cert.DNSNames, dnsName) {
+				continue
+			}
+		}
+		out = append(out, data)
+	}
+	return out, nil
 }
 
 func (d *DirStore) CRL(ctx context.Context) ([]byte, error) {

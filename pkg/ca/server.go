@@ -264,7 +264,7 @@ func ServerCertUnfit(cert *x509.Certificate, key crypto.Signer, keyType string, 
 // certificate for such a name: it would let them impersonate the front door
 // (agent certificates are good for serverAuth, as Puppet's are).
 func (c *CA) serverNameOwner(ctx context.Context, name string) (string, error) {
-	certs, err := c.serverCerts(ctx)
+	certs, err := c.serverCerts(ctx, name)
 	if err != nil {
 		return "", err
 	}
@@ -283,9 +283,10 @@ func isServerCert(cert *x509.Certificate) bool {
 	return slices.ContainsFunc(cert.Extensions, func(e pkix.Extension) bool { return e.Id.Equal(oidPuppetCliAuth) })
 }
 
-// serverCerts returns the front doors' certificates recorded in the store.
-func (c *CA) serverCerts(ctx context.Context) ([]*x509.Certificate, error) {
-	all, err := c.store.ServerCerts(ctx)
+// serverCerts returns the front doors' certificates recorded in the store
+// that carry DNS name dnsName ("": all).
+func (c *CA) serverCerts(ctx context.Context, dnsName string) ([]*x509.Certificate, error) {
+	all, err := c.store.ServerCerts(ctx, dnsName)
 	if err != nil {
 		return nil, fmt.Errorf("list server certificates: %w", err)
 	}

@@ -30,6 +30,7 @@ import (
 //	req#<certname>      pem: a pending certificate request
 //	cert#<certname>     pem, serial (hex): the certificate a name holds
 //	server#<serial>     pem, certname: a front door's certificate
+//	srvname#<dns name>  c_<serial>: the front door certificates carrying the name
 //	issued#<serial>     certname, not_before, not_after: the inventory
 //
 // Every change is one conditional write, so front doors on any number of
@@ -273,19 +274,52 @@ func (s *CAStore) SignedCerts(ctx context.Context) (map[string][]byte, error) {
 }
 
 func (s *CAStore) PutServerCert(ctx context.Context, certname string, certPEM []byte) error {
-	serial, err := serialOf(certPEM)
+	cert, err := parseCert(certPEM)
 	if err != nil {
 		return fmt.Errorf("store server certificate of %s: %w", certname, err)
 	}
-	return s.put(ctx, "server#"+serialKey(serial), map[string]types.AttributeValue{"pem": str(string(certPEM)), "certname": str(certname)}, "", nil)
+	// Indexed by name first: a certificate listed but not yet indexed would
+	// let an agent take one of its names.
+	for _, name := range cert.DNSNames {
+		if _, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(s.table),
+			Key:                       s.key("srvname#" + name),
+			UpdateExpression:          aws.String("SET #c = :pem"),
+			ExpressionAttributeNames:  map[string]string{"#c": "c_" + serialKey(cert.SerialNumber)},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pem": str(string(certPEM))},
+		}); err != nil {
+			return s.err("index server certificate of "+certname+" under "+name, err)
+		}
+	}
+	return s.put(ctx, "server#"+serialKey(cert.SerialNumber), map[string]types.AttributeValue{"pem": str(string(certPEM)), "certname": str(certname)}, "", nil)
 }
 
-func (s *CAStore) ServerCerts(ctx context.Context) ([][]byte, error) {
-	all, err := s.scanPrefix(ctx, "server#")
+// ServerCerts reads the srvname#<dnsName> item, which holds every front
+// door certificate carrying that name (one attribute c_<serial> each):
+// one GetItem per certificate request, not a scan. All of them (dnsName
+// "") is a scan, for listing.
+func (s *CAStore) ServerCerts(ctx context.Context, dnsName string) ([][]byte, error) {
+	if dnsName == "" {
+		all, err := s.scanPrefix(ctx, "server#")
+		if err != nil {
+			return nil, err
+		}
+		return slices.Collect(maps.Values(all)), nil
+	}
+	item, err := s.get(ctx, "srvname#"+dnsName)
+	if errors.Is(err, farm.ErrNotFound) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	return slices.Collect(maps.Values(all)), nil
+	var out [][]byte
+	for attr, v := range item {
+		if sv, ok := v.(*types.AttributeValueMemberS); ok && strings.HasPrefix(attr, "c_") {
+			out = append(out, []byte(sv.Value))
+		}
+	}
+	return out, nil
 }
 
 // condNames maps the placeholders a condition uses to attribute names
@@ -329,15 +363,19 @@ func (s *CAStore) scanPrefix(ctx context.Context, prefix string) (map[string][]b
 func serialKey(n *big.Int) string { return strings.ToUpper(n.Text(16)) }
 
 func serialOf(certPEM []byte) (*big.Int, error) {
-	block, _ := pem.Decode(certPEM)
-	if block == nil {
-		return nil, errors.New("no PEM certificate")
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
+	cert, err := parseCert(certPEM)
 	if err != nil {
 		return nil, err
 	}
 	return cert.SerialNumber, nil
+}
+
+func parseCert(certPEM []byte) (*x509.Certificate, error) {
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return nil, errors.New("no PEM certificate")
+	}
+	return x509.ParseCertificate(block.Bytes)
 }
 
 func crlNumberOf(crlPEM []byte) (*big.Int, error) {

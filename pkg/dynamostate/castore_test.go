@@ -130,3 +130,45 @@ func TestCRLReadsPartsOnlyWhenChanged(t *testing.T) {
 		t.Fatalf("another store read %d items for an unchanged CRL, want 1 (the head)", n)
 	}
 }
+
+// A certificate request looks its name up among the front doors' names
+// with one read: the CA table, which holds every certificate ever issued,
+// is never scanned to sign.
+func TestSigningDoesNotScan(t *testing.T) {
+	var scans atomic.Int32
+	countScans := func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+			return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("countScans",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if _, ok := in.Parameters.(*dynamodb.ScanInput); ok {
+						scans.Add(1)
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	}
+	table := newCATable(t)
+	c, err := ca.Init(t.Context(), NewCAStore(newClient(endpoint, countScans), table), ca.KeyFile(filepath.Join(t.TempDir(), "k.pem")),
+		ca.Options{KeyBits: 2048, Autosign: true, ServerDir: t.TempDir(), Logger: discardLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.IssueServerCert(t.Context(), "door.example.test", []string{"puppet"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	scans.Store(0)
+	for _, name := range []string{"agent1.example.test", "agent2.example.test"} {
+		csr, _ := farmtest.NewCSR(t, name)
+		if err := c.SubmitCSR(t.Context(), name, csr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := scans.Load(); n != 0 {
+		t.Fatalf("signing two requests scanned the CA table %d times, want 0", n)
+	}
+	// The name index still guards the front door's names.
+	csr, _ := farmtest.NewCSR(t, "puppet")
+	if err := c.SubmitCSR(t.Context(), "puppet", csr); !errors.Is(err, farm.ErrConflict) {
+		t.Fatalf("a request for the front door's name: err = %v, want ErrConflict", err)
+	}
+}

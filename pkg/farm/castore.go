@@ -61,9 +61,11 @@ type CAStore interface {
 	SignedCerts(ctx context.Context) (map[string][]byte, error)
 
 	// PutServerCert records a front door's certificate (PEM): agents may
-	// not take its names. ServerCerts returns them all.
+	// not take its names. ServerCerts returns those carrying DNS name
+	// dnsName, or all of them when dnsName is "". Every certificate
+	// request asks for one name, so that must not cost a scan.
 	PutServerCert(ctx context.Context, certname string, certPEM []byte) error
-	ServerCerts(ctx context.Context) ([][]byte, error)
+	ServerCerts(ctx context.Context, dnsName string) ([][]byte, error)
 
 	// CRL returns the current CRL (PEM). PutCRL replaces it with crlPEM,
 	// whose CRL number is number, if the current one's number is prev.

@@ -176,9 +176,15 @@ func TestCAStore(t *testing.T, open func(t *testing.T) farm.CAStore) {
 			noErr(t, s.PutServerCert(ctx, "door1.example.test", m.cert(t, 5, "door1.example.test")))
 			noErr(t, s.PutServerCert(ctx, "door2.example.test", m.cert(t, 6, "door2.example.test")))
 		})
-		all, err := s.ServerCerts(t.Context())
+		all, err := s.ServerCerts(t.Context(), "")
 		if err != nil || len(all) != 2 {
 			t.Fatalf("ServerCerts = %d, %v; want 2", len(all), err)
+		}
+		for name, want := range map[string]int{"door1.example.test": 1, "door2.example.test": 1, "nobody.example.test": 0} {
+			named, err := s.ServerCerts(t.Context(), name)
+			if err != nil || len(named) != want {
+				t.Fatalf("ServerCerts(%s) = %d, %v; want %d", name, len(named), err, want)
+			}
 		}
 	})
 

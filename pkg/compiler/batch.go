@@ -3,7 +3,6 @@ package compiler
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
@@ -45,10 +44,9 @@ func (p *Pool) HandleBatch(ctx context.Context, items []BatchItem, maxReceives i
 		d := farm.Delivery{Job: job, ID: it.ID, Attempts: it.ReceiveCount}
 		log := p.log().With("node", d.Certname, "seq", d.Seq, "code_id", d.CodeID, "attempt", d.Attempts, "message", it.ID)
 		err := p.compile(ctx, d, log)
-		var cerr *CompileError
 		switch {
-		case err == nil, errors.Is(err, errSuperseded):
-		case errors.As(err, &cerr), errors.Is(err, farm.ErrInvalid), errors.Is(err, farm.ErrNotFound):
+		case finished(err):
+		case permanent(err):
 			log.Warn("compile failed; the job goes to the dead-letter queue after its last delivery", "err", err)
 			p.recordFailure(context.WithoutCancel(ctx), d, err, log)
 			failed = append(failed, it.ID)

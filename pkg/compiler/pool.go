@@ -108,13 +108,12 @@ func (p *Pool) Handle(ctx context.Context, d farm.Delivery) {
 	finishCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	err := p.compile(ctx, d, log)
-	var cerr *CompileError
 	switch {
-	case err == nil, errors.Is(err, errSuperseded):
+	case finished(err):
 		if err := p.Queue.Ack(finishCtx, d); err != nil {
 			log.Error("ack compile job", "err", err)
 		}
-	case errors.As(err, &cerr), errors.Is(err, farm.ErrInvalid), errors.Is(err, farm.ErrNotFound):
+	case permanent(err):
 		log.Warn("compile failed", "err", err)
 		p.recordFailure(finishCtx, d, err, log)
 		if err := p.Queue.Ack(finishCtx, d); err != nil {
@@ -156,6 +155,18 @@ var (
 	errSuperseded = errors.New("superseded by a newer compile")
 	errNeedStore  = errors.New("catalog bytes not stored yet")
 )
+
+// finished reports whether a compile's outcome finishes its job: a stored (or
+// unchanged) catalog, or one a newer compile made moot.
+func finished(err error) bool { return err == nil || errors.Is(err, errSuperseded) }
+
+// permanent reports whether a compile failed in a way that delivering the
+// job again cannot mend: the code does not compile, or the job or its
+// inputs are invalid or gone.
+func permanent(err error) bool {
+	var cerr *CompileError
+	return errors.As(err, &cerr) || errors.Is(err, farm.ErrInvalid) || errors.Is(err, farm.ErrNotFound)
+}
 
 func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) error {
 	node, err := p.Nodes.GetNode(ctx, d.Certname)

@@ -154,16 +154,12 @@ func (d *Deployer) Status(ctx context.Context, environment string) (DeployStatus
 	if err != nil {
 		return DeployStatus{}, fmt.Errorf("read environment %s: %w", environment, err)
 	}
-	nodes, err := d.Nodes.ListNodes(ctx)
+	nodes, err := d.requestedNodes(ctx, environment)
 	if err != nil {
-		return DeployStatus{}, fmt.Errorf("list nodes: %w", err)
+		return DeployStatus{}, err
 	}
-	st := DeployStatus{Environment: environment, CodeID: env.CodeID, DeployedAt: env.DeployedAt}
+	st := DeployStatus{Environment: environment, CodeID: env.CodeID, DeployedAt: env.DeployedAt, Nodes: len(nodes)}
 	for _, n := range nodes {
-		if n.Environment != environment || n.Requested == nil {
-			continue
-		}
-		st.Nodes++
 		// A node a held release keeps on the stable code counts by its
 		// precompiled candidate of the new code.
 		slot := ""
@@ -186,4 +182,20 @@ func (d *Deployer) Status(ctx context.Context, environment string) (DeployStatus
 		}
 	}
 	return st, nil
+}
+
+// requestedNodes lists the nodes of environment that have asked for a
+// compile: the ones deploy and release counts are about.
+func (d *Deployer) requestedNodes(ctx context.Context, environment string) ([]farm.Node, error) {
+	nodes, err := d.Nodes.ListNodes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	var out []farm.Node
+	for _, n := range nodes {
+		if n.Environment == environment && n.Requested != nil {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }

@@ -106,16 +106,13 @@ func (d *Deployer) Release(ctx context.Context, environment string, ch ReleaseCh
 // releases to the new code, and sums, over those with a precompiled
 // candidate, what changes in their catalogs per resource type.
 func (d *Deployer) releaseChanges(ctx context.Context, before, after farm.Environment) (map[string]int, int, error) {
-	nodes, err := d.Nodes.ListNodes(ctx)
+	nodes, err := d.requestedNodes(ctx, after.Name)
 	if err != nil {
-		return nil, 0, fmt.Errorf("list nodes: %w", err)
+		return nil, 0, err
 	}
 	changes := map[string]int{}
 	released := 0
 	for _, n := range nodes {
-		if n.Environment != after.Name || n.Requested == nil {
-			continue
-		}
 		if before.TargetCode(n.Certname) == after.CodeID || after.TargetCode(n.Certname) != after.CodeID {
 			continue
 		}
@@ -216,20 +213,16 @@ func (d *Deployer) ReleaseStatus(ctx context.Context, environment string) (Relea
 	if err != nil {
 		return ReleaseStatus{}, fmt.Errorf("read environment %s: %w", environment, err)
 	}
-	nodes, err := d.Nodes.ListNodes(ctx)
+	nodes, err := d.requestedNodes(ctx, environment)
 	if err != nil {
-		return ReleaseStatus{}, fmt.Errorf("list nodes: %w", err)
+		return ReleaseStatus{}, err
 	}
-	st := ReleaseStatus{Environment: environment, CodeID: env.CodeID, Release: env.Release}
+	st := ReleaseStatus{Environment: environment, CodeID: env.CodeID, Release: env.Release, Nodes: len(nodes)}
 	codes := []*CodeRelease{{CodeID: env.CodeID, Role: "new"}}
 	if r := env.Release; r != nil && r.Stable != "" && r.Stable != env.CodeID {
 		codes = append(codes, &CodeRelease{CodeID: r.Stable, Role: "stable"})
 	}
 	for _, n := range nodes {
-		if n.Environment != environment || n.Requested == nil {
-			continue
-		}
-		st.Nodes++
 		target := env.TargetCode(n.Certname)
 		for _, c := range codes {
 			servedThis := n.Requested.CodeID == c.CodeID && !n.Pending() && n.Catalog != nil && n.Catalog.Seq == n.Requested.Seq

@@ -136,3 +136,35 @@ func TestStagedRelease(t *testing.T) {
 		t.Error("a percentage release without hold was accepted")
 	}
 }
+
+// TestDeployStatus counts an environment's nodes by where their compile for
+// the current code stands; nodes of other environments do not count.
+func TestDeployStatus(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	d := &Deployer{Content: r.store, Envs: r.store, Nodes: r.store, Intake: r.intake}
+	r.store.PutEnvironment(ctx, farm.Environment{Name: "staging", CodeID: "s1"})
+	r.submit(t, "n1", map[string]any{"cf_role": "web"})
+	r.submit(t, "n2", map[string]any{"cf_role": "db"})
+	if _, err := r.intake.Submit(ctx, Upload{Certname: "s1", Environment: "staging",
+		Document: func() ([]byte, error) { return factsDoc("s1", map[string]any{"cf_role": "web"}), nil }}); err != nil {
+		t.Fatal(err)
+	}
+	r.drain(t)
+
+	r.store.PutEnvironment(ctx, farm.Environment{Name: "production", CodeID: "code2"})
+	st, err := d.Status(ctx, "production")
+	if err != nil || st.Nodes != 2 || st.Other != 2 || st.Done() {
+		t.Fatalf("before requeue: %+v, %v; want 2 nodes on other code", st, err)
+	}
+	if _, err := r.intake.Requeue(ctx, "production", farm.LaneBulk); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ = d.Status(ctx, "production"); st.Nodes != 2 || st.Queued != 2 || st.Done() {
+		t.Fatalf("after requeue: %+v, want 2 queued", st)
+	}
+	r.drain(t)
+	if st, _ = d.Status(ctx, "production"); st.Nodes != 2 || st.Unchanged != 2 || !st.Done() {
+		t.Fatalf("after compiles: %+v, want 2 unchanged", st)
+	}
+}

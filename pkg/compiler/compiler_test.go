@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -180,16 +181,16 @@ func (r *rig) drain(t *testing.T) {
 	}
 }
 
+// withFact returns a copy of base with fact k set to v.
+func withFact(base map[string]any, k string, v any) map[string]any {
+	m := maps.Clone(base)
+	m[k] = v
+	return m
+}
+
 func TestIntakeDecides(t *testing.T) {
 	base := map[string]any{"cf_role": "web", "uptime_seconds": 10, "os": map[string]any{"family": "Debian"}}
-	with := func(k string, v any) map[string]any {
-		m := map[string]any{}
-		for k2, v2 := range base {
-			m[k2] = v2
-		}
-		m[k] = v
-		return m
-	}
+	with := func(k string, v any) map[string]any { return withFact(base, k, v) }
 	tests := []struct {
 		name       string
 		second     map[string]any
@@ -442,14 +443,7 @@ func testutilCounter(r *rig, result string) float64 {
 // only changes to those facts compile; the volatile list no longer matters.
 func TestIntakeUsesRecordedReads(t *testing.T) {
 	base := map[string]any{"cf_role": "web", "kernel": "6.1", "uptime_seconds": 10}
-	with := func(k string, v any) map[string]any {
-		m := map[string]any{}
-		for k2, v2 := range base {
-			m[k2] = v2
-		}
-		m[k] = v
-		return m
-	}
+	with := func(k string, v any) map[string]any { return withFact(base, k, v) }
 	tests := []struct {
 		name       string
 		second     map[string]any

@@ -20,18 +20,18 @@ import (
 // goroutine at a time (whoever holds its worker), except for the reader
 // goroutines it starts itself.
 type process struct {
-	cmd     *exec.Cmd
-	pid     int
-	stdin   io.WriteCloser
-	stdout  io.ReadCloser
-	stderr  io.ReadCloser
-	lines   chan []byte   // stdout lines; closed at EOF
-	exited  chan struct{} // closed once the process has been waited for
-	stopped chan struct{} // closed when we stop or kill it
-	stopMu  sync.Once
-	waitErr error // valid after exited is closed
-	tail    *lineTail
-	ready   readyLine
+	cmd      *exec.Cmd
+	pid      int
+	stdin    io.WriteCloser
+	stdout   io.ReadCloser
+	stderr   io.ReadCloser
+	lines    chan []byte   // stdout lines; closed at EOF
+	exited   chan struct{} // closed once the process has been waited for
+	stopped  chan struct{} // closed when we stop or kill it
+	stopOnce sync.Once     // closes stopped once
+	waitErr  error         // valid after exited is closed
+	tail     *lineTail
+	ready    readyLine
 }
 
 // readyLine is the first line a worker prints once Puppet is loaded.
@@ -217,7 +217,7 @@ func (p *process) send(line []byte) error {
 // kill ends the whole process group by its PID (the process we started is
 // its leader) and waits until the process has been reaped.
 func (p *process) kill() {
-	p.stopMu.Do(func() { close(p.stopped) })
+	p.stopOnce.Do(func() { close(p.stopped) })
 	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
 	_ = p.cmd.Process.Kill()
 	_ = p.stdin.Close()
@@ -235,7 +235,7 @@ func (p *process) stop(grace time.Duration) error {
 	defer t.Stop()
 	select {
 	case <-p.exited:
-		p.stopMu.Do(func() { close(p.stopped) })
+		p.stopOnce.Do(func() { close(p.stopped) })
 		return nil
 	case <-t.C:
 		p.kill()

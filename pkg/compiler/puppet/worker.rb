@@ -449,6 +449,22 @@ module CompileFarm
     # FactHash is extended into each recording copy of a fact hash. Its
     # state is @__cf = [path, {key => child path}, detached].
     module FactHash
+      # noting defines each of names to note a read of kind (a constant's
+      # name) of the whole hash, unless it is detached, then do what Hash
+      # does.
+      def self.noting(names, kind)
+        names.each do |name|
+          module_eval <<~RUBY, __FILE__, __LINE__ + 1
+            def #{name}(...)
+              if (r = $cf_reads) && !(m = @__cf)[2]
+                r.note(m[0], #{kind})
+              end
+              super
+            end
+          RUBY
+        end
+      end
+
       def [](k)
         v = super
         if (r = $cf_reads) && !(m = @__cf)[2]
@@ -501,16 +517,7 @@ module CompileFarm
         super
       end
 
-      %i[size length empty? keys each_key].each do |name|
-        module_eval <<~RUBY, __FILE__, __LINE__ + 1
-          def #{name}(...)
-            if (r = $cf_reads) && !(m = @__cf)[2]
-              r.note(m[0], KEYS)
-            end
-            super
-          end
-        RUBY
-      end
+      noting(%i[size length empty? keys each_key], :KEYS)
 
       %i[count any?].each do |name|
         module_eval <<~RUBY, __FILE__, __LINE__ + 1
@@ -591,16 +598,7 @@ module CompileFarm
 
       # Every other method of Hash (iteration, values, merge, to_s, inspect,
       # hash, to_json, to_a, sort, ...) reveals the whole hash.
-      (Hash.public_instance_methods(true) - instance_methods(false) - PASS - MUTATORS).each do |name|
-        module_eval <<~RUBY, __FILE__, __LINE__ + 1
-          def #{name}(...)
-            if (r = $cf_reads) && !(m = @__cf)[2]
-              r.note(m[0], VALUE)
-            end
-            super
-          end
-        RUBY
-      end
+      noting(Hash.public_instance_methods(true) - instance_methods(false) - PASS - MUTATORS, :VALUE)
     end
 
     # A recording hash to clone: cloning copies the singleton class, which is

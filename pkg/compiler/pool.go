@@ -174,7 +174,7 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 		return fmt.Errorf("read node %s: %w", d.Certname, err)
 	}
 	if superseded(&node, d.Slot, d.Seq) {
-		p.observe(metrics.CompileStale, 0)
+		p.Metrics.ObserveCompile(metrics.CompileStale, 0)
 		log.Info("compile skipped: a newer one exists")
 		return errSuperseded
 	}
@@ -199,10 +199,10 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	if err != nil {
 		var cerr *CompileError
 		if !errors.As(err, &cerr) {
-			p.observe(metrics.CompileTransient, dur)
+			p.Metrics.ObserveCompile(metrics.CompileTransient, dur)
 			return err
 		}
-		p.observe(metrics.CompileFailed, dur)
+		p.Metrics.ObserveCompile(metrics.CompileFailed, dur)
 		public := *cerr
 		if b, perr := p.Code.Publish(ctx, d.CodeID, []byte(cerr.Message)); perr == nil {
 			public.Message = string(b)
@@ -293,7 +293,7 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 		_, err = p.Nodes.UpdateNode(ctx, d.Certname, move)
 	}
 	if errors.Is(err, farm.ErrConflict) {
-		p.observe(metrics.CompileStale, dur)
+		p.Metrics.ObserveCompile(metrics.CompileStale, dur)
 		log.Info("compiled catalog discarded: a newer one was stored first")
 		return errSuperseded
 	}
@@ -302,11 +302,11 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	}
 	p.tellCollectors(ctx, d, exportsChanged, log)
 	if unchanged {
-		p.observe(metrics.CompileUnchanged, dur)
+		p.Metrics.ObserveCompile(metrics.CompileUnchanged, dur)
 		log.Info("catalog recompiled unchanged", "duration", dur.Round(time.Millisecond), "reason", d.Reason)
 		return nil
 	}
-	p.observe(metrics.CompileOK, dur)
+	p.Metrics.ObserveCompile(metrics.CompileOK, dur)
 	log.Info("catalog compiled", "duration", dur.Round(time.Millisecond), "bytes", len(sealed), "reason", d.Reason)
 	return nil
 }
@@ -385,10 +385,4 @@ func union(a, b []string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func (p *Pool) observe(result string, d time.Duration) {
-	if p.Metrics != nil {
-		p.Metrics.ObserveCompile(result, d)
-	}
 }

@@ -40,7 +40,7 @@ type Read struct {
 // Observe computes what a read of this path and kind sees in values.
 func Observe(values map[string]any, path []string, kind ReadKind) (Read, error) {
 	r := Read{Path: path, Kind: kind}
-	v, ok := lookup(values, path)
+	v, ok := Lookup(values, path)
 	var obs any
 	switch kind {
 	case ReadValue:
@@ -77,7 +77,9 @@ func Observe(values map[string]any, path []string, kind ReadKind) (Read, error) 
 	return r, nil
 }
 
-func lookup(values map[string]any, path []string) (any, bool) {
+// Lookup returns the value at a nested key path of a fact document, and
+// whether it is there.
+func Lookup(values map[string]any, path []string) (any, bool) {
 	var cur any = values
 	for _, k := range path {
 		m, ok := cur.(map[string]any)

@@ -1,7 +1,6 @@
 package frontdoor
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -79,23 +78,15 @@ func (s *Server) serveStored(w http.ResponseWriter, r *http.Request, name, env s
 
 // formValue returns one parameter of a form body without parsing the rest.
 func formValue(body []byte, key string) string {
-	prefix := []byte(key + "=")
-	for len(body) > 0 {
-		var field []byte
-		if i := bytes.IndexByte(body, '&'); i >= 0 {
-			field, body = body[:i], body[i+1:]
-		} else {
-			field, body = body, nil
-		}
-		if bytes.HasPrefix(field, prefix) {
-			v, err := url.QueryUnescape(string(field[len(prefix):]))
-			if err != nil {
-				return ""
-			}
-			return v
-		}
+	raw, ok := facts.RawFormParam(body, key)
+	if !ok {
+		return ""
 	}
-	return ""
+	v, err := url.QueryUnescape(string(raw))
+	if err != nil {
+		return ""
+	}
+	return v
 }
 
 // serveCatalog applies the serving rule: a current catalog at once; a

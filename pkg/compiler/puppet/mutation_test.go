@@ -128,20 +128,6 @@ func withPath(values map[string]any, path []string, value any, del bool) map[str
 	return out
 }
 
-func valueAt(values map[string]any, path []string) (any, bool) {
-	var cur any = values
-	for _, k := range path {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if cur, ok = m[k]; !ok {
-			return nil, false
-		}
-	}
-	return cur, true
-}
-
 // Mutations of a leaf.
 type mutation int
 
@@ -440,7 +426,7 @@ func testUnreadFacts(r *mutationRun, values map[string]any) {
 	// And the other way round: changing what a read observed is reported.
 	for _, rd := range reads {
 		var mutated map[string]any
-		v, ok := valueAt(values, rd.Path)
+		v, ok := facts.Lookup(values, rd.Path)
 		switch {
 		case len(rd.Path) == 0:
 			mutated = withPath(values, []string{"mutation_test_new_fact"}, "x", false)

@@ -13,49 +13,80 @@ import (
 const (
 	S3InstallScript       = "scripts/emulators/s3.sh"
 	DynamoDBInstallScript = "scripts/emulators/dynamodb.sh"
+	SQSInstallScript      = "scripts/emulators/sqs.sh"
 	SecretsInstallScript  = "scripts/emulators/secretsmanager.sh"
 )
+
+// installed returns the path of rel under ToolsDir, or an error naming
+// what is missing and the script that installs it.
+func installed(what, script string, rel ...string) (string, error) {
+	tools, err := ToolsDir()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(append([]string{tools}, rel...)...)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%s is not installed: run %s (make test does): %w", what, script, err)
+	}
+	return p, nil
+}
 
 // StartS3 runs versitygw (installed by scripts/emulators/s3.sh) on a free
 // loopback port, serving buckets from directories under root, with
 // credentials test/test.
 func StartS3(ctx context.Context, root string) (*Process, error) {
-	tools, err := ToolsDir()
+	bin, err := installed("S3 emulator versitygw", S3InstallScript, "versitygw")
 	if err != nil {
 		return nil, err
-	}
-	bin := filepath.Join(tools, "versitygw")
-	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("S3 emulator versitygw is not installed: run %s: %w", S3InstallScript, err)
 	}
 	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
-	return Start(ctx, "S3 (versitygw)", port, S3InstallScript, nil,
+	return start(ctx, "S3 (versitygw)", port, nil,
 		bin, "--port", "127.0.0.1:"+strconv.Itoa(port), "--access", "test", "--secret", "test", "posix", root)
 }
 
 // StartDynamoDB runs dynalite (installed by scripts/emulators/dynamodb.sh)
 // on a free loopback port, with instant table changes. A small shell ends
-// it when this process is gone, even if a test binary dies without
-// stopping it.
+// it when this process is gone (whileAlive).
 func StartDynamoDB(ctx context.Context) (*Process, error) {
-	tools, err := ToolsDir()
+	bin, err := installed("DynamoDB emulator dynalite", DynamoDBInstallScript, "dynalite", "node_modules", ".bin", "dynalite")
 	if err != nil {
 		return nil, err
-	}
-	bin := filepath.Join(tools, "dynalite", "node_modules", ".bin", "dynalite")
-	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("DynamoDB emulator dynalite is not installed: run %s: %w", DynamoDBInstallScript, err)
 	}
 	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
-	return Start(ctx, "DynamoDB (dynalite)", port, DynamoDBInstallScript, nil,
+	return start(ctx, "DynamoDB (dynalite)", port, nil,
 		whileAlive(bin, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
 			"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")...)
+}
+
+// StartSQS runs fauxqs (installed by scripts/emulators/sqs.sh) on a free
+// loopback port; a preload keeps it off other interfaces.
+func StartSQS(ctx context.Context) (*Process, error) {
+	cli, err := installed("SQS emulator fauxqs", SQSInstallScript, "fauxqs", "node_modules", "fauxqs", "dist", "cli.js")
+	if err != nil {
+		return nil, err
+	}
+	tools, _ := ToolsDir() // installed found it
+	preload := filepath.Join(tools, "..", "scripts", "emulators", "loopback.js")
+	if _, err := os.Stat(preload); err != nil {
+		return nil, fmt.Errorf("loopback preload for the SQS emulator is missing: %v", err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		return nil, fmt.Errorf("node (20+) is needed to run the SQS emulator; install it, then run %s: %v", SQSInstallScript, err)
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	return start(ctx, "SQS (fauxqs)", port,
+		[]string{"FAUXQS_PORT=" + strconv.Itoa(port), "FAUXQS_LOGGER=false"},
+		node, "--require", preload, cli)
 }
 
 // StartSecretsManager runs moto's server (checked by
@@ -74,7 +105,7 @@ func StartSecretsManager(ctx context.Context) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Start(ctx, "Secrets Manager (moto)", port, SecretsInstallScript, nil,
+	return start(ctx, "Secrets Manager (moto)", port, nil,
 		whileAlive(py, "-m", "moto.server", "-H", "127.0.0.1", "-p", strconv.Itoa(port))...)
 }
 

@@ -49,15 +49,10 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Start runs argv (with port substituted by the caller) in its own process
-// group and waits until 127.0.0.1:port accepts connections. install names
-// the script that installs the emulator, for the error when it is missing.
-func Start(ctx context.Context, name string, port int, install string, env []string, argv ...string) (*Process, error) {
-	if _, err := os.Stat(argv[0]); err != nil {
-		if _, lerr := exec.LookPath(argv[0]); lerr != nil {
-			return nil, fmt.Errorf("%s emulator %s is not installed: run %s (make test does): %w", name, argv[0], install, err)
-		}
-	}
+// start runs argv (with port substituted by the caller, whose Start
+// function checked that the emulator is installed) in its own process group
+// and waits until 127.0.0.1:port accepts connections.
+func start(ctx context.Context, name string, port int, env []string, argv ...string) (*Process, error) {
 	p := &Process{Name: name, Addr: "127.0.0.1:" + strconv.Itoa(port), out: &lockedBuffer{}, done: make(chan struct{})}
 	p.URL = "http://" + p.Addr
 	p.cmd = exec.Command(argv[0], argv[1:]...)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,16 +15,39 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 )
 
-func TestRealFunction(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "bootstrap")
-	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/echo").CombinedOutput(); err != nil {
-		t.Fatalf("build test function: %v\n%s", err, out)
+// echoBin is testdata/echo built once for the package's tests.
+var echoBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "lambdaruntime-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	rt, err := Start(bin, nil, 10*time.Second)
+	echoBin = filepath.Join(dir, "bootstrap")
+	if out, err := exec.Command("go", "build", "-o", echoBin, "./testdata/echo").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build test function: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// startEcho runs the echo function under a new Runtime until the test ends.
+func startEcho(t *testing.T) *Runtime {
+	t.Helper()
+	rt, err := Start(echoBin, nil, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rt.Stop()
+	t.Cleanup(func() { rt.Stop() })
+	return rt
+}
+
+func TestRealFunction(t *testing.T) {
+	rt := startEcho(t)
 	event := func(bodies ...string) []byte {
 		var ev events.SQSEvent
 		for i, b := range bodies {
@@ -43,7 +68,7 @@ func TestRealFunction(t *testing.T) {
 			t.Fatalf("invoke %d: response %s", i, out)
 		}
 	}
-	_, err = rt.Invoke(ctx, event("panic"))
+	_, err := rt.Invoke(ctx, event("panic"))
 	var ferr *FunctionError
 	if err == nil || !strings.Contains(err.Error(), "asked to") {
 		t.Errorf("a panicking function: %v", err)

@@ -2,8 +2,6 @@ package lambdaruntime
 
 import (
 	"context"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -27,15 +25,7 @@ func TestPollerLikeEventSourceMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer emu.Stop()
-	bin := filepath.Join(t.TempDir(), "bootstrap")
-	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/echo").CombinedOutput(); err != nil {
-		t.Fatalf("build test function: %v\n%s", err, out)
-	}
-	rt, err := Start(bin, nil, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Stop()
+	rt := startEcho(t)
 
 	client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(emu.URL),
 		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})

@@ -153,14 +153,7 @@ func TestRealAgent(t *testing.T) {
 	})
 
 	t.Run("compile error reaches agent and nodes", func(t *testing.T) {
-		broken := filepath.Join(envs, "broken")
-		if out, err := runCmd("cp", "-a", filepath.Join(envs, "production"), broken); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-		site := filepath.Join(broken, "manifests", "site.pp")
-		if err := os.WriteFile(site, []byte("node default {\n  include role::web\n  file { '/x': ensure => \n}\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		addBrokenEnv(t, envs, "node default {\n  include role::web\n  file { '/x': ensure => \n}\n")
 		if out, err := f.brokerCLI("code", "deploy", "broken"); err != nil {
 			t.Fatalf("deploy broken: %v\n%s", err, out)
 		}

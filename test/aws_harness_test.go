@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -70,13 +69,12 @@ func startAWS(t *testing.T, ctx context.Context) *awsFarm {
 	if _, err := s3c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("farm")}); err != nil {
 		t.Fatal(err)
 	}
-	state := dynamostate.New(dynamodb.New(dynamodb.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(ddb.URL)}),
-		dynamostate.Options{NodesTable: "nodes", EnvironmentsTable: "environments"})
+	ddbc := dynamodb.New(dynamodb.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(ddb.URL)})
+	state := dynamostate.New(ddbc, dynamostate.Options{NodesTable: "nodes", EnvironmentsTable: "environments"})
 	if err := state.EnsureTables(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := dynamostate.NewCAStore(dynamodb.New(dynamodb.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(ddb.URL)}),
-		caTable).EnsureTable(ctx); err != nil {
+	if err := dynamostate.NewCAStore(ddbc, caTable).EnsureTable(ctx); err != nil {
 		t.Fatal(err)
 	}
 	secrets, err := emulator.StartSecretsManager(ctx)
@@ -116,10 +114,16 @@ func (a *awsFarm) serveArgs(t *testing.T, envs, work string, extra ...string) []
 	if a.caErr != nil {
 		t.Fatal(a.caErr)
 	}
-	return append([]string{"serve", "--backend", "aws", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+	return append(a.serveBackendArgs(envs, work), append([]string{"--ca-table", caTable, "--ca-key-secret", caSecret, "--autosign"}, extra...)...)
+}
+
+// serveBackendArgs are the broker serve flags every front door on these
+// backends takes: listeners, storage, queues and code.
+func (a *awsFarm) serveBackendArgs(envs, work string) []string {
+	return []string{"serve", "--backend", "aws", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
 		"--bucket", "farm", "--nodes-table", "nodes", "--environments-table", "environments",
 		"--urgent-queue-url", a.Queues.UrgentURL, "--bulk-queue-url", a.Queues.BulkURL,
-		"--ca-table", caTable, "--ca-key-secret", caSecret, "--environments", envs, "--work", work, "--autosign"}, extra...)
+		"--environments", envs, "--work", work}
 }
 
 // startFleet starts one broker serve per entry of extraArgs (serveArgs
@@ -144,21 +148,14 @@ func (a *awsFarm) startFleet(t *testing.T, ctx context.Context, envs string, ext
 // serveProxyArgs are the broker serve flags for a front door on these
 // backends that proxies CA requests to upstream (host:port).
 func (a *awsFarm) serveProxyArgs(envs, work, upstream string) []string {
-	return []string{"serve", "--backend", "aws", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-		"--bucket", "farm", "--nodes-table", "nodes", "--environments-table", "environments",
-		"--urgent-queue-url", a.Queues.UrgentURL, "--bulk-queue-url", a.Queues.BulkURL,
-		"--ca-upstream", "https://" + upstream, "--environments", envs, "--work", work, "--certname", "compiler3.example.test"}
+	return append(a.serveBackendArgs(envs, work), "--ca-upstream", "https://"+upstream, "--certname", "compiler3.example.test")
 }
 
 // startCompileLambda runs the real compile bootstrap under the local Lambda
 // Runtime API with a poller per lane acting as the event source mapping.
 func (a *awsFarm) startCompileLambda(t *testing.T, ctx context.Context) (*lambdaruntime.Runtime, []*lambdaruntime.Poller) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "bootstrap")
-	if out, err := exec.Command("go", "build", "-o", bin, "../functions/compile").CombinedOutput(); err != nil {
-		t.Fatalf("build the compile function: %v\n%s", err, out)
-	}
-	rt, err := lambdaruntime.Start(bin, append(a.Env,
+	rt, err := lambdaruntime.Start(compileFunctionBin(t), append(a.Env,
 		"COMPILEFARM_BUCKET=farm", "COMPILEFARM_NODES_TABLE=nodes", "COMPILEFARM_ENVIRONMENTS_TABLE=environments",
 		"COMPILEFARM_URGENT_QUEUE_URL="+a.Queues.UrgentURL, "COMPILEFARM_BULK_QUEUE_URL="+a.Queues.BulkURL,
 		"COMPILEFARM_MAX_RECEIVES=2", "COMPILEFARM_WORKDIR="+t.TempDir(),

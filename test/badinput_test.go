@@ -2,24 +2,18 @@ package e2e
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
 )
 
 func readAll(resp *http.Response) string {
@@ -28,19 +22,10 @@ func readAll(resp *http.Response) string {
 	return string(b)
 }
 
-func runCmd(name string, args ...string) (string, error) {
-	out, err := exec.Command(name, args...).CombinedOutput()
-	return string(out), err
-}
-
+// csrPEM is a PEM certificate request for cn, with a key of its own.
 func csrPEM(t *testing.T, cn string) []byte {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: cn}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+	csr, _ := farmtest.NewCSR(t, cn)
+	return csr
 }
 
 // TestBadInput sends malformed requests: each gets a clear 4xx with a
@@ -141,26 +126,10 @@ func trunc(s string) string {
 func TestRestartKeepsQueuedJobs(t *testing.T) {
 	data, envs := t.TempDir(), copyExampleEnvs(t)
 	f := startFarm(t, data, envs, "--workers", "1")
-	const count = 60
-	nodes := make([]*syntheticNode, count)
-	var names []string
-	for i := range nodes {
-		nodes[i] = enrol(t, f, fmt.Sprintf("restart%02d.example.test", i))
-		names = append(names, nodes[i].Certname)
-	}
+	nodes := enrolFleet(t, f, "restart%02d.example.test", 60)
 	// Upload every node's facts in one burst, so that compiles queue up
 	// behind the single worker.
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := n.tryPutFacts(f, syntheticFacts(n.Certname, i)); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	putFleetFacts(t, f, nodes, 0)
 	depth := f.metric(`compilefarm_queue_depth{lane="urgent"}`) + f.metric(`compilefarm_queue_in_flight{lane="urgent"}`)
 	if depth == 0 {
 		t.Fatalf("no compile job was queued when the broker was killed; the test cannot show anything")
@@ -180,9 +149,9 @@ func TestRestartKeepsQueuedJobs(t *testing.T) {
 		t.Fatalf("code changed on disk while down, but the restarted farm still runs code_id %s", oldCode)
 	}
 	waitFor(t, "every node to have a catalog of the new code after restart", 5*time.Minute, func() bool {
-		nodes := g.nodes()
-		for _, name := range names {
-			if c := nodes[name].Catalog; c == nil || c.CodeID != newCode {
+		records := g.nodes()
+		for _, n := range nodes {
+			if c := records[n.Certname].Catalog; c == nil || c.CodeID != newCode {
 				return false
 			}
 		}

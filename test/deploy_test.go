@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -62,23 +60,7 @@ func TestCodeDeployWave(t *testing.T) {
 	envs := copyExampleEnvs(t)
 	f := startFarm(t, t.TempDir(), envs)
 	const count = 200
-	nodes := make([]*syntheticNode, count)
-	for i := range nodes {
-		nodes[i] = enrol(t, f, fmt.Sprintf("wave%03d.example.test", i))
-	}
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	for i, n := range nodes {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if err := n.tryPutFacts(f, syntheticFacts(n.Certname, i)); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	putFleetFacts(t, f, enrolFleet(t, f, "wave%03d.example.test", count), 8)
 	waitFor(t, "the first compile of all 200 nodes", 5*time.Minute, func() bool {
 		st := f.deployStatus(t)
 		return st.Nodes == count && st.Queued == 0 && st.Compiled == count

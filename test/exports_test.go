@@ -31,18 +31,14 @@ func TestExportedResources(t *testing.T) {
 		t.Fatalf("collector's hosts file lacks the exported entry:\n%s", hosts())
 	}
 
-	// Compiles that finished, whether they changed a catalog or not.
-	compiles := func() float64 {
-		return f.metric(`compilefarm_compiles_total{result="ok"}`) + f.metric(`compilefarm_compiles_total{result="unchanged"}`)
-	}
-	before := compiles()
+	before := f.finishedCompiles()
 	a.setFact(t, "cf_export_ip", "192.0.2.20")
 	if code, out := a.run(t, f); code != 0 {
 		// The exporter's own catalog does not change: exports are not in it.
 		t.Errorf("exporter run after its fact changed: exit %d, want 0\n%s", code, out)
 	}
-	waitFor(t, "the collector's recompile", time.Minute, func() bool { return compiles() >= before+2 })
-	if got := compiles() - before; got != 2 {
+	waitFor(t, "the collector's recompile", time.Minute, func() bool { return f.finishedCompiles() >= before+2 })
+	if got := f.finishedCompiles() - before; got != 2 {
 		t.Errorf("the export change caused %v compiles, want 2 (the exporter, then the collector once)", got)
 	}
 	if code, out := b.run(t, f); code != 2 {

@@ -23,12 +23,15 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
-var brokerBin string
+// binDir holds the binaries the tests build: brokerBin, built by TestMain,
+// and the compile function, built on first use (compileFunctionBin).
+var binDir, brokerBin string
 
 func TestMain(m *testing.M) {
 	for _, tool := range []string{"puppet", "ruby", "openssl"} {
@@ -37,12 +40,13 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	dir, err := os.MkdirTemp("", "compilefarm-e2e-bin")
+	var err error
+	binDir, err = os.MkdirTemp("", "compilefarm-e2e-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	brokerBin = filepath.Join(dir, "broker")
+	brokerBin = filepath.Join(binDir, "broker")
 	build := exec.Command("go", "build", "-o", brokerBin, "../broker")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
@@ -56,8 +60,32 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	removeScript()
-	os.RemoveAll(dir)
+	os.RemoveAll(binDir)
 	os.Exit(code)
+}
+
+var compileFunction struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// compileFunctionBin builds the compile Lambda's bootstrap
+// (functions/compile) once for all the tests that run it.
+func compileFunctionBin(t *testing.T) string {
+	t.Helper()
+	compileFunction.once.Do(func() {
+		bin := filepath.Join(binDir, "bootstrap")
+		if out, err := exec.Command("go", "build", "-o", bin, "../functions/compile").CombinedOutput(); err != nil {
+			compileFunction.err = fmt.Errorf("build the compile function: %v\n%s", err, out)
+			return
+		}
+		compileFunction.bin = bin
+	})
+	if compileFunction.err != nil {
+		t.Fatal(compileFunction.err)
+	}
+	return compileFunction.bin
 }
 
 // farmProc is one running `broker dev`.
@@ -80,6 +108,19 @@ func copyExampleEnvs(t *testing.T) string {
 		t.Fatalf("copy example environments: %v: %s", err, out)
 	}
 	return dst
+}
+
+// addBrokenEnv adds an environment named broken to envs: a copy of
+// production whose site.pp is site, which does not compile.
+func addBrokenEnv(t *testing.T, envs, site string) {
+	t.Helper()
+	broken := filepath.Join(envs, "broken")
+	if out, err := exec.Command("cp", "-a", filepath.Join(envs, "production"), broken).CombinedOutput(); err != nil {
+		t.Fatalf("copy production to broken: %v: %s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(broken, "manifests", "site.pp"), []byte(site), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // startFarm starts broker dev on free loopback ports and waits until it is up.
@@ -203,6 +244,13 @@ func (f *farmProc) metric(sample string) float64 {
 		}
 	}
 	return 0
+}
+
+// finishedCompiles counts the compiles that finished, whether they changed
+// a catalog or not.
+func (f *farmProc) finishedCompiles() float64 {
+	f.t.Helper()
+	return f.metric(`compilefarm_compiles_total{result="ok"}`) + f.metric(`compilefarm_compiles_total{result="unchanged"}`)
 }
 
 // brokerCLI runs an operator verb against this farm.
@@ -474,6 +522,39 @@ func (n *syntheticNode) tryPutFacts(f *farmProc, values map[string]any) error {
 		return fmt.Errorf("put facts for %s: %s: %s", n.Certname, resp.Status, b)
 	}
 	return nil
+}
+
+// enrolFleet enrols count synthetic nodes named by nameFormat (given the
+// node's index).
+func enrolFleet(t *testing.T, f *farmProc, nameFormat string, count int) []*syntheticNode {
+	t.Helper()
+	nodes := make([]*syntheticNode, count)
+	for i := range nodes {
+		nodes[i] = enrol(t, f, fmt.Sprintf(nameFormat, i))
+	}
+	return nodes
+}
+
+// putFleetFacts uploads syntheticFacts for every node (node i gets index
+// i), at most parallel at once (0: all at once), and waits for all.
+func putFleetFacts(t *testing.T, f *farmProc, nodes []*syntheticNode, parallel int) {
+	t.Helper()
+	if parallel <= 0 {
+		parallel = len(nodes)
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, parallel)
+	for i, n := range nodes {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := n.tryPutFacts(f, syntheticFacts(n.Certname, i)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // waitFor polls cond until it holds or the deadline passes.

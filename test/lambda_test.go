@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,11 +32,7 @@ func TestCompileLambda(t *testing.T) {
 
 	// Deploy the example environment and a broken one, as a code deploy does.
 	envs := copyExampleEnvs(t)
-	broken := filepath.Join(envs, "broken")
-	if out, err := exec.Command("cp", "-a", filepath.Join(envs, "production"), broken).CombinedOutput(); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	os.WriteFile(filepath.Join(broken, "manifests", "site.pp"), []byte("node default {\n  file { '/x': ensure => \n}\n"), 0o644)
+	addBrokenEnv(t, envs, "node default {\n  file { '/x': ensure => \n}\n")
 	for _, name := range []string{"production", "broken"} {
 		m, err := code.Snapshot(ctx, content, name, filepath.Join(envs, name))
 		if err != nil {

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
@@ -36,18 +35,7 @@ func TestStagedRelease(t *testing.T) {
 		}
 	}
 	// A fleet around them.
-	var wg sync.WaitGroup
-	for i := 0; i < 30; i++ {
-		n := enrol(t, f, fmt.Sprintf("fleet%02d.example.test", i))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := n.tryPutFacts(f, syntheticFacts(n.Certname, i)); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	putFleetFacts(t, f, enrolFleet(t, f, "fleet%02d.example.test", 30), 0)
 
 	cli := func(args ...string) string {
 		t.Helper()

@@ -17,9 +17,6 @@ func TestUsedFacts(t *testing.T) {
 	if code, out := a.run(t, f); code != 2 {
 		t.Fatalf("first run: exit %d\n%s", code, out)
 	}
-	compiles := func() float64 {
-		return f.metric(`compilefarm_compiles_total{result="ok"}`) + f.metric(`compilefarm_compiles_total{result="unchanged"}`)
-	}
 	steps := []struct {
 		name         string
 		fact, value  string
@@ -39,13 +36,13 @@ func TestUsedFacts(t *testing.T) {
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
-			before := compiles()
+			before := f.finishedCompiles()
 			a.setFact(t, st.fact, st.value)
 			code, out := a.run(t, f)
 			if code != st.wantExit {
 				t.Fatalf("exit %d, want %d\n%s", code, st.wantExit, out)
 			}
-			if got := compiles() - before; got != st.wantCompiles {
+			if got := f.finishedCompiles() - before; got != st.wantCompiles {
 				t.Errorf("%v compiles, want %v", got, st.wantCompiles)
 			}
 			if st.check != nil {

@@ -144,18 +144,28 @@ say "fact churn: ${churn_cmd[*]}"
 "${churn_cmd[@]}" >&2
 stop_broker
 
+# run_bench WHAT LINES CMD...: runs a Go benchmark command, shows the lines
+# of its output matching LINES (or its tail when it fails) on stderr, and
+# prints its output, or FAILED.
+run_bench() {
+  local what=$1 lines=$2 out
+  shift 2
+  say "$what: $*"
+  if out=$("$@" 2>&1); then
+    printf '%s\n' "$out" | grep -E "$lines" >&2 || true
+    printf '%s\n' "$out"
+  else
+    say "the $what failed:"
+    printf '%s\n' "$out" | tail -n 20 >&2
+    echo FAILED
+  fi
+}
+
 # 3. Warm compile time of the puppet engine.
 bench_cmd=(go test -run '^$' -bench . -benchtime "$BENCHTIME" ./pkg/compiler/puppet)
 compile_out=""
 if grep -qs 'func BenchmarkCompileWarm' pkg/compiler/puppet/*_test.go; then
-  say "compile benchmark: ${bench_cmd[*]}"
-  if compile_out=$("${bench_cmd[@]}" 2>&1); then
-    printf '%s\n' "$compile_out" | grep -E '^(Benchmark|ok|PASS|cpu)' >&2 || true
-  else
-    say "the compile benchmark failed:"
-    printf '%s\n' "$compile_out" | tail -n 20 >&2
-    compile_out="FAILED"
-  fi
+  compile_out=$(run_bench "compile benchmark" '^(Benchmark|ok|PASS|cpu)' "${bench_cmd[@]}")
 else
   say "BenchmarkCompileWarm is absent from pkg/compiler/puppet: skipping the compile benchmark"
 fi
@@ -163,14 +173,7 @@ fi
 # 3b. Certificate signing: the directory CA and the DynamoDB CA (dynalite on
 # loopback, so it measures the CA's round trips, not DynamoDB's latency).
 ca_cmd=(go test -run '^$' -bench 'BenchmarkSign$/rsa4096/submit|BenchmarkSignDynamoDB' -benchtime 200x ./pkg/ca ./pkg/dynamostate)
-say "CA benchmark: ${ca_cmd[*]}"
-if ca_out=$("${ca_cmd[@]}" 2>&1); then
-  printf '%s\n' "$ca_out" | grep -E '^Benchmark' >&2 || true
-else
-  say "the CA benchmark failed:"
-  printf '%s\n' "$ca_out" | tail -n 20 >&2
-  ca_out="FAILED"
-fi
+ca_out=$(run_bench "CA benchmark" '^Benchmark' "${ca_cmd[@]}")
 
 # 4. The report. loadgen --tsv lines: phase clients facts per_second p50 p90 p99 max errors
 pick() { awk -F'\t' -v p="$1" -v c="$2" -v f="$3" -v col="$4" '$1==p && $2==c && $3==f {print $col; exit}' "$5"; }

@@ -314,18 +314,12 @@ func runCatalogs(ctx context.Context, f *farmTLS, nodes []*node, cfg runConfig, 
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	res.Seconds = round(elapsed.Seconds(), 2)
-	res.Requests = int64(len(lat))
-	res.PerSecond = round(float64(len(lat))/elapsed.Seconds(), 1)
-	res.StoppedBy = stopped.Load().(string)
-	res.Latency = percentiles(lat)
+	res.finish(time.Since(start), lat, stopped.Load().(string), &elog)
 	if len(lat) > 0 {
 		res.WireBytes = round(float64(wire)/float64(len(lat)), 0)
 	}
 	res.Verified = verified.Load()
 	res.DecodedBytes = decoded.Load()
-	res.ErrorKinds = elog.list()
 	return res
 }
 

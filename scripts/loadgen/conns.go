@@ -134,16 +134,10 @@ func runConnections(ctx context.Context, f *farmTLS, nodes []*node, cfg runConfi
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	res.Seconds = round(elapsed.Seconds(), 2)
-	res.Requests = int64(len(lat))
+	res.finish(time.Since(start), lat, stopped.Load().(string), &elog)
 	res.NewConns = res.Requests
-	res.PerSecond = round(float64(len(lat))/elapsed.Seconds(), 1)
-	res.StoppedBy = stopped.Load().(string)
-	res.Latency = percentiles(lat)
 	p := percentiles(hs)
 	res.Handshake = &p
-	res.ErrorKinds = elog.list()
 	if v, ok := version.Load().(string); ok {
 		res.TLSVersion = v
 	}

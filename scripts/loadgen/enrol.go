@@ -3,11 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -21,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/ca"
 )
 
 // checkLoopback refuses any target that is not on this machine's loopback:
@@ -159,31 +157,11 @@ func fetchCA(ctx context.Context, target string) (*farmTLS, error) {
 	return &farmTLS{target: target, roots: pool, caPEM: b}, nil
 }
 
-// enrol makes a key and CSR for name, submits it (the broker autosigns),
-// and fetches the signed certificate, as a first agent run does.
+// enrol makes a key (keyType "ecdsa" or "rsa", as main checked) and CSR
+// for name, submits it (the broker autosigns), and fetches the signed
+// certificate, as a first agent run does.
 func enrol(ctx context.Context, f *farmTLS, name, keyType string) (*node, error) {
-	var (
-		key    crypto.Signer
-		keyPEM []byte
-		err    error
-	)
-	switch keyType {
-	case "ecdsa":
-		k, e := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if e != nil {
-			return nil, e
-		}
-		der, e := x509.MarshalECPrivateKey(k)
-		key, keyPEM, err = k, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), e
-	case "rsa":
-		k, e := rsa.GenerateKey(rand.Reader, 2048)
-		if e != nil {
-			return nil, e
-		}
-		key, keyPEM = k, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)})
-	default:
-		return nil, fmt.Errorf("--key %q: want ecdsa or rsa", keyType)
-	}
+	key, keyPEM, err := ca.NewServerKey(keyType, 2048) // RSA 2048 for "rsa", else ECDSA P-256
 	if err != nil {
 		return nil, err
 	}

@@ -57,6 +57,18 @@ type Percentiles struct {
 	Mean float64 `json:"mean"`
 }
 
+// finish fills in what every measured run reports: its length, the
+// requests that succeeded (their latencies lat), the rate, why it stopped
+// and its kinds of errors.
+func (res *Result) finish(elapsed time.Duration, lat []time.Duration, stoppedBy string, elog *errorLog) {
+	res.Seconds = round(elapsed.Seconds(), 2)
+	res.Requests = int64(len(lat))
+	res.PerSecond = round(float64(len(lat))/elapsed.Seconds(), 1)
+	res.StoppedBy = stoppedBy
+	res.Latency = percentiles(lat)
+	res.ErrorKinds = elog.list()
+}
+
 func percentiles(d []time.Duration) Percentiles {
 	if len(d) == 0 {
 		return Percentiles{}

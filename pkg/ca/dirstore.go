@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -142,22 +143,22 @@ func (d *DirStore) Create(ctx context.Context, g farm.CAGenesis) error {
 	if err != nil {
 		return fmt.Errorf("encode CA public key: %w", err)
 	}
-	if err := writeFileAtomic(d.path(fileCAPub), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
+	if err := atomicfile.Write(d.path(fileCAPub), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
 		return err
 	}
 	if err := d.writeSerial(g.NextSerial); err != nil {
 		return err
 	}
-	if err := removeFile(d.path(fileInventory)); err != nil {
+	if err := atomicfile.Remove(d.path(fileInventory)); err != nil {
 		return err
 	}
 	if err := d.RecordIssued(ctx, g.Issued); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(d.path(fileCRL), g.CRLPEM, 0o644); err != nil {
+	if err := atomicfile.Write(d.path(fileCRL), g.CRLPEM, 0o644); err != nil {
 		return err
 	}
-	return writeFileAtomic(d.path(fileCACert), g.CertPEM, 0o644)
+	return atomicfile.Write(d.path(fileCACert), g.CertPEM, 0o644)
 }
 
 // readSerial returns the next serial number recorded in the serial file.
@@ -176,7 +177,7 @@ func (d *DirStore) readSerial() (*big.Int, error) {
 
 // writeSerial records next as the next serial number to hand out.
 func (d *DirStore) writeSerial(next *big.Int) error {
-	return writeFileAtomic(d.path(fileSerial), []byte(FormatSerial(next)), 0o644)
+	return atomicfile.Write(d.path(fileSerial), []byte(FormatSerial(next)), 0o644)
 }
 
 // NextSerial moves the counter before the certificate is written, so a
@@ -208,7 +209,7 @@ func (d *DirStore) RecordIssued(ctx context.Context, e farm.CertIssued) error {
 		buf = append(buf, '\n')
 	}
 	buf = append(buf, line...)
-	if err := writeFileAtomic(path, buf, 0o644); err != nil {
+	if err := atomicfile.Write(path, buf, 0o644); err != nil {
 		return fmt.Errorf("append to inventory: %w", err)
 	}
 	return nil
@@ -226,11 +227,11 @@ func (d *DirStore) Request(ctx context.Context, certname string) ([]byte, error)
 }
 
 func (d *DirStore) PutRequest(ctx context.Context, certname string, csrPEM []byte) error {
-	return writeFileAtomic(d.requestPath(certname), csrPEM, 0o644)
+	return atomicfile.Write(d.requestPath(certname), csrPEM, 0o644)
 }
 
 func (d *DirStore) DeleteRequest(ctx context.Context, certname string) error {
-	return removeFile(d.requestPath(certname))
+	return atomicfile.Remove(d.requestPath(certname))
 }
 
 func (d *DirStore) Requests(ctx context.Context) (map[string][]byte, error) {
@@ -249,7 +250,7 @@ func (d *DirStore) PutSigned(ctx context.Context, certname string, certPEM []byt
 	} else if err != nil {
 		return err
 	}
-	return writeFileAtomic(d.signedPath(certname), certPEM, 0o644)
+	return atomicfile.Write(d.signedPath(certname), certPEM, 0o644)
 }
 
 func (d *DirStore) DeleteSigned(ctx context.Context, certname string, serial *big.Int) error {
@@ -259,7 +260,7 @@ func (d *DirStore) DeleteSigned(ctx context.Context, certname string, serial *bi
 		}
 		return err
 	}
-	return removeFile(d.signedPath(certname))
+	return atomicfile.Remove(d.signedPath(certname))
 }
 
 // checkHeld returns nil when certname holds the certificate with serial
@@ -297,7 +298,7 @@ func (d *DirStore) PutServerCert(ctx context.Context, certname string, certPEM [
 	if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, certPEM) {
 		return nil
 	}
-	return writeFileAtomic(path, certPEM, 0o644)
+	return atomicfile.Write(path, certPEM, 0o644)
 }
 
 // ServerCerts reads server/ (a few files: one per front door certname).
@@ -345,7 +346,7 @@ func (d *DirStore) PutCRL(ctx context.Context, crlPEM []byte, number, prev *big.
 	if rl.Number == nil || rl.Number.Cmp(prev) != 0 {
 		return fmt.Errorf("replace CRL number %s: the current CRL has number %v: %w", prev, rl.Number, farm.ErrConflict)
 	}
-	return writeFileAtomic(d.path(fileCRL), crlPEM, 0o644)
+	return atomicfile.Write(d.path(fileCRL), crlPEM, 0o644)
 }
 
 // readAll reads every <certname>.pem in a subdirectory; files removed

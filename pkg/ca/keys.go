@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -137,7 +138,7 @@ func (f KeyFile) LoadKey(ctx context.Context) ([]byte, error) {
 // leaves half a key and two processes never both win.
 func (f KeyFile) CreateKey(ctx context.Context, keyPEM []byte) error {
 	path := string(f)
-	tmp, err := writeTemp(path, keyPEM, 0o600)
+	tmp, err := atomicfile.WriteTemp(path, keyPEM, 0o600)
 	if err != nil {
 		return fmt.Errorf("write CA key %s: %w", path, err)
 	}
@@ -148,5 +149,5 @@ func (f KeyFile) CreateKey(ctx context.Context, keyPEM []byte) error {
 		}
 		return fmt.Errorf("write CA key %s: %w", path, err)
 	}
-	return syncDir(filepath.Dir(path))
+	return atomicfile.SyncDir(filepath.Dir(path))
 }

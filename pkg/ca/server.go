@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -112,10 +113,10 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 		}
 		// Key first: a crash between the two writes leaves a key that does
 		// not match the old certificate, which the next start replaces.
-		if err := writeFileAtomic(keyPath, keyPEM, 0o600); err != nil {
+		if err := atomicfile.Write(keyPath, keyPEM, 0o600); err != nil {
 			return err
 		}
-		if err := writeFileAtomic(certPath, certPEM, 0o644); err != nil {
+		if err := atomicfile.Write(certPath, certPEM, 0o644); err != nil {
 			return err
 		}
 		if err := c.store.PutServerCert(ctx, certname, certPEM); err != nil {

@@ -40,6 +40,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
@@ -242,7 +243,7 @@ func (c *CA) open(ctx context.Context) error {
 	}
 	if bootstrapped {
 		// Keep the CA certificate only once the upstream proved to hold it.
-		if err := writeFileAtomic(c.path(fileCACert), c.caPEM); err != nil {
+		if err := atomicfile.Write(c.path(fileCACert), c.caPEM, 0o600); err != nil {
 			return fmt.Errorf("keep upstream CA certificate: %w", err)
 		}
 	}
@@ -530,39 +531,4 @@ func (c *CA) List(ctx context.Context) ([]farm.CertStatus, error) {
 func (c *CA) upstreamOnly(what, verb, command string) error {
 	return fmt.Errorf("%s: this front door proxies CA requests to %s; %s on the upstream CA (%s): %w",
 		what, c.upstream, verb, command, farm.ErrInvalid)
-}
-
-// writeFileAtomic writes data to path (0600) through a temporary file in
-// the same directory, synced and renamed into place.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // fails harmlessly after the rename
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
 }

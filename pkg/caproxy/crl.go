@@ -10,6 +10,8 @@ import (
 	"math/big"
 	"net/http"
 	"time"
+
+	"github.com/compilefarm/compilefarm/internal/atomicfile"
 )
 
 // crlState is one verified CRL (or bundle of CRLs, one per CA of the
@@ -119,7 +121,7 @@ func (c *CA) RefreshCRL(ctx context.Context) error {
 	if !st.nextUpdate.IsZero() && st.fetched.After(st.nextUpdate) {
 		c.log.Warn("the upstream CA's CRL is past its next update; the CA should publish a new one", "next_update", st.nextUpdate)
 	}
-	if err := writeFileAtomic(c.path(fileCRL), body); err != nil {
+	if err := atomicfile.Write(c.path(fileCRL), body, 0o600); err != nil {
 		c.log.Error("could not keep the CRL", "file", c.path(fileCRL), "err", err)
 	}
 	c.crl.Store(st)

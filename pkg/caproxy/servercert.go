@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
@@ -255,10 +256,10 @@ func (c *CA) finishServerCert(certname string, key crypto.Signer, cert *x509.Cer
 	}
 	// Key first: a crash between the writes leaves a key that does not
 	// match the old certificate, which the next start replaces.
-	if err := writeFileAtomic(c.path(dirServer, certname+".key"), keyPEM); err != nil {
+	if err := atomicfile.Write(c.path(dirServer, certname+".key"), keyPEM, 0o600); err != nil {
 		return tls.Certificate{}, fmt.Errorf("keep server key: %w", err)
 	}
-	if err := writeFileAtomic(c.path(dirServer, certname+".pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})); err != nil {
+	if err := atomicfile.Write(c.path(dirServer, certname+".pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o600); err != nil {
 		return tls.Certificate{}, fmt.Errorf("keep server certificate: %w", err)
 	}
 	if err := os.Remove(c.path(dirPending, certname+".key")); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -338,7 +339,7 @@ func (c *CA) pendingKey(certname, keyType string) (crypto.Signer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(path, keyPEM); err != nil {
+	if err := atomicfile.Write(path, keyPEM, 0o600); err != nil {
 		return nil, fmt.Errorf("keep pending key: %w", err)
 	}
 	return key, nil

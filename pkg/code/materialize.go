@@ -2,12 +2,12 @@ package code
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 
+	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -60,7 +60,7 @@ func Materialize(ctx context.Context, store farm.ContentStore, m *Manifest, root
 		return "", fmt.Errorf("materializing code %s: %w", id, err)
 	}
 	renamed = true
-	_ = syncDir(root)
+	_ = atomicfile.SyncDir(root)
 	return final, nil
 }
 
@@ -99,14 +99,14 @@ func writeTree(ctx context.Context, store farm.ContentStore, m *Manifest, envDir
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
 		p := local(dirs[i])
-		if err := syncDir(p); err != nil {
+		if err := atomicfile.SyncDir(p); err != nil {
 			return err
 		}
 		if err := os.Chmod(p, dirs[i].Mode|0o700); err != nil {
 			return err
 		}
 	}
-	return syncDir(envDir)
+	return atomicfile.SyncDir(envDir)
 }
 
 func writeFile(name string, data []byte, mode fs.FileMode) (err error) {
@@ -126,19 +126,4 @@ func writeFile(name string, data []byte, mode fs.FileMode) (err error) {
 		return err
 	}
 	return f.Sync()
-}
-
-func syncDir(name string) error {
-	d, err := os.Open(name)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if errors.Is(err, os.ErrInvalid) {
-		return nil // some file systems cannot sync directories
-	}
-	return err
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -41,45 +42,10 @@ func (s *Store) Put(ctx context.Context, space farm.Space, data []byte) (farm.Di
 	case !errors.Is(err, fs.ErrNotExist):
 		s.log.Warn("localstore: unreadable content file, writing it again", "path", p, "err", err)
 	}
-	if err := writeAtomic(p, data); err != nil {
+	if err := writeBlob(p, data); err != nil {
 		return "", fmt.Errorf("put content %s/%s: %w", space, d, s.storageErr(err))
 	}
 	return d, nil
-}
-
-// writeAtomic writes data to path so that path never holds a partial file,
-// and the write survives a crash once it returns.
-func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := mkdirSynced(dir); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)[:8]+"-*")
-	if err != nil {
-		return fmt.Errorf("create temporary file in %s: %w", dir, err)
-	}
-	tmp := f.Name()
-	done := false
-	defer func() {
-		if !done {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename %s to %s: %w", tmp, path, err)
-	}
-	done = true
-	return syncDir(dir)
 }
 
 // Get reads the blob d of space and verifies its SHA-256. A file whose bytes
@@ -129,4 +95,13 @@ func (s *Store) Has(ctx context.Context, space farm.Space, d farm.Digest) (bool,
 		return false, fmt.Errorf("has content %s/%s: %w", space, d, s.storageErr(err))
 	}
 	return fi.Mode().IsRegular(), nil
+}
+
+// writeBlob writes a blob whole and durably, creating its fan-out
+// directory when missing.
+func writeBlob(path string, data []byte) error {
+	if err := atomicfile.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	return atomicfile.Write(path, data, 0o600)
 }

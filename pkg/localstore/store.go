@@ -27,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -35,6 +34,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/jobqueue"
 )
@@ -102,7 +102,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		opts.LockTimeout = max(min(opts.LockTimeout, time.Until(dl)), time.Millisecond)
 	}
 	s := &Store{dir: dir, content: filepath.Join(dir, "content"), log: opts.Logger}
-	if err := mkdirSynced(s.content); err != nil {
+	if err := atomicfile.MkdirAll(s.content, 0o750); err != nil {
 		return nil, fmt.Errorf("open data dir %s: %w", dir, err)
 	}
 	dbPath := filepath.Join(dir, "state.db")
@@ -223,37 +223,6 @@ func (s *Store) persistJobs(puts []jobqueue.Stored, dels []uint64) error {
 	})
 	if err != nil {
 		return fmt.Errorf("write queue: %w", s.storageErr(err))
-	}
-	return nil
-}
-
-// mkdirSynced creates dir and any missing parents, syncing each parent
-// whose entries changed so the directories survive a crash.
-func mkdirSynced(dir string) error {
-	if _, err := os.Stat(dir); err == nil {
-		return nil
-	}
-	parent := filepath.Dir(dir)
-	if parent != dir {
-		if err := mkdirSynced(parent); err != nil {
-			return err
-		}
-	}
-	if err := os.Mkdir(dir, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("create directory %s: %w", dir, err)
-	}
-	return syncDir(parent)
-}
-
-// syncDir makes the entries of dir durable.
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
 	return nil
 }

@@ -54,6 +54,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
@@ -154,7 +155,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("puppet engine: create WorkDir: %w", err)
 	}
 	script := filepath.Join(workDir, "worker.rb")
-	if err := writeFileAtomic(script, workerScript, 0o644); err != nil {
+	if err := atomicfile.Write(script, workerScript, 0o644); err != nil {
 		return nil, fmt.Errorf("puppet engine: write worker script: %w", err)
 	}
 
@@ -439,26 +440,4 @@ func (e *Engine) Close() error {
 		e.log.Info("puppet engine closed")
 	})
 	return e.closeErr
-}
-
-// writeFileAtomic writes data to path through a temporary file and rename,
-// so a worker never starts from a half-written script.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".worker-*.rb")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

@@ -109,6 +109,18 @@ const SlotCandidate = "candidate"
 
 // Key identifies the catalog a job is for: queues that collapse jobs and
 // run one job at a time do so per key (node and slot).
+// Validate checks what every queue needs of a job: a valid certname and
+// one of the two lanes. The error wraps ErrInvalid.
+func (j Job) Validate() error {
+	if err := ValidateCertname(j.Certname); err != nil {
+		return err
+	}
+	if j.Lane != LaneUrgent && j.Lane != LaneBulk {
+		return fmt.Errorf("lane %q is not %q or %q: %w", j.Lane, LaneUrgent, LaneBulk, ErrInvalid)
+	}
+	return nil
+}
+
 func (j Job) Key() string {
 	if j.Slot == "" {
 		return j.Certname

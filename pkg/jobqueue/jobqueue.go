@@ -309,21 +309,11 @@ func (c *Core) nextEvent() time.Time {
 	return t
 }
 
-func validateJob(j farm.Job) error {
-	if err := farm.ValidateCertname(j.Certname); err != nil {
-		return err
-	}
-	if _, ok := laneRank(j.Lane); !ok {
-		return fmt.Errorf("lane %q is not %q or %q: %w", j.Lane, farm.LaneUrgent, farm.LaneBulk, farm.ErrInvalid)
-	}
-	return nil
-}
-
 func (c *Core) Enqueue(ctx context.Context, job farm.Job) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("enqueue job of %s: %w", job.Certname, err)
 	}
-	if err := validateJob(job); err != nil {
+	if err := job.Validate(); err != nil {
 		return fmt.Errorf("enqueue job: %w", err)
 	}
 	now := time.Now()

@@ -110,18 +110,8 @@ func decodeJob(body string) (farm.Job, error) {
 		Slot:        m.Slot,
 		EnqueuedAt:  m.EnqueuedAt,
 	}
-	if err := validateJob(j); err != nil {
+	if err := j.Validate(); err != nil {
 		return farm.Job{}, fmt.Errorf("job message: %w", err)
 	}
 	return j, nil
-}
-
-func validateJob(j farm.Job) error {
-	if err := farm.ValidateCertname(j.Certname); err != nil {
-		return err
-	}
-	if j.Lane != farm.LaneUrgent && j.Lane != farm.LaneBulk {
-		return fmt.Errorf("lane %q is not %q or %q: %w", j.Lane, farm.LaneUrgent, farm.LaneBulk, farm.ErrInvalid)
-	}
-	return nil
 }

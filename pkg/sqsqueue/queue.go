@@ -127,7 +127,7 @@ func (q *Queue) Enqueue(ctx context.Context, job farm.Job) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sqsqueue: enqueue job of %s: %w", job.Certname, err)
 	}
-	if err := validateJob(job); err != nil {
+	if err := job.Validate(); err != nil {
 		return fmt.Errorf("sqsqueue: enqueue job: %w", err)
 	}
 	if job.EnqueuedAt.IsZero() {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/compilefarm/compilefarm/internal/emulator"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
 	"github.com/compilefarm/compilefarm/pkg/sqsqueue"
 )
 
@@ -34,17 +35,10 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// job is farmtest.NewJob at a fixed enqueue time with nanoseconds, which
+// the message encoding must keep.
 func job(certname string, seq uint64, lane farm.Lane) farm.Job {
-	return farm.Job{
-		Certname:    certname,
-		Environment: "production",
-		Reason:      farm.ReasonFactsChanged,
-		FactsDigest: farm.DigestOf(fmt.Appendf(nil, "facts %s %d", certname, seq)),
-		CodeID:      fmt.Sprintf("code-%d", seq),
-		Seq:         seq,
-		Lane:        lane,
-		EnqueuedAt:  time.Date(2024, 5, 17, 9, 30, 12, 123456789, time.UTC),
-	}
+	return farmtest.NewJob(certname, seq, lane, time.Date(2024, 5, 17, 9, 30, 12, 123456789, time.UTC))
 }
 
 func mustDo(t *testing.T, what string, err error) {

@@ -80,8 +80,9 @@ func TestQueue(t *testing.T, newQueue func(t *testing.T) farm.Queue, caps QueueC
 	}
 }
 
-// testJob returns a job whose fields all depend on its arguments.
-func testJob(certname string, seq uint64, lane farm.Lane, at time.Time) farm.Job {
+// NewJob returns a job whose fields all depend on its arguments, for
+// queue tests.
+func NewJob(certname string, seq uint64, lane farm.Lane, at time.Time) farm.Job {
 	return farm.Job{
 		Certname:    certname,
 		Environment: "production",
@@ -215,7 +216,7 @@ func wantCounts(t *testing.T, q farm.Queue, what string, urgentDepth, urgentInFl
 }
 
 func queueBasic(t *testing.T, q farm.Queue) {
-	j := testJob("web01.example.com", 1, farm.LaneUrgent, time.Now().Add(-time.Second))
+	j := NewJob("web01.example.com", 1, farm.LaneUrgent, time.Now().Add(-time.Second))
 	enqueue(t, q, j)
 	d := receive(t, q)
 	wantJob(t, "delivered job", d.Job, j)
@@ -231,7 +232,7 @@ func queueBasic(t *testing.T, q farm.Queue) {
 // queueStampsTime: the contract is silent; a job enqueued without
 // EnqueuedAt gets the enqueue time, so queue age means something.
 func queueStampsTime(t *testing.T, q farm.Queue) {
-	j := testJob("web01.example.com", 1, farm.LaneBulk, time.Time{})
+	j := NewJob("web01.example.com", 1, farm.LaneBulk, time.Time{})
 	before := time.Now()
 	enqueue(t, q, j)
 	after := time.Now()
@@ -251,10 +252,10 @@ func queueInvalid(t *testing.T, q farm.Queue) {
 		name string
 		job  farm.Job
 	}{
-		{"bad certname", testJob("Bad/Name", 1, farm.LaneUrgent, base)},
-		{"empty certname", testJob("", 1, farm.LaneUrgent, base)},
-		{"no lane", testJob("ok.example.com", 1, "", base)},
-		{"unknown lane", testJob("ok.example.com", 1, "whenever", base)},
+		{"bad certname", NewJob("Bad/Name", 1, farm.LaneUrgent, base)},
+		{"empty certname", NewJob("", 1, farm.LaneUrgent, base)},
+		{"no lane", NewJob("ok.example.com", 1, "", base)},
+		{"unknown lane", NewJob("ok.example.com", 1, "whenever", base)},
 	} {
 		err := q.Enqueue(ctx, tc.job)
 		wantErrIs(t, "enqueue job with "+tc.name, err, farm.ErrInvalid)
@@ -263,7 +264,7 @@ func queueInvalid(t *testing.T, q farm.Queue) {
 }
 
 func queueRetryDelay(t *testing.T, q farm.Queue, caps QueueCaps) {
-	j := testJob("retry.example.com", 3, farm.LaneUrgent, base)
+	j := NewJob("retry.example.com", 3, farm.LaneUrgent, base)
 	enqueue(t, q, j)
 	d1 := receive(t, q)
 	const delay = 400 * time.Millisecond
@@ -284,7 +285,7 @@ func queueRetryDelay(t *testing.T, q farm.Queue, caps QueueCaps) {
 }
 
 func queueRetryNow(t *testing.T, q farm.Queue) {
-	j := testJob("again.example.com", 1, farm.LaneBulk, base)
+	j := NewJob("again.example.com", 1, farm.LaneBulk, base)
 	enqueue(t, q, j)
 	d := receive(t, q)
 	for attempt := 2; attempt <= 4; attempt++ {
@@ -302,10 +303,10 @@ func queueRetryNow(t *testing.T, q farm.Queue) {
 func queueUrgentFirst(t *testing.T, q farm.Queue) {
 	// Bulk jobs are older, so only the lane can put urgent ones first.
 	for i := range 5 {
-		enqueue(t, q, testJob(fmt.Sprintf("bulk%d.example.com", i), 1, farm.LaneBulk, base.Add(time.Duration(i)*time.Second)))
+		enqueue(t, q, NewJob(fmt.Sprintf("bulk%d.example.com", i), 1, farm.LaneBulk, base.Add(time.Duration(i)*time.Second)))
 	}
 	for i := range 3 {
-		enqueue(t, q, testJob(fmt.Sprintf("urgent%d.example.com", i), 1, farm.LaneUrgent, base.Add(time.Hour)))
+		enqueue(t, q, NewJob(fmt.Sprintf("urgent%d.example.com", i), 1, farm.LaneUrgent, base.Add(time.Hour)))
 	}
 	var got []farm.Delivery
 	next := func(want farm.Lane) {
@@ -320,7 +321,7 @@ func queueUrgentFirst(t *testing.T, q farm.Queue) {
 		next(farm.LaneUrgent)
 	}
 	next(farm.LaneBulk)
-	enqueue(t, q, testJob("late-urgent.example.com", 1, farm.LaneUrgent, base.Add(2*time.Hour)))
+	enqueue(t, q, NewJob("late-urgent.example.com", 1, farm.LaneUrgent, base.Add(2*time.Hour)))
 	next(farm.LaneUrgent)
 	for range 4 {
 		next(farm.LaneBulk)
@@ -363,7 +364,7 @@ func queueCancel(t *testing.T, q farm.Queue) {
 		receiveNothing(t, q, "empty queue")
 	})
 	t.Run("CancelledReceiveTakesNothing", func(t *testing.T) {
-		j := testJob("after-cancel.example.com", 1, farm.LaneUrgent, base)
+		j := NewJob("after-cancel.example.com", 1, farm.LaneUrgent, base)
 		enqueue(t, q, j)
 		d := receive(t, q)
 		wantJob(t, "job enqueued after cancelled receives", d.Job, j)
@@ -386,7 +387,7 @@ func queueWakes(t *testing.T, q farm.Queue) {
 		got <- d
 	}()
 	time.Sleep(100 * time.Millisecond) // let the receiver block
-	j := testJob("wake.example.com", 1, farm.LaneBulk, base)
+	j := NewJob("wake.example.com", 1, farm.LaneBulk, base)
 	enqueue(t, q, j)
 	select {
 	case d := <-got:
@@ -403,11 +404,11 @@ func queueStats(t *testing.T, q farm.Queue, caps QueueCaps) {
 	wantCounts(t, q, "empty queue", 0, 0, 0, 0)
 	now := time.Now()
 	enqueue(t, q,
-		testJob("u1.example.com", 1, farm.LaneUrgent, now.Add(-10*time.Second)),
-		testJob("u2.example.com", 1, farm.LaneUrgent, now.Add(-5*time.Second)),
-		testJob("b1.example.com", 1, farm.LaneBulk, now.Add(-60*time.Second)),
-		testJob("b2.example.com", 1, farm.LaneBulk, now.Add(-30*time.Second)),
-		testJob("b3.example.com", 1, farm.LaneBulk, now.Add(-20*time.Second)),
+		NewJob("u1.example.com", 1, farm.LaneUrgent, now.Add(-10*time.Second)),
+		NewJob("u2.example.com", 1, farm.LaneUrgent, now.Add(-5*time.Second)),
+		NewJob("b1.example.com", 1, farm.LaneBulk, now.Add(-60*time.Second)),
+		NewJob("b2.example.com", 1, farm.LaneBulk, now.Add(-30*time.Second)),
+		NewJob("b3.example.com", 1, farm.LaneBulk, now.Add(-20*time.Second)),
 	)
 	m := wantCounts(t, q, "after 2 urgent, 3 bulk", 2, 0, 3, 0)
 	wantAge := func(m laneStats, l farm.Lane, atLeast time.Duration) {
@@ -459,7 +460,7 @@ func queueStats(t *testing.T, q farm.Queue, caps QueueCaps) {
 // queueAtLeastOnce: a delivery neither acked nor retried comes back after
 // the driver's visibility timeout.
 func queueAtLeastOnce(t *testing.T, q farm.Queue) {
-	j := testJob("lost-worker.example.com", 2, farm.LaneUrgent, base)
+	j := NewJob("lost-worker.example.com", 2, farm.LaneUrgent, base)
 	enqueue(t, q, j)
 	d1 := receive(t, q) // and never finished
 	d2 := receive(t, q)
@@ -501,7 +502,7 @@ func queueConcurrent(t *testing.T, q farm.Queue) {
 				if i%3 == 0 {
 					lane = farm.LaneUrgent
 				}
-				if err := q.Enqueue(ctx, testJob(fmt.Sprintf("p%d-n%d.example.com", p, i), 1, lane, time.Now())); err != nil {
+				if err := q.Enqueue(ctx, NewJob(fmt.Sprintf("p%d-n%d.example.com", p, i), 1, lane, time.Now())); err != nil {
 					errc <- err
 					return
 				}
@@ -555,27 +556,27 @@ func queueCollapse(t *testing.T, q farm.Queue) {
 	}{
 		{
 			name:  "bulk then newer urgent",
-			first: testJob(c, 1, farm.LaneBulk, older),
-			then:  testJob(c, 2, farm.LaneUrgent, newer),
-			want:  withLaneAt(testJob(c, 2, farm.LaneUrgent, newer), farm.LaneUrgent, older),
+			first: NewJob(c, 1, farm.LaneBulk, older),
+			then:  NewJob(c, 2, farm.LaneUrgent, newer),
+			want:  withLaneAt(NewJob(c, 2, farm.LaneUrgent, newer), farm.LaneUrgent, older),
 		},
 		{
 			name:  "urgent then newer bulk",
-			first: testJob(c, 1, farm.LaneUrgent, older),
-			then:  testJob(c, 2, farm.LaneBulk, newer),
-			want:  withLaneAt(testJob(c, 2, farm.LaneBulk, newer), farm.LaneUrgent, older),
+			first: NewJob(c, 1, farm.LaneUrgent, older),
+			then:  NewJob(c, 2, farm.LaneBulk, newer),
+			want:  withLaneAt(NewJob(c, 2, farm.LaneBulk, newer), farm.LaneUrgent, older),
 		},
 		{
 			name:  "newer seq enqueued first",
-			first: testJob(c, 5, farm.LaneBulk, newer),
-			then:  testJob(c, 4, farm.LaneUrgent, older),
-			want:  withLaneAt(testJob(c, 5, farm.LaneBulk, newer), farm.LaneUrgent, older),
+			first: NewJob(c, 5, farm.LaneBulk, newer),
+			then:  NewJob(c, 4, farm.LaneUrgent, older),
+			want:  withLaneAt(NewJob(c, 5, farm.LaneBulk, newer), farm.LaneUrgent, older),
 		},
 		{
 			name:  "bulk then bulk",
-			first: testJob(c, 1, farm.LaneBulk, older),
-			then:  withReason(testJob(c, 2, farm.LaneBulk, newer), farm.ReasonCodeChanged),
-			want:  withLaneAt(withReason(testJob(c, 2, farm.LaneBulk, newer), farm.ReasonCodeChanged), farm.LaneBulk, older),
+			first: NewJob(c, 1, farm.LaneBulk, older),
+			then:  withReason(NewJob(c, 2, farm.LaneBulk, newer), farm.ReasonCodeChanged),
+			want:  withLaneAt(withReason(NewJob(c, 2, farm.LaneBulk, newer), farm.ReasonCodeChanged), farm.LaneBulk, older),
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -608,22 +609,22 @@ func withReason(j farm.Job, reason string) farm.Job {
 // newer job like any waiting job.
 func queueCollapseRetried(t *testing.T, q farm.Queue) {
 	const c = "flaky.example.com"
-	enqueue(t, q, testJob(c, 1, farm.LaneBulk, base))
+	enqueue(t, q, NewJob(c, 1, farm.LaneBulk, base))
 	d := receive(t, q)
 	must(t, "retry", q.Retry(ctxFor(t, waitLong), d, 0))
-	enqueue(t, q, testJob(c, 2, farm.LaneUrgent, base.Add(time.Minute)))
+	enqueue(t, q, NewJob(c, 2, farm.LaneUrgent, base.Add(time.Minute)))
 	wantCounts(t, q, "retried job and newer job", 1, 0, 0, 0)
 	d2 := receive(t, q)
-	wantJob(t, "collapsed job", d2.Job, withLaneAt(testJob(c, 2, farm.LaneUrgent, base), farm.LaneUrgent, base))
+	wantJob(t, "collapsed job", d2.Job, withLaneAt(NewJob(c, 2, farm.LaneUrgent, base), farm.LaneUrgent, base))
 	receiveNothing(t, q, "the collapsed job was the only one")
 	ack(t, q, d2)
 }
 
 func queueNoCollapseAcrossNodes(t *testing.T, q farm.Queue) {
 	enqueue(t, q,
-		testJob("a.example.com", 1, farm.LaneUrgent, base),
-		testJob("b.example.com", 1, farm.LaneUrgent, base),
-		testJob("a.example.com", 2, farm.LaneUrgent, base),
+		NewJob("a.example.com", 1, farm.LaneUrgent, base),
+		NewJob("b.example.com", 1, farm.LaneUrgent, base),
+		NewJob("a.example.com", 2, farm.LaneUrgent, base),
 	)
 	wantCounts(t, q, "two nodes", 2, 0, 0, 0)
 	d1, d2 := receive(t, q), receive(t, q)
@@ -639,8 +640,8 @@ func queueNoCollapseAcrossNodes(t *testing.T, q farm.Queue) {
 // compile are different jobs: neither collapses into the other, and both
 // may be in flight at once.
 func queueSlots(t *testing.T, q farm.Queue) {
-	served := testJob("a.example.com", 2, farm.LaneUrgent, base)
-	candidate := testJob("a.example.com", 1, farm.LaneBulk, base)
+	served := NewJob("a.example.com", 2, farm.LaneUrgent, base)
+	candidate := NewJob("a.example.com", 1, farm.LaneBulk, base)
 	candidate.Slot = farm.SlotCandidate
 	enqueue(t, q, candidate, served)
 	wantCounts(t, q, "two slots of one node", 1, 0, 1, 0)
@@ -655,10 +656,10 @@ func queueSlots(t *testing.T, q farm.Queue) {
 
 func queueExclusiveAck(t *testing.T, q farm.Queue) {
 	const n1, n2 = "busy.example.com", "other.example.com"
-	enqueue(t, q, testJob(n1, 1, farm.LaneUrgent, base))
+	enqueue(t, q, NewJob(n1, 1, farm.LaneUrgent, base))
 	d1 := receive(t, q)
 	// The newer urgent job of n1 must not hold back n2's bulk job.
-	enqueue(t, q, testJob(n1, 2, farm.LaneUrgent, base.Add(time.Second)), testJob(n2, 1, farm.LaneBulk, base.Add(time.Second)))
+	enqueue(t, q, NewJob(n1, 2, farm.LaneUrgent, base.Add(time.Second)), NewJob(n2, 1, farm.LaneBulk, base.Add(time.Second)))
 	wantCounts(t, q, "n1 in flight, n1 and n2 waiting", 1, 1, 1, 0)
 	d2 := receive(t, q)
 	if d2.Certname != n2 {
@@ -669,21 +670,21 @@ func queueExclusiveAck(t *testing.T, q farm.Queue) {
 	receiveNothing(t, q, n1+" is still in flight after another node's ack")
 	ack(t, q, d1)
 	d3 := receive(t, q)
-	wantJob(t, "job of the node after its ack", d3.Job, testJob(n1, 2, farm.LaneUrgent, base.Add(time.Second)))
+	wantJob(t, "job of the node after its ack", d3.Job, NewJob(n1, 2, farm.LaneUrgent, base.Add(time.Second)))
 	ack(t, q, d3)
 	wantCounts(t, q, "after acks", 0, 0, 0, 0)
 }
 
 func queueExclusiveRetry(t *testing.T, q farm.Queue, caps QueueCaps) {
 	const c = "busy.example.com"
-	enqueue(t, q, testJob(c, 1, farm.LaneUrgent, base))
+	enqueue(t, q, NewJob(c, 1, farm.LaneUrgent, base))
 	d1 := receive(t, q)
-	enqueue(t, q, testJob(c, 2, farm.LaneUrgent, base.Add(time.Second)))
+	enqueue(t, q, NewJob(c, 2, farm.LaneUrgent, base.Add(time.Second)))
 	receiveNothing(t, q, c+" is in flight")
 	must(t, "retry", q.Retry(ctxFor(t, waitLong), d1, 0))
 	if caps.Collapses {
 		d := receive(t, q)
-		wantJob(t, "retried job collapsed with the newer one", d.Job, testJob(c, 2, farm.LaneUrgent, base))
+		wantJob(t, "retried job collapsed with the newer one", d.Job, NewJob(c, 2, farm.LaneUrgent, base))
 		receiveNothing(t, q, "the collapsed job was the only one")
 		ack(t, q, d)
 		return
@@ -702,15 +703,15 @@ func queueExclusiveRetry(t *testing.T, q farm.Queue, caps QueueCaps) {
 
 func queueExclusiveTimeout(t *testing.T, q farm.Queue, caps QueueCaps) {
 	const c = "slow.example.com"
-	enqueue(t, q, testJob(c, 1, farm.LaneUrgent, base))
+	enqueue(t, q, NewJob(c, 1, farm.LaneUrgent, base))
 	receive(t, q) // and never finished
-	enqueue(t, q, testJob(c, 2, farm.LaneBulk, base.Add(time.Second)))
+	enqueue(t, q, NewJob(c, 2, farm.LaneBulk, base.Add(time.Second)))
 	d2 := receive(t, q) // after the visibility timeout
 	if d2.Certname != c {
 		t.Fatalf("received %s, want %s", d2.Certname, c)
 	}
 	if caps.Collapses {
-		wantJob(t, "timed-out job collapsed with the newer one", d2.Job, testJob(c, 2, farm.LaneUrgent, base))
+		wantJob(t, "timed-out job collapsed with the newer one", d2.Job, NewJob(c, 2, farm.LaneUrgent, base))
 		receiveNothing(t, q, "the collapsed job was the only one")
 	} else {
 		receiveNothing(t, q, c+" is in flight again")

@@ -24,9 +24,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/compilefarm/compilefarm/internal/procgroup"
 )
 
 // binDir holds the binaries the tests build: brokerBin, built by TestMain,
@@ -91,13 +92,12 @@ func compileFunctionBin(t *testing.T) string {
 // farmProc is one running `broker dev`.
 type farmProc struct {
 	t       *testing.T
-	cmd     *exec.Cmd
+	proc    *procgroup.Group
 	Data    string
 	Envs    string
 	Addr    string // host:port of the front door
 	Admin   string // http://host:port of metrics + operator API
 	logPath string
-	done    chan struct{}
 }
 
 // copyExampleEnvs copies examples/environments to a temp dir the test may change.
@@ -148,11 +148,11 @@ func startBroker(t *testing.T, env []string, args ...string) *farmProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	proc, err := procgroup.Start(cmd, 0) // output goes to the log file
+	if err != nil {
 		t.Fatalf("start broker: %v", err)
 	}
-	f := &farmProc{t: t, cmd: cmd, logPath: logf.Name(), done: make(chan struct{})}
+	f := &farmProc{t: t, proc: proc, logPath: logf.Name()}
 	up := make(chan [2]string, 1)
 	upRE := regexp.MustCompile(`front_door=https://(\S+) metrics=(http://\S+)/metrics`)
 	go func() {
@@ -169,7 +169,6 @@ func startBroker(t *testing.T, env []string, args ...string) *farmProc {
 			}
 		}
 	}()
-	go func() { cmd.Wait(); close(f.done) }()
 	t.Cleanup(func() {
 		f.stop()
 		if t.Failed() {
@@ -180,7 +179,7 @@ func startBroker(t *testing.T, env []string, args ...string) *farmProc {
 	select {
 	case a := <-up:
 		f.Addr, f.Admin = a[0], a[1]
-	case <-f.done:
+	case <-f.proc.Done():
 		b, _ := os.ReadFile(f.logPath)
 		t.Fatalf("broker %s exited before it was up:\n%s", args[0], tail(string(b), 40))
 	case <-time.After(3 * time.Minute):
@@ -198,26 +197,10 @@ func tail(s string, n int) string {
 }
 
 // stop ends the broker with SIGTERM (then SIGKILL) and waits for it.
-func (f *farmProc) stop() {
-	select {
-	case <-f.done:
-		return
-	default:
-	}
-	syscall.Kill(-f.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-f.done:
-	case <-time.After(20 * time.Second):
-		syscall.Kill(-f.cmd.Process.Pid, syscall.SIGKILL)
-		<-f.done
-	}
-}
+func (f *farmProc) stop() { f.proc.Stop(20 * time.Second) }
 
 // kill9 kills the broker and its Ruby workers at once, as a crash would.
-func (f *farmProc) kill9() {
-	syscall.Kill(-f.cmd.Process.Pid, syscall.SIGKILL)
-	<-f.done
-}
+func (f *farmProc) kill9() { f.proc.Kill() }
 
 func (f *farmProc) port() string {
 	_, p, _ := strings.Cut(f.Addr, ":")

@@ -4,7 +4,6 @@
 package emulator
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -13,9 +12,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"sync"
-	"syscall"
 	"time"
+
+	"github.com/compilefarm/compilefarm/internal/procgroup"
 )
 
 // Process is one running emulator.
@@ -24,9 +23,7 @@ type Process struct {
 	Addr string // 127.0.0.1:port
 	URL  string // http://127.0.0.1:port
 
-	cmd  *exec.Cmd
-	out  *lockedBuffer
-	done chan struct{}
+	proc *procgroup.Group
 }
 
 // ToolsDir is where scripts/emulators/ install emulators: .tools in the
@@ -53,16 +50,15 @@ func FreePort() (int, error) {
 // function checked that the emulator is installed) in its own process group
 // and waits until 127.0.0.1:port accepts connections.
 func start(ctx context.Context, name string, port int, env []string, argv ...string) (*Process, error) {
-	p := &Process{Name: name, Addr: "127.0.0.1:" + strconv.Itoa(port), out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &Process{Name: name, Addr: "127.0.0.1:" + strconv.Itoa(port)}
 	p.URL = "http://" + p.Addr
-	p.cmd = exec.Command(argv[0], argv[1:]...)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := p.cmd.Start(); err != nil {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	proc, err := procgroup.Start(cmd, 1<<20)
+	if err != nil {
 		return nil, fmt.Errorf("start %s emulator: %w", name, err)
 	}
-	go func() { p.cmd.Wait(); close(p.done) }()
+	p.proc = proc
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", p.Addr, 200*time.Millisecond)
@@ -71,8 +67,8 @@ func start(ctx context.Context, name string, port int, env []string, argv ...str
 			return p, nil
 		}
 		select {
-		case <-p.done:
-			return nil, fmt.Errorf("%s emulator exited before listening on %s:\n%s", name, p.Addr, p.out.String())
+		case <-p.proc.Done():
+			return nil, fmt.Errorf("%s emulator exited before listening on %s:\n%s", name, p.Addr, p.proc.Output())
 		case <-ctx.Done():
 			p.Stop()
 			return nil, ctx.Err()
@@ -80,46 +76,13 @@ func start(ctx context.Context, name string, port int, env []string, argv ...str
 		}
 		if time.Now().After(deadline) {
 			p.Stop()
-			return nil, fmt.Errorf("%s emulator did not listen on %s within 60s:\n%s", name, p.Addr, p.out.String())
+			return nil, fmt.Errorf("%s emulator did not listen on %s within 60s:\n%s", name, p.Addr, p.proc.Output())
 		}
 	}
 }
 
 // Output returns what the emulator printed so far.
-func (p *Process) Output() string { return p.out.String() }
+func (p *Process) Output() string { return p.proc.Output() }
 
 // Stop ends the emulator's process group (SIGTERM, then SIGKILL) and waits.
-func (p *Process) Stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() > 1<<20 {
-		l.b.Reset()
-	}
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+func (p *Process) Stop() { p.proc.Stop(10 * time.Second) }

@@ -5,7 +5,6 @@
 package lambdaruntime
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,8 +17,9 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/compilefarm/compilefarm/internal/procgroup"
 )
 
 // Runtime is a Runtime API server with one function process.
@@ -34,10 +34,7 @@ type Runtime struct {
 	open    map[string]*invocation
 	initErr chan string
 
-	cmd  *exec.Cmd
-	out  *bytes.Buffer
-	outM sync.Mutex
-	done chan struct{}
+	proc *procgroup.Group
 }
 
 type invocation struct {
@@ -65,7 +62,7 @@ func Start(bootstrap string, env []string, timeout time.Duration) (*Runtime, err
 		return nil, fmt.Errorf("listen for the Runtime API: %w", err)
 	}
 	r := &Runtime{Timeout: timeout, ln: ln, pending: make(chan *invocation), open: map[string]*invocation{},
-		initErr: make(chan string, 1), out: &bytes.Buffer{}, done: make(chan struct{})}
+		initErr: make(chan string, 1)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /2018-06-01/runtime/invocation/next", r.next)
 	mux.HandleFunc("POST /2018-06-01/runtime/invocation/{id}/response", r.respond(false))
@@ -81,41 +78,25 @@ func Start(bootstrap string, env []string, timeout time.Duration) (*Runtime, err
 	r.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go r.srv.Serve(ln)
 
-	r.cmd = exec.Command(bootstrap)
-	r.cmd.Env = append(append(os.Environ(),
+	cmd := exec.Command(bootstrap)
+	cmd.Env = append(append(os.Environ(),
 		"AWS_LAMBDA_RUNTIME_API="+ln.Addr().String(),
 		"AWS_LAMBDA_FUNCTION_NAME=compilefarm-compile",
 		"AWS_LAMBDA_FUNCTION_VERSION=$LATEST",
 		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=2048",
 		"_HANDLER=bootstrap",
 	), env...)
-	r.cmd.Stdout, r.cmd.Stderr = (*lockedWriter)(r), (*lockedWriter)(r)
-	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := r.cmd.Start(); err != nil {
+	proc, err := procgroup.Start(cmd, 4<<20)
+	if err != nil {
 		r.srv.Close()
-		return nil, fmt.Errorf("start %s: %w", bootstrap, err)
+		return nil, err
 	}
-	go func() { r.cmd.Wait(); close(r.done) }()
+	r.proc = proc
 	return r, nil
 }
 
-type lockedWriter Runtime
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.outM.Lock()
-	defer w.outM.Unlock()
-	if w.out.Len() > 4<<20 {
-		w.out.Reset()
-	}
-	return w.out.Write(p)
-}
-
 // Output returns what the function process printed.
-func (r *Runtime) Output() string {
-	r.outM.Lock()
-	defer r.outM.Unlock()
-	return r.out.String()
-}
+func (r *Runtime) Output() string { return r.proc.Output() }
 
 // Invoke sends one event and waits for the function's response.
 func (r *Runtime) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
@@ -126,7 +107,7 @@ func (r *Runtime) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	case r.pending <- inv:
 	case msg := <-r.initErr:
 		return nil, fmt.Errorf("function init failed: %s", msg)
-	case <-r.done:
+	case <-r.proc.Done():
 		return nil, fmt.Errorf("function process exited:\n%s", r.Output())
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -136,7 +117,7 @@ func (r *Runtime) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	select {
 	case res := <-inv.result:
 		return res.body, res.err
-	case <-r.done:
+	case <-r.proc.Done():
 		return nil, fmt.Errorf("function process exited during invocation %s:\n%s", inv.id, r.Output())
 	case <-timer.C:
 		return nil, fmt.Errorf("invocation %s timed out after %s", inv.id, r.Timeout)
@@ -187,17 +168,7 @@ func (r *Runtime) respond(isErr bool) http.HandlerFunc {
 
 // Stop ends the function process (its process group) and the server.
 func (r *Runtime) Stop() error {
-	select {
-	case <-r.done:
-	default:
-		syscall.Kill(-r.cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-r.done:
-		case <-time.After(10 * time.Second):
-			syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
-			<-r.done
-		}
-	}
+	r.proc.Stop(10 * time.Second)
 	err := r.srv.Close()
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil

@@ -89,24 +89,31 @@ func StartSQS(ctx context.Context) (*Process, error) {
 		node, "--require", preload, cli)
 }
 
-// StartSecretsManager runs moto's server (checked by
-// scripts/emulators/secretsmanager.sh; $PYTHON, default python3) on a free
-// loopback port, for AWS Secrets Manager. Like dynalite it is ended when
-// this process is gone.
+// motoPython runs the Secrets Manager emulator: Debian's own python3, whose
+// Debian packages supply moto's dependencies, never whatever python3 is
+// first on PATH. scripts/emulators/secretsmanager.sh unpacks Debian's
+// python3-moto for it into ToolsDir/moto/lib.
+const motoPython = "/usr/bin/python3"
+
+// StartSecretsManager runs moto's server (installed by
+// scripts/emulators/secretsmanager.sh) on a free loopback port, for AWS
+// Secrets Manager. Like dynalite it is ended when this process is gone.
 func StartSecretsManager(ctx context.Context) (*Process, error) {
-	py := os.Getenv("PYTHON")
-	if py == "" {
-		py = "python3"
+	server, err := installed("Secrets Manager emulator moto", SecretsInstallScript, "moto", "lib", "moto", "server.py")
+	if err != nil {
+		return nil, err
 	}
-	if err := exec.CommandContext(ctx, py, "-c", "import moto.server, flask_cors").Run(); err != nil {
-		return nil, fmt.Errorf("Secrets Manager emulator (moto's server mode) is not installed for %s: run %s: %w", py, SecretsInstallScript, err)
+	lib := filepath.Dir(filepath.Dir(server)) // .tools/moto/lib
+	if _, err := os.Stat(motoPython); err != nil {
+		return nil, fmt.Errorf("the Secrets Manager emulator runs with Debian's %s: run %s: %w", motoPython, SecretsInstallScript, err)
 	}
 	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
-	return start(ctx, "Secrets Manager (moto)", port, nil,
-		whileAlive(py, "-m", "moto.server", "-H", "127.0.0.1", "-p", strconv.Itoa(port))...)
+	// -s: no user site-packages; PYTHONPATH puts the unpacked moto first.
+	return start(ctx, "Secrets Manager (moto)", port, []string{"PYTHONPATH=" + lib},
+		whileAlive(motoPython, "-s", "-m", "moto.server", "-H", "127.0.0.1", "-p", strconv.Itoa(port))...)
 }
 
 // whileAlive wraps argv in a small shell that ends it when this process is

@@ -34,6 +34,8 @@ type scriptedEngine struct {
 	exportsHost bool
 	// gotExports counts, per node, the compiles given exported resources.
 	gotExports map[string]int
+	// gotNode is, per node, the node information of its latest compile.
+	gotNode map[string]NodeInfo
 }
 
 func (e *scriptedEngine) Compile(ctx context.Context, req Request) (Result, error) {
@@ -45,6 +47,10 @@ func (e *scriptedEngine) Compile(ctx context.Context, req Request) (Result, erro
 		}
 		e.gotExports[req.Certname]++
 	}
+	if e.gotNode == nil {
+		e.gotNode = map[string]NodeInfo{}
+	}
+	e.gotNode[req.Certname] = req.Node
 	fail := e.fail
 	e.mu.Unlock()
 	if fail != nil {

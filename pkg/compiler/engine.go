@@ -28,6 +28,10 @@ type Request struct {
 	EnvironmentPath string
 	// Facts are the node's fact values (the "values" of Puppet's facts object).
 	Facts map[string]any
+	// Node is the node's trusted extensions and classification: the
+	// classes the compile declares and the top-scope parameters that win
+	// over facts of the same name, as Puppet's node terminus gives them.
+	Node NodeInfo
 	// Exported are the resources other nodes of the environment export
 	// (@@): what exported collectors (<<| |>>) in this compile may collect.
 	Exported []ExportedResource

@@ -136,7 +136,7 @@ func (in *Intake) RecompileCollectors(ctx context.Context, environment, exporter
 		}
 		node, err := in.Nodes.UpdateNode(ctx, n.Certname, func(n *farm.Node) error {
 			n.RequestSeq++
-			f := recentFacts{facts: n.FactsDigest, relevant: n.RelevantDigest}
+			f := storedInputs(n)
 			n.Requested = in.request(n, n.Catalog, environment, env.TargetCode(n.Certname), f, farm.ReasonExports, farm.LaneUrgent)
 			return nil
 		})

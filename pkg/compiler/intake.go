@@ -6,25 +6,32 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/compilefarm/compilefarm/pkg/classifier"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
 // Intake receives nodes' facts, stores them by digest, and queues a compile
-// when a node has no catalog yet, its environment's code changed, or a fact
-// that matters changed (volatile facts ignored). Unchanged facts cost no write
-// and no compile. Safe for concurrent use.
+// when a node has no catalog yet, its environment's code changed, a fact
+// that matters changed (volatile facts ignored), or its node information
+// (trusted extensions, classification) changed. Unchanged inputs cost no
+// write and no compile. Safe for concurrent use.
 type Intake struct {
 	Content farm.ContentStore
 	Nodes   farm.NodeStore
 	Envs    farm.EnvironmentStore
 	Queue   farm.Queue
 	Filter  *facts.Filter
-	Log     *slog.Logger
-	Now     func() time.Time
+	// Classifier, when set, classifies the node at every check-in (Puppet's
+	// external node classifier): its classes and parameters are compile
+	// inputs, and its environment wins over the agent's.
+	Classifier Classifier
+	Log        *slog.Logger
+	Now        func() time.Time
 	// FactsRefresh is how often a node's stored facts are brought up to
 	// date when they changed only in ways no catalog depends on (uptime,
 	// free memory...); such uploads otherwise cost no write. Default 30m.
@@ -42,6 +49,9 @@ type recentFacts struct {
 	rawKey   farm.Digest
 	facts    farm.Digest
 	relevant farm.Digest
+	// nodeInfo is the digest of the node information that goes with the
+	// facts (set by Submit for the upload, from the record otherwise).
+	nodeInfo farm.Digest
 	// values are the decoded facts; nil when the upload repeats the node's
 	// last one byte for byte (nothing about the facts can have changed).
 	values map[string]any
@@ -60,6 +70,9 @@ type Upload struct {
 	RawKey farm.Digest
 	// Document returns the facts document (JSON). Called at most once.
 	Document func() ([]byte, error)
+	// TrustedExtensions are the extensions of the certificate the node
+	// presented ($trusted['extensions'], pkg/trusted).
+	TrustedExtensions map[string]string
 }
 
 // Outcome says what an upload did.
@@ -67,6 +80,13 @@ type Outcome struct {
 	Node   farm.Node
 	Queued bool   // a compile was queued
 	Reason string // why, when queued
+}
+
+// storedInputs are the inputs the node record holds: its latest facts and
+// node information, as decisions made away from a check-in (deploys,
+// collectors) use them.
+func storedInputs(n *farm.Node) recentFacts {
+	return recentFacts{facts: n.FactsDigest, relevant: n.RelevantDigest, nodeInfo: n.NodeInfo}
 }
 
 func (in *Intake) now() time.Time {
@@ -85,9 +105,17 @@ func (in *Intake) log() *slog.Logger {
 
 // Submit records a fact upload and queues a compile when one is needed.
 // Invalid facts return an error wrapping farm.ErrInvalid and change nothing;
-// an unknown environment returns an error wrapping farm.ErrNotFound.
+// an unknown environment returns an error wrapping farm.ErrNotFound. With a
+// Classifier, the node is classified first: its environment, when it names
+// one, replaces up.Environment; a failed classification returns an error
+// wrapping classifier.ErrFailed (with Puppet's message) and changes nothing
+// but the node's ClassifierFailure.
 func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 	if err := farm.ValidateCertname(up.Certname); err != nil {
+		return Outcome{}, err
+	}
+	info, infoDoc, err := in.nodeInfo(ctx, &up)
+	if err != nil {
 		return Outcome{}, err
 	}
 	if err := farm.ValidateEnvironment(up.Environment); err != nil {
@@ -109,6 +137,7 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, err
 	}
+	digests.nodeInfo = info
 	lane := farm.LaneUrgent
 	if known {
 		// Load the read records the decision needs before the update, so
@@ -117,6 +146,7 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 			return Outcome{}, err
 		}
 		if jobs, _ := in.plan(&node, env, digests, lane, true); len(jobs) == 0 && node.Environment == up.Environment &&
+			node.NodeInfo == info && node.ClassifierFailure == nil &&
 			(node.FactsDigest == digests.facts || in.now().Sub(node.FactsAt) < in.factsRefresh()) {
 			// Nothing to compile, and nothing worth a write.
 			return Outcome{Node: node}, nil
@@ -127,12 +157,19 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 			return Outcome{}, fmt.Errorf("store facts of %s: %w", up.Certname, err)
 		}
 	}
+	if node.NodeInfo != info {
+		if _, err := in.Content.Put(ctx, farm.SpaceNodeInfo, infoDoc); err != nil {
+			return Outcome{}, fmt.Errorf("store node information of %s: %w", up.Certname, err)
+		}
+	}
 	var jobs []plannedJob
 	node, err = in.Nodes.UpdateNode(ctx, up.Certname, func(n *farm.Node) error {
 		n.Environment = up.Environment
 		n.FactsDigest = digests.facts
 		n.RelevantDigest = digests.relevant
 		n.FactsAt = in.now()
+		n.NodeInfo = info
+		n.ClassifierFailure = nil
 		jobs, _ = in.plan(n, env, digests, lane, false)
 		return nil
 	})
@@ -140,7 +177,7 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("record facts of %s: %w", up.Certname, err)
 	}
 	if up.RawKey != "" {
-		in.recent.Store(up.Certname, recentFacts{rawKey: up.RawKey, facts: digests.facts, relevant: digests.relevant})
+		in.recent.Store(up.Certname, recentFacts{rawKey: up.RawKey, facts: digests.facts, relevant: digests.relevant, nodeInfo: info})
 	}
 	out := Outcome{Node: node}
 	for _, j := range jobs {
@@ -153,6 +190,61 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 		in.log().Info("compile queued", "node", up.Certname, "reason", j.reason, "slot", j.slot, "code_id", j.codeID)
 	}
 	return out, nil
+}
+
+// nodeInfo classifies the node (with a Classifier), moves the upload to the
+// classifier's environment when it names one, and returns the digest and
+// canonical JSON of the node's information. A failed classification is
+// recorded on the node and returned.
+func (in *Intake) nodeInfo(ctx context.Context, up *Upload) (farm.Digest, []byte, error) {
+	info := NodeInfo{TrustedExtensions: up.TrustedExtensions}
+	if in.Classifier != nil {
+		c, err := in.Classifier.Classify(ctx, up.Certname)
+		if err != nil {
+			err = fmt.Errorf("Failed when searching for node %s: %w", up.Certname, err)
+			if errors.Is(err, classifier.ErrFailed) {
+				in.recordClassifierFailure(ctx, up.Certname, err)
+			}
+			return "", nil, err
+		}
+		if c.Environment != "" && c.Environment != up.Environment {
+			if up.Environment != "" {
+				in.log().Debug("classifier sets the environment", "node", up.Certname, "environment", c.Environment, "agent_environment", up.Environment)
+			}
+			up.Environment = c.Environment
+		}
+		info = info.classified(c)
+	}
+	doc, d, err := info.encode()
+	if err != nil {
+		return "", nil, fmt.Errorf("node %s: %w", up.Certname, err)
+	}
+	return d, doc, nil
+}
+
+// classifierFailureRefresh is how often a classifier failure that repeats
+// word for word is written to the node again (its time brought up to date).
+const classifierFailureRefresh = 10 * time.Minute
+
+// recordClassifierFailure notes on the node that its classification
+// failed, so that operators see it (broker nodes); nothing else of the
+// node changes. A failure to record it is logged: the agent gets the
+// classifier's error either way.
+func (in *Intake) recordClassifierFailure(ctx context.Context, certname string, cause error) {
+	in.log().Warn("external node classifier failed", "node", certname, "err", cause)
+	now := in.now()
+	msg := strings.TrimSuffix(cause.Error(), ": "+classifier.ErrFailed.Error())
+	if n, err := in.Nodes.GetNode(ctx, certname); err == nil && n.ClassifierFailure != nil &&
+		n.ClassifierFailure.Error == msg && now.Sub(n.ClassifierFailure.At) < classifierFailureRefresh {
+		return
+	}
+	_, err := in.Nodes.UpdateNode(ctx, certname, func(n *farm.Node) error {
+		n.ClassifierFailure = &farm.ClassifierFailure{Error: msg, At: now}
+		return nil
+	})
+	if err != nil {
+		in.log().Error("record classifier failure", "node", certname, "err", err)
+	}
 }
 
 // plannedJob is a compile plan decided to queue for a node's slot.
@@ -202,7 +294,7 @@ func (in *Intake) plan(n *farm.Node, env farm.Environment, f recentFacts, lane f
 func (in *Intake) request(n *farm.Node, cat *farm.CatalogRef, env, code string, f recentFacts, reason string, lane farm.Lane) *farm.CompileRequest {
 	r := &farm.CompileRequest{
 		Seq: n.RequestSeq, Environment: env, CodeID: code,
-		FactsDigest: f.facts, RelevantDigest: f.relevant,
+		FactsDigest: f.facts, RelevantDigest: f.relevant, NodeInfo: f.nodeInfo,
 		Reason: reason, Lane: lane, At: in.now(),
 	}
 	if cat == nil || cat.ReadsDigest == "" || f.values == nil {
@@ -217,10 +309,12 @@ func (in *Intake) request(n *farm.Node, cat *farm.CatalogRef, env, code string, 
 }
 
 // promote makes the node's precompiled candidate its served catalog when
-// the candidate is for code and was compiled from the facts the node has.
+// the candidate is for code and was compiled from the facts and node
+// information the node has.
 func (in *Intake) promote(n *farm.Node, code string) bool {
 	c, r := n.Candidate, n.CandidateRequested
-	if c == nil || r == nil || r.CodeID != code || c.Seq != r.Seq || r.FactsDigest != n.FactsDigest {
+	if c == nil || r == nil || r.CodeID != code || c.Seq != r.Seq || r.FactsDigest != n.FactsDigest ||
+		nodeInfoUsed(c, r) != n.NodeInfo {
 		return false
 	}
 	n.RequestSeq++
@@ -240,10 +334,11 @@ func (in *Intake) promote(n *farm.Node, code string) bool {
 }
 
 // decide returns why the node's slot needs a compile of code for these
-// facts, or "" if the compile it has (or has queued) is for the same
-// inputs. With a record of the facts the slot's catalog read, only a change
-// to one of those counts; without one, any change outside the volatile
-// facts does. Facts with nil values repeat the node's last upload.
+// facts and node information, or "" if the compile it has (or has queued)
+// is for the same inputs. With a record of the facts the slot's catalog
+// read, only a change to one of those counts; without one, any change
+// outside the volatile facts does. Facts with nil values repeat the node's
+// last upload.
 func (in *Intake) decide(n *farm.Node, slot, environment, code string, f recentFacts) string {
 	reqp, catp, _ := n.Slot(slot)
 	r := *reqp
@@ -254,6 +349,8 @@ func (in *Intake) decide(n *farm.Node, slot, environment, code string, f recentF
 		return farm.ReasonNewNode
 	case r.Environment != environment || r.CodeID != code:
 		return farm.ReasonCodeChanged
+	case nodeInfoUsed(*catp, r) != f.nodeInfo:
+		return farm.ReasonNodeChanged
 	case f.values == nil:
 		if r.FactsDigest == f.facts || n.FactsDigest == f.facts {
 			return ""
@@ -341,7 +438,7 @@ func (in *Intake) enqueue(ctx context.Context, n farm.Node, slot string) error {
 	r := *reqp
 	job := farm.Job{
 		Certname: n.Certname, Environment: r.Environment, Reason: r.Reason,
-		FactsDigest: r.FactsDigest, CodeID: r.CodeID, Seq: r.Seq, Lane: r.Lane, EnqueuedAt: r.At,
+		FactsDigest: r.FactsDigest, NodeInfo: r.NodeInfo, CodeID: r.CodeID, Seq: r.Seq, Lane: r.Lane, EnqueuedAt: r.At,
 		Slot: slot,
 	}
 	if err := in.Queue.Enqueue(ctx, job); err != nil {
@@ -421,7 +518,7 @@ func (in *Intake) replan(ctx context.Context, environment string, lane farm.Lane
 			if n.Environment != environment {
 				return nil
 			}
-			jobs, promoted = in.plan(n, env, recentFacts{facts: n.FactsDigest, relevant: n.RelevantDigest}, lane, false)
+			jobs, promoted = in.plan(n, env, storedInputs(n), lane, false)
 			return nil
 		})
 		if err != nil {

@@ -55,6 +55,13 @@ type Pool struct {
 	// Collectors, when set, is told when a node's exported resources
 	// change, to recompile the nodes that collect them.
 	Collectors Collectors
+	// Classifier, when set, classifies the node again for each compile, as
+	// Puppet Server runs its classifier for each catalog: the compile uses
+	// its answer (in the job's environment) and records it on the catalog,
+	// so a code deploy compiles with current classes. A failure is retried
+	// like an engine failure. Without it, a compile uses the classification
+	// the intake stored at the node's check-in.
+	Classifier Classifier
 
 	exportLists recordCache[[]ExportedResource]
 }
@@ -186,6 +193,10 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	if err != nil {
 		return err
 	}
+	info, infoDigest, err := p.nodeInfo(ctx, d, log)
+	if err != nil {
+		return err
+	}
 	envPath, err := p.Code.EnvironmentPath(ctx, d.CodeID)
 	if err != nil {
 		return fmt.Errorf("check out code %s: %w", d.CodeID, err)
@@ -193,7 +204,7 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	start := p.now()
 	res, err := p.compileWithExports(ctx, &node, Request{
 		Certname: d.Certname, Environment: d.Environment, CodeID: d.CodeID,
-		EnvironmentPath: envPath, Facts: fd.Values,
+		EnvironmentPath: envPath, Facts: fd.Values, Node: info,
 	})
 	dur := p.now().Sub(start)
 	if err != nil {
@@ -264,7 +275,7 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 			// The same catalog: it answers this request too, and keeps its
 			// bytes (and code_id, whose snapshot stays in the store).
 			c := *cur
-			c.Seq, c.FactsDigest, c.ReadsDigest = d.Seq, d.FactsDigest, readsDigest
+			c.Seq, c.FactsDigest, c.ReadsDigest, c.NodeInfo = d.Seq, d.FactsDigest, readsDigest, infoDigest
 			*catp = &c
 			status.Result = farm.ResultUnchanged
 			*stp = status
@@ -275,6 +286,7 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 		}
 		c := ref
 		c.CodeID, c.FactsDigest, c.Seq, c.ContentDigest, c.ReadsDigest = d.CodeID, d.FactsDigest, d.Seq, content, readsDigest
+		c.NodeInfo = infoDigest
 		c.UUID = catalog.UUIDOf(content)
 		c.CompiledAt, c.Duration = at, dur
 		if d.Slot == farm.SlotCandidate {
@@ -309,6 +321,37 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	p.Metrics.ObserveCompile(metrics.CompileOK, dur)
 	log.Info("catalog compiled", "duration", dur.Round(time.Millisecond), "bytes", len(sealed), "reason", d.Reason)
 	return nil
+}
+
+// nodeInfo returns the node information a job compiles with and its
+// digest: the job's, classified again when the pool has a Classifier (the
+// new answer stored when it differs).
+func (p *Pool) nodeInfo(ctx context.Context, d farm.Delivery, log *slog.Logger) (NodeInfo, farm.Digest, error) {
+	info, err := loadNodeInfo(ctx, p.Content, d.Certname, d.NodeInfo)
+	if err != nil || p.Classifier == nil {
+		return info, d.NodeInfo, err
+	}
+	c, err := p.Classifier.Classify(ctx, d.Certname)
+	if err != nil {
+		// The classifier may be back on the next delivery: retried, then
+		// recorded on the node like an engine failure.
+		return NodeInfo{}, "", fmt.Errorf("Failed when searching for node %s: %w: %w", d.Certname, err, farm.ErrTransient)
+	}
+	if c.Environment != "" && c.Environment != d.Environment {
+		log.Warn("the classifier puts the node in another environment; compiling this job in its own, the next check-in moves the node",
+			"environment", d.Environment, "classifier_environment", c.Environment)
+	}
+	info = info.classified(c)
+	doc, digest, err := info.encode()
+	if err != nil {
+		return NodeInfo{}, "", fmt.Errorf("node %s: %w", d.Certname, err)
+	}
+	if digest != d.NodeInfo {
+		if _, err := p.Content.Put(ctx, farm.SpaceNodeInfo, doc); err != nil {
+			return NodeInfo{}, "", fmt.Errorf("store node information of %s: %w", d.Certname, err)
+		}
+	}
+	return info, digest, nil
 }
 
 // superseded reports whether a compile with sequence seq for a slot can no

@@ -17,6 +17,7 @@ const (
 	SpaceFacts    Space = "facts"    // fact documents
 	SpaceReports  Space = "reports"  // agent reports
 	SpaceCode     Space = "code"     // code manifests
+	SpaceNodeInfo Space = "nodeinfo" // nodes' trusted data and classifications
 )
 
 var spaceRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)

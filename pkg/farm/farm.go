@@ -86,19 +86,27 @@ const (
 	ReasonPrecompile   = "precompile"      // a held-back release's code, compiled ahead
 	ReasonReleased     = "released"        // a release reached the node
 	ReasonExports      = "exports-changed" // a resource it collects changed
+	// ReasonNodeChanged: what the farm knows of the node besides facts and
+	// code changed: its classification (the external node classifier's
+	// answer) or its certificate's trusted extensions.
+	ReasonNodeChanged = "node-changed"
 )
 
 // Job asks for one node's catalog to be compiled. Its fields mirror Puppet
 // Server's /puppet/v4/catalog request: who, where, with which facts and code.
 type Job struct {
-	Certname    string    `json:"certname"`
-	Environment string    `json:"environment"`
-	Reason      string    `json:"reason"`
-	FactsDigest Digest    `json:"facts_digest"`
-	CodeID      string    `json:"code_id"`
-	Seq         uint64    `json:"seq"` // the node's request sequence; newer compiles win
-	Lane        Lane      `json:"lane"`
-	EnqueuedAt  time.Time `json:"enqueued_at"`
+	Certname    string `json:"certname"`
+	Environment string `json:"environment"`
+	Reason      string `json:"reason"`
+	FactsDigest Digest `json:"facts_digest"`
+	// NodeInfo is the digest of the node's trusted data and classification
+	// (compiler.NodeInfo JSON in SpaceNodeInfo); empty for a job queued
+	// before the farm kept them.
+	NodeInfo   Digest    `json:"node_info,omitempty"`
+	CodeID     string    `json:"code_id"`
+	Seq        uint64    `json:"seq"` // the node's request sequence; newer compiles win
+	Lane       Lane      `json:"lane"`
+	EnqueuedAt time.Time `json:"enqueued_at"`
 	// Slot is "" for the catalog the node is served, SlotCandidate for a
 	// precompile of code a staged release still holds back from it.
 	Slot string `json:"slot,omitempty"`
@@ -134,7 +142,11 @@ type CatalogRef struct {
 	GzipDigest  Digest `json:"gzip_digest"` // the same JSON gzipped, served as is
 	CodeID      string `json:"code_id"`
 	FactsDigest Digest `json:"facts_digest"` // facts the catalog was compiled from
-	Seq         uint64 `json:"seq"`          // request sequence of the latest compile it answers
+	// NodeInfo is the node information the catalog was compiled with (see
+	// Job.NodeInfo); a classifier run at compile time may have given a
+	// newer answer than the request carried.
+	NodeInfo Digest `json:"node_info,omitempty"`
+	Seq      uint64 `json:"seq"` // request sequence of the latest compile it answers
 	// ContentDigest identifies what the catalog makes an agent do: equal
 	// for two compiles that differ only in code_id, version or catalog_uuid.
 	ContentDigest Digest `json:"content_digest,omitempty"`
@@ -183,6 +195,12 @@ type Node struct {
 	FactsDigest    Digest    `json:"facts_digest"`
 	RelevantDigest Digest    `json:"relevant_digest"`
 	FactsAt        time.Time `json:"facts_at"`
+	// NodeInfo is the digest of the node's trusted data and classification
+	// at its latest check-in (see Job.NodeInfo).
+	NodeInfo Digest `json:"node_info,omitempty"`
+	// ClassifierFailure is the node's latest failed classification, until
+	// one succeeds again: the check-in it failed changed nothing else.
+	ClassifierFailure *ClassifierFailure `json:"classifier_failure,omitempty"`
 	// RequestSeq grows by one for every compile the farm queues for the node.
 	RequestSeq uint64 `json:"request_seq"`
 	// Requested is the latest compile queued for the node: the inputs the
@@ -210,6 +228,13 @@ type Node struct {
 	CandidateRequested *CompileRequest `json:"candidate_requested,omitempty"`
 	Candidate          *CatalogRef     `json:"candidate,omitempty"`
 	CandidateCompile   *CompileStatus  `json:"candidate_compile,omitempty"`
+}
+
+// ClassifierFailure records that the external node classifier failed for a
+// node at check-in.
+type ClassifierFailure struct {
+	Error string    `json:"error"`
+	At    time.Time `json:"at"`
 }
 
 // HistoryLen bounds Node.History.
@@ -243,6 +268,7 @@ type CompileRequest struct {
 	CodeID         string    `json:"code_id"`
 	FactsDigest    Digest    `json:"facts_digest"`
 	RelevantDigest Digest    `json:"relevant_digest"`
+	NodeInfo       Digest    `json:"node_info,omitempty"`
 	Reason         string    `json:"reason"`
 	Lane           Lane      `json:"lane"`
 	At             time.Time `json:"at"`

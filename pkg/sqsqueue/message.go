@@ -23,17 +23,19 @@ const MessageVersion = 1
 // and the environment snapshot's code_id.
 //
 //	{"v":1,"certname":"web01.example.com","environment":"production",
-//	 "reason":"facts-changed","facts_digest":"<sha256>","code_id":"<id>",
+//	 "reason":"facts-changed","facts_digest":"<sha256>","node_info":"<sha256>","code_id":"<id>",
 //	 "seq":3,"lane":"urgent","slot":"candidate","enqueued_at":"2024-05-17T09:30:12.123456789Z"}
 //
-// slot is omitted for the node's served catalog; enqueued_at is RFC 3339
-// with nanoseconds, UTC.
+// slot is omitted for the node's served catalog, node_info for a job
+// without node information (trusted data and classification, by digest);
+// enqueued_at is RFC 3339 with nanoseconds, UTC.
 type message struct {
 	V           int         `json:"v"`
 	Certname    string      `json:"certname"`
 	Environment string      `json:"environment"`
 	Reason      string      `json:"reason"`
 	FactsDigest farm.Digest `json:"facts_digest"`
+	NodeInfo    farm.Digest `json:"node_info,omitempty"`
 	CodeID      string      `json:"code_id"`
 	Seq         uint64      `json:"seq"`
 	Lane        farm.Lane   `json:"lane"`
@@ -61,6 +63,7 @@ func encodeJob(j farm.Job) (string, map[string]types.MessageAttributeValue, erro
 		Environment: j.Environment,
 		Reason:      j.Reason,
 		FactsDigest: j.FactsDigest,
+		NodeInfo:    j.NodeInfo,
 		CodeID:      j.CodeID,
 		Seq:         j.Seq,
 		Lane:        j.Lane,
@@ -104,6 +107,7 @@ func decodeJob(body string) (farm.Job, error) {
 		Environment: m.Environment,
 		Reason:      m.Reason,
 		FactsDigest: m.FactsDigest,
+		NodeInfo:    m.NodeInfo,
 		CodeID:      m.CodeID,
 		Seq:         m.Seq,
 		Lane:        m.Lane,

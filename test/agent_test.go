@@ -17,6 +17,9 @@ import (
 // another node's catalog, a readable error for a manifest that fails, and
 // CRL refreshes (304 while unchanged, the new CRL after a revocation).
 func TestRealAgent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
+	}
 	envs := copyExampleEnvs(t)
 	f := startFarm(t, t.TempDir(), envs)
 	a := newAgent(t, "agent1.example.test")

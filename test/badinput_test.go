@@ -31,6 +31,9 @@ func csrPEM(t *testing.T, cn string) []byte {
 // TestBadInput sends malformed requests: each gets a clear 4xx with a
 // message, and none leaves anything behind (no node record, no certificate).
 func TestBadInput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
+	}
 	f := startFarm(t, t.TempDir(), copyExampleEnvs(t))
 	n := enrol(t, f, "bad1.example.test")
 	base := "https://" + f.Addr
@@ -124,6 +127,9 @@ func trunc(s string) string {
 // TestRestartKeepsQueuedJobs kills broker dev with compiles still queued and
 // checks that a restart on the same --data compiles them all.
 func TestRestartKeepsQueuedJobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
+	}
 	data, envs := t.TempDir(), copyExampleEnvs(t)
 	f := startFarm(t, data, envs, "--workers", "1")
 	nodes := enrolFleet(t, f, "restart%02d.example.test", 60)

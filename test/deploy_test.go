@@ -57,6 +57,9 @@ func (f *farmProc) deployStatus(t *testing.T) deployStatus {
 // goes on the urgent lane and is served while the wave still has work
 // queued. The CLI shows progress until the wave is done.
 func TestCodeDeployWave(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
+	}
 	envs := copyExampleEnvs(t)
 	f := startFarm(t, t.TempDir(), envs)
 	const count = 200

@@ -13,6 +13,9 @@ import (
 // its export reads recompiles B exactly once, and B's next run applies the
 // new entry.
 func TestExportedResources(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
+	}
 	f := startFarm(t, t.TempDir(), copyExampleEnvs(t))
 	a, b := newAgent(t, "exporter.example.test"), newAgent(t, "collector.example.test")
 	a.setFact(t, "cf_export_ip", "192.0.2.10")

@@ -14,6 +14,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -35,6 +36,10 @@ import (
 var binDir, brokerBin string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run()) // no build, no facts script: every test here skips
+	}
 	for _, tool := range []string{"puppet", "ruby", "openssl"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: %s is required and missing: run scripts/install-deps.sh (as root) first\n", tool)
@@ -137,6 +142,9 @@ func startFarm(t *testing.T, data, envs string, extra ...string) *farmProc {
 // "is up" log line, which names the front door and metrics addresses.
 func startBroker(t *testing.T, env []string, args ...string) *farmProc {
 	t.Helper()
+	if testing.Short() { // also for a test that forgot its own guard
+		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
+	}
 	logf, err := os.CreateTemp(t.TempDir(), "broker-*.log")
 	if err != nil {
 		t.Fatal(err)

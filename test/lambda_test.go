@@ -25,6 +25,9 @@ import (
 // nothing, and a node whose code cannot compile ends on the dead-letter
 // queue with its error shown and its last catalog kept.
 func TestCompileLambda(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	a := startAWS(t, ctx)

@@ -25,6 +25,9 @@ import (
 // node record shows the compile error, and the agent's next run is served
 // its last catalog (the old code) and applies it without a failure.
 func TestPoisonJobAgentKeepsCatalog(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	a := startAWS(t, ctx)

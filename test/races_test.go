@@ -57,6 +57,9 @@ func (plainCode) Publish(ctx context.Context, codeID string, text []byte) ([]byt
 // catalog of the newest request and no failed delivery. Randomised, with
 // the seed logged.
 func TestRedeliveryAndRaces(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	a := startAWS(t, ctx)

@@ -15,6 +15,9 @@ import (
 // node inside the 10% applies the new catalog while one outside keeps the
 // old one; then releases it to all.
 func TestStagedRelease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
+	}
 	envs := copyExampleEnvs(t)
 	f := startFarm(t, t.TempDir(), envs)
 

@@ -21,6 +21,9 @@ import (
 // gets its own certificate from there, and an agent enrolled through it
 // holds a certificate of the fleet CA and gets its catalog.
 func TestServeAWS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	a := startAWS(t, ctx)

@@ -12,6 +12,9 @@ import (
 // an external fact nobody reads) cause none; a fact read only by an ERB
 // template causes exactly one, and so does a fact the manifests read.
 func TestUsedFacts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
+	}
 	f := startFarm(t, t.TempDir(), copyExampleEnvs(t))
 	a := newAgent(t, "facts1.example.test")
 	if code, out := a.run(t, f); code != 2 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,6 +20,10 @@ import (
 var echoBin string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run()) // no build: the tests that need it skip
+	}
 	dir, err := os.MkdirTemp("", "lambdaruntime-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -47,6 +52,9 @@ func startEcho(t *testing.T) *Runtime {
 }
 
 func TestRealFunction(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a function built with go build; skipped with -short")
+	}
 	rt := startEcho(t)
 	event := func(bodies ...string) []byte {
 		var ev events.SQSEvent

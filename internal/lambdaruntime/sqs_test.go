@@ -18,6 +18,9 @@ import (
 // visibility timeout and land on the dead-letter queue after
 // maxReceiveCount receives.
 func TestPollerLikeEventSourceMapping(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the SQS emulator; skipped with -short")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	emu, err := emulator.StartSQS(ctx)

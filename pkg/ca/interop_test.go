@@ -45,6 +45,9 @@ func (a agent) tls() *tls.Certificate {
 }
 
 func TestOpenSSLVerify(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the openssl binary; skipped with -short")
+	}
 	openssl := requireOpenSSL(t)
 	c := openCA(t, Options{})
 	signAgent(t, c, "good.example.test")
@@ -206,6 +209,9 @@ func runRuby(t *testing.T, ruby, home string, args ...string) (string, error) {
 // door's ECDSA P-256 certificate with the CA and CRL chain, then refuses it
 // once revoked, and refuses to use its own certificate once revoked.
 func TestPuppetAgentTrustsFarm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	ruby := requireRuby(t)
 	work := t.TempDir()
 	const name = "agent-ruby.example.test"

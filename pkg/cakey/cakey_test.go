@@ -3,6 +3,7 @@ package cakey
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -27,6 +28,10 @@ var endpoint string
 // TestMain runs one Secrets Manager emulator (moto) on a loopback port.
 // Without it the tests fail, naming the script that checks for it.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run()) // no emulator: the tests that need it skip
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	p, err := emulator.StartSecretsManager(ctx)
 	cancel()
@@ -53,6 +58,9 @@ var seq atomic.Int64
 func secretName() string { return fmt.Sprintf("compilefarm/test/ca-key-%d", seq.Add(1)) }
 
 func TestSecretKeySource(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the Secrets Manager emulator; skipped with -short")
+	}
 	ctx := t.Context()
 	s := NewSecret(client(), secretName())
 	if _, err := s.LoadKey(ctx); !errors.Is(err, farm.ErrNotFound) {
@@ -75,6 +83,9 @@ func TestSecretKeySource(t *testing.T) {
 // A secret the infra stack made without a value gets the key as its first
 // value.
 func TestSecretWithoutValue(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the Secrets Manager emulator; skipped with -short")
+	}
 	ctx := t.Context()
 	name := secretName()
 	if _, err := client().CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name)}); err != nil {
@@ -95,6 +106,9 @@ func TestSecretWithoutValue(t *testing.T) {
 // Two processes creating the CA at once with the key in one secret end
 // with one CA, and its key is in the secret, not in the directory.
 func TestCAWithSecretKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the Secrets Manager emulator; skipped with -short")
+	}
 	dir := filepath.Join(t.TempDir(), "ca")
 	name := secretName()
 	open := func() (*ca.CA, error) {

@@ -18,6 +18,9 @@ import (
 // submits in parallel (GOMAXPROCS goroutines) through two CAs on one
 // table, as two front doors do. Making the requests is not timed.
 func BenchmarkSignDynamoDB(b *testing.B) {
+	if testing.Short() {
+		b.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	table := newCATable(b)
 	key := filepath.Join(b.TempDir(), "ca_key.pem")
 	open := func() *ca.CA {

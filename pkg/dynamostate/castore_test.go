@@ -27,6 +27,9 @@ var discardLogger = slog.New(slog.DiscardHandler)
 // when the test ends.
 func newCATable(t testing.TB) string {
 	t.Helper()
+	if testing.Short() { // also for a test that forgot its own guard
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	table := fmt.Sprintf("t%04d-ca", tableSeq.Add(1))
 	client := newClient(endpoint)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -45,6 +48,9 @@ func newCATable(t testing.TB) string {
 }
 
 func TestCAStoreContract(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	farmtest.TestCAStore(t, func(t *testing.T) farm.CAStore { return NewCAStore(newClient(endpoint), newCATable(t)) })
 }
 
@@ -65,12 +71,18 @@ func openCA(t *testing.T, table, keyFile string, opts ca.Options) *ca.CA {
 }
 
 func TestCAContractOnDynamoDB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	farmtest.TestCA(t, func(t *testing.T) farm.CA {
 		return openCA(t, newCATable(t), filepath.Join(t.TempDir(), "ca_key.pem"), ca.Options{})
 	})
 }
 
 func TestCASharedOnDynamoDB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	farmtest.TestSharedCA(t, func(t *testing.T) (farm.CA, farm.CA) {
 		table, key := newCATable(t), filepath.Join(t.TempDir(), "ca_key.pem")
 		return openCA(t, table, key, ca.Options{Autosign: true}), openCA(t, table, key, ca.Options{Autosign: true})
@@ -78,6 +90,9 @@ func TestCASharedOnDynamoDB(t *testing.T) {
 }
 
 func TestCANewNeedsACA(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	_, err := ca.New(t.Context(), NewCAStore(newClient(endpoint), newCATable(t)), ca.KeyFile(filepath.Join(t.TempDir(), "k.pem")),
 		ca.Options{ServerDir: t.TempDir()})
 	if err == nil || !errors.Is(err, farm.ErrNotFound) {
@@ -89,6 +104,9 @@ func TestCANewNeedsACA(t *testing.T) {
 // and the parts only for a generation the store has not read or written
 // itself, so the front door that wrote a CRL never reads it back.
 func TestCRLReadsPartsOnlyWhenChanged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	var gets atomic.Int32
 	countGets := func(o *dynamodb.Options) {
 		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
@@ -135,6 +153,9 @@ func TestCRLReadsPartsOnlyWhenChanged(t *testing.T) {
 // with one read: the CA table, which holds every certificate ever issued,
 // is never scanned to sign.
 func TestSigningDoesNotScan(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	var scans atomic.Int32
 	countScans := func(o *dynamodb.Options) {
 		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {

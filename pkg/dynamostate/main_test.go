@@ -2,6 +2,7 @@ package dynamostate
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -22,6 +23,10 @@ var endpoint string
 // tests. Each test gets its own tables (newStore). Without the emulator the
 // tests fail, naming the script that installs it.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run()) // no emulator: the tests that need it skip
+	}
 	os.Exit(run(m))
 }
 
@@ -54,6 +59,9 @@ var tableSeq atomic.Int64
 // the test ends.
 func newStore(t *testing.T, adjust ...func(*Options)) *Store {
 	t.Helper()
+	if testing.Short() { // also for a test that forgot its own guard
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	n := tableSeq.Add(1)
 	opts := Options{
 		NodesTable:        fmt.Sprintf("t%04d-nodes", n),

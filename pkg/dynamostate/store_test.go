@@ -25,10 +25,16 @@ import (
 )
 
 func TestNodeStoreContract(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	farmtest.TestNodeStore(t, func(t *testing.T) farm.NodeStore { return newStore(t) })
 }
 
 func TestEnvironmentStoreContract(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	farmtest.TestEnvironmentStore(t, func(t *testing.T) farm.EnvironmentStore { return newStore(t) })
 }
 
@@ -68,6 +74,9 @@ func attrN(t *testing.T, item map[string]types.AttributeValue, name string) stri
 // TestItemLayout pins the items' attributes: what the infra stack's tables
 // and operators' tools rely on.
 func TestItemLayout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	s := newStore(t)
 	ctx := testCtx(t)
 	const c = "layout.example.com"
@@ -129,6 +138,9 @@ func keys(m map[string]types.AttributeValue) []string {
 // TestStaleWriterLoses: of two writers that read the same version, the
 // second's conditional write loses, for new and existing items.
 func TestStaleWriterLoses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	s := newStore(t)
 	ctx := testCtx(t)
 	const c = "dup.example.com"
@@ -154,6 +166,9 @@ func TestStaleWriterLoses(t *testing.T) {
 // read and its write makes UpdateNode read again and call fn again, so
 // neither change is lost.
 func TestInterferingWriterRetries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	s := newStore(t)
 	ctx := testCtx(t)
 	const c = "race.example.com"
@@ -184,6 +199,9 @@ func TestInterferingWriterRetries(t *testing.T) {
 // TestConflictWhenAttemptsRunOut: when every attempt loses, UpdateNode
 // gives up with ErrConflict and its own change is not written.
 func TestConflictWhenAttemptsRunOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	s := newStore(t, func(o *Options) { o.MaxAttempts = 3 })
 	ctx := testCtx(t)
 	const c = "contended.example.com"
@@ -213,6 +231,9 @@ func TestConflictWhenAttemptsRunOut(t *testing.T) {
 
 // TestListPaginates: ListNodes and ListEnvironments follow Scan pages.
 func TestListPaginates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	s := newStore(t, func(o *Options) { o.ScanPageSize = 2 })
 	ctx := testCtx(t)
 	for i := range 7 {
@@ -241,6 +262,9 @@ func TestListPaginates(t *testing.T) {
 // TestMissingTable: a store on tables that do not exist says so, naming
 // the table, and does not claim the record is missing.
 func TestMissingTable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	s := New(newClient(endpoint), Options{NodesTable: "no-such-nodes", EnvironmentsTable: "no-such-environments"})
 	ctx := testCtx(t)
 	check := func(what string, err error, table string) {
@@ -267,6 +291,9 @@ func TestMissingTable(t *testing.T) {
 
 // TestUnreadableRecord: an item the driver cannot decode is ErrInvalid.
 func TestUnreadableRecord(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	s := newStore(t)
 	ctx := testCtx(t)
 	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
@@ -344,6 +371,9 @@ func TestServerErrorsAreTransient(t *testing.T) {
 // TestConcurrentUpdatesOnTwoNodes: many goroutines on a few nodes, every
 // increment counted (the contract suite covers one node).
 func TestConcurrentUpdatesOnTwoNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	s := newStore(t)
 	ctx := testCtx(t)
 	var wg sync.WaitGroup
@@ -375,6 +405,9 @@ func TestConcurrentUpdatesOnTwoNodes(t *testing.T) {
 // TestCancelledContext: a cancelled context is reported as such, not as a
 // kind of storage failure, and fn is not called.
 func TestCancelledContext(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
 	s := newStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -39,6 +40,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run()) // no emulator: the tests that need it skip
+	}
 	os.Exit(runMain(m))
 }
 
@@ -69,6 +74,9 @@ func runMain(m *testing.M) int {
 
 // newClient returns an S3 client for the emulator; optFns adjust it.
 func newClient(optFns ...func(*s3.Options)) *s3.Client {
+	if emu == nil { // -short: TestMain started no emulator
+		panic("this test needs the S3 emulator: begin it with if testing.Short() { t.Skip(\"needs the S3 emulator; skipped with -short\") }")
+	}
 	opts := s3.Options{
 		Region:       "us-east-1",
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
@@ -81,6 +89,9 @@ func newClient(optFns ...func(*s3.Options)) *s3.Client {
 // newBucket creates a fresh bucket and returns its name.
 func newBucket(t *testing.T) string {
 	t.Helper()
+	if testing.Short() { // also for a test that forgot its own guard
+		t.Skip("needs the S3 emulator; skipped with -short")
+	}
 	name := fmt.Sprintf("farm-test-%04d", buckets.Add(1))
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -92,6 +103,9 @@ func newBucket(t *testing.T) string {
 
 func newStore(t *testing.T, opts Options) *Store {
 	t.Helper()
+	if testing.Short() { // also for a test that forgot its own guard
+		t.Skip("needs the S3 emulator; skipped with -short")
+	}
 	return New(newClient(), newBucket(t), opts)
 }
 
@@ -102,6 +116,9 @@ func ctx(t *testing.T) context.Context {
 }
 
 func TestContentStoreContract(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the S3 emulator; skipped with -short")
+	}
 	farmtest.TestContentStore(t, func(t *testing.T) farm.ContentStore {
 		return newStore(t, Options{})
 	})
@@ -109,6 +126,9 @@ func TestContentStoreContract(t *testing.T) {
 
 // The contract again with a key prefix, as when deployments share a bucket.
 func TestContentStoreContractWithPrefix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the S3 emulator; skipped with -short")
+	}
 	farmtest.TestContentStore(t, func(t *testing.T) farm.ContentStore {
 		return newStore(t, Options{Prefix: "deploy-a/"})
 	})
@@ -132,6 +152,9 @@ func listKeys(t *testing.T, bucket string) []string {
 }
 
 func TestKeyLayout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the S3 emulator; skipped with -short")
+	}
 	for _, prefix := range []string{"", "farm/prod/"} {
 		t.Run("prefix="+prefix, func(t *testing.T) {
 			s := newStore(t, Options{Prefix: prefix})
@@ -190,6 +213,9 @@ func (c *captureHeaders) add(stack *middleware.Stack) error {
 }
 
 func TestPutSendsChecksumAndIfNoneMatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the S3 emulator; skipped with -short")
+	}
 	var c captureHeaders
 	s := New(newClient(func(o *s3.Options) { o.APIOptions = append(o.APIOptions, c.add) }), newBucket(t), Options{})
 	data := []byte("checksummed bytes")
@@ -230,6 +256,9 @@ func wrongChecksum(stack *middleware.Stack) error {
 // do not match it: nothing is stored and the error is transient (the bytes
 // were damaged on the way; sending them again may work).
 func TestWrongChecksumIsRejected(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the S3 emulator; skipped with -short")
+	}
 	bucket := newBucket(t)
 	bad := New(newClient(func(o *s3.Options) {
 		o.APIOptions = append(o.APIOptions, wrongChecksum)
@@ -255,6 +284,9 @@ func TestWrongChecksumIsRejected(t *testing.T) {
 // accident of the emulator overwriting): a second conditional write of a key
 // gets 412 and leaves the first object.
 func TestEmulatorHonoursIfNoneMatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the S3 emulator; skipped with -short")
+	}
 	bucket := newBucket(t)
 	c := newClient()
 	put := func(body string) error {
@@ -285,6 +317,9 @@ func TestEmulatorHonoursIfNoneMatch(t *testing.T) {
 
 // Concurrent Puts of the same bytes all succeed and leave exactly one object.
 func TestConcurrentPutsLeaveOneObject(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the S3 emulator; skipped with -short")
+	}
 	var c captureHeaders
 	s := New(newClient(func(o *s3.Options) { o.APIOptions = append(o.APIOptions, c.add) }), newBucket(t), Options{})
 	data := bytes.Repeat([]byte("concurrent "), 10000)
@@ -336,6 +371,9 @@ func TestConcurrentPutsLeaveOneObject(t *testing.T) {
 }
 
 func TestCorruptObjectIsDetected(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the S3 emulator; skipped with -short")
+	}
 	corruptions := []struct {
 		name    string
 		corrupt func(t *testing.T, s *Store, key string)
@@ -393,6 +431,9 @@ func TestCorruptObjectIsDetected(t *testing.T) {
 
 // A store whose endpoint does not answer reports transient errors.
 func TestUnreachableIsTransient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the S3 emulator; skipped with -short")
+	}
 	port, err := emulator.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -418,6 +459,9 @@ func wantTransient(t *testing.T, what string, err error) {
 }
 
 func TestMissingBucketIsNotNotFound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the S3 emulator; skipped with -short")
+	}
 	s := New(newClient(), "no-such-bucket-here", Options{})
 	_, err := s.Get(ctx(t), farm.SpaceContent, farm.DigestOf([]byte("x")))
 	if err == nil || errors.Is(err, farm.ErrNotFound) || errors.Is(err, farm.ErrTransient) {
@@ -430,6 +474,9 @@ func TestMissingBucketIsNotNotFound(t *testing.T) {
 }
 
 func TestCanceledContext(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the S3 emulator; skipped with -short")
+	}
 	s := newStore(t, Options{})
 	c, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -444,6 +491,9 @@ func TestCanceledContext(t *testing.T) {
 }
 
 func TestPutInvalidSpace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the S3 emulator; skipped with -short")
+	}
 	s := newStore(t, Options{})
 	for _, sp := range []farm.Space{"", "Catalogs", "../x", "a/b"} {
 		if _, err := s.Put(ctx(t), sp, []byte("x")); !errors.Is(err, farm.ErrInvalid) {
@@ -455,6 +505,9 @@ func TestPutInvalidSpace(t *testing.T) {
 // NewFromConfig takes the standard AWS configuration, as a main loads it
 // from the environment, and addresses an endpoint override path-style.
 func TestNewFromConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the S3 emulator; skipped with -short")
+	}
 	dir := t.TempDir()
 	// "localhost" rather than 127.0.0.1: the SDK would pick virtual-host
 	// addressing (bucket.localhost) for a name, so this checks path style.

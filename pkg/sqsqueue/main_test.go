@@ -3,6 +3,7 @@ package sqsqueue_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -27,6 +28,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run()) // no emulator: the tests that need it skip
+	}
 	fauxqs, startErr = startFauxqs()
 	code := m.Run()
 	if fauxqs != nil {
@@ -44,6 +49,9 @@ func startFauxqs() (*emulator.Process, error) {
 // needSQS fails the test when the emulator is not running.
 func needSQS(t *testing.T) {
 	t.Helper()
+	if testing.Short() { // also for a test that forgot its own guard
+		t.Skip("needs the SQS emulator; skipped with -short")
+	}
 	if startErr != nil {
 		t.Fatalf("no SQS emulator: %v", startErr)
 	}

@@ -96,6 +96,9 @@ func wantStats(t *testing.T, q *sqsqueue.Queue, what string, ud, ui, bd, bi int)
 // A delivery neither acked nor retried comes back after the visibility
 // timeout, as the next attempt, with a new receipt handle.
 func TestRedeliveryAfterVisibilityTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the SQS emulator; skipped with -short")
+	}
 	q, _ := newQueue(t, 10, time.Second)
 	j := job("lost.example.com", 1, farm.LaneBulk)
 	mustDo(t, "enqueue", q.Enqueue(ctxT(t, 10*time.Second), j))
@@ -117,6 +120,9 @@ func TestRedeliveryAfterVisibilityTimeout(t *testing.T) {
 // A job received maxReceiveCount times is moved to its lane's dead-letter
 // queue by SQS and is not handed out again.
 func TestDeadLetterAfterMaxReceiveCount(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the SQS emulator; skipped with -short")
+	}
 	const maxReceives = 3
 	for _, lane := range []farm.Lane{farm.LaneUrgent, farm.LaneBulk} {
 		t.Run(string(lane), func(t *testing.T) {
@@ -161,6 +167,9 @@ func queueName(url string) string { return url[strings.LastIndex(url, "/")+1:] }
 // are, and a receiver waiting on empty queues gets an urgent job at once
 // and a bulk job within the wait time.
 func TestUrgentBeforeBulk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the SQS emulator; skipped with -short")
+	}
 	q, _ := newQueue(t, 10, 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)
 	for i := range 10 {
@@ -212,6 +221,9 @@ func TestUrgentBeforeBulk(t *testing.T) {
 // The message body is the job as JSON with a version, and the message
 // carries attributes for operators.
 func TestMessageShape(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the SQS emulator; skipped with -short")
+	}
 	q, urls := newQueue(t, 10, 5*time.Second)
 	j := job("web01.example.com", 42, farm.LaneBulk)
 	j.Reason = farm.ReasonPrecompile
@@ -278,6 +290,9 @@ func TestMessageShape(t *testing.T) {
 // Retry hides the message for the delay: SQS counts it as in flight, and
 // hands it out again after the delay as the next attempt.
 func TestRetryHidesTheMessage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the SQS emulator; skipped with -short")
+	}
 	q, _ := newQueue(t, 10, 5*time.Second)
 	j := job("retry.example.com", 3, farm.LaneUrgent)
 	mustDo(t, "enqueue", q.Enqueue(ctxT(t, 10*time.Second), j))
@@ -300,6 +315,9 @@ func TestRetryHidesTheMessage(t *testing.T) {
 // The counts of the contract suite's Stats subtest, with SQS's semantics:
 // a retried message is in flight and OldestAge is 0.
 func TestStatsCounts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the SQS emulator; skipped with -short")
+	}
 	q, _ := newQueue(t, 10, 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)
 	wantStats(t, q, "empty", 0, 0, 0, 0)
@@ -331,6 +349,9 @@ func TestStatsCounts(t *testing.T) {
 // message it takes is handed to the next Receive as the same attempt, or,
 // when nobody asks for it, returned to the queue.
 func TestCancelledPollParksItsMessage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the SQS emulator; skipped with -short")
+	}
 	cancelDuringPoll := func(t *testing.T, q *sqsqueue.Queue) {
 		t.Helper()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -378,6 +399,9 @@ func TestCancelledPollParksItsMessage(t *testing.T) {
 // A message that is not a job is skipped (and ends in the dead-letter
 // queue); the jobs behind it are delivered.
 func TestForeignMessageIsSkipped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the SQS emulator; skipped with -short")
+	}
 	q, urls := newQueue(t, 1, time.Second)
 	ctx := ctxT(t, 30*time.Second)
 	for _, body := range []string{"not json", `{"v":99,"certname":"x.example.com","lane":"urgent"}`, `{"v":1,"certname":"Bad/Name","lane":"urgent"}`} {
@@ -398,6 +422,9 @@ func TestForeignMessageIsSkipped(t *testing.T) {
 
 // Errors come back as the farm's kinds, with no SDK type inside.
 func TestErrorKinds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the SQS emulator; skipped with -short")
+	}
 	q, urls := newQueue(t, 10, 5*time.Second)
 	ctx := ctxT(t, 30*time.Second)
 	noSDK := func(t *testing.T, err error) {
@@ -455,6 +482,9 @@ func TestErrorKinds(t *testing.T) {
 // EnsureQueues is idempotent and updates the redrive policy of queues
 // that exist.
 func TestEnsureQueues(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the SQS emulator; skipped with -short")
+	}
 	c := client(t)
 	ctx := ctxT(t, 30*time.Second)
 	prefix := fmt.Sprintf("ensure%d", queueCounter.Add(1))

@@ -25,6 +25,9 @@ func newSuiteQueue(t *testing.T) farm.Queue {
 // message hidden (in flight) until its delay passes, and no oldest-message
 // age (a CloudWatch metric, not a queue attribute).
 func TestQueueContract(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the SQS emulator; skipped with -short")
+	}
 	needSQS(t)
 	farmtest.TestQueue(t, newSuiteQueue, farmtest.QueueCaps{RetriedCountsAsInFlight: true, NoOldestAge: true})
 }

@@ -57,6 +57,9 @@ func testLogger() *slog.Logger {
 // sharedEngine is an engine with two workers, shared by the whole package.
 func sharedEngine(t testing.TB) *Engine {
 	t.Helper()
+	if testing.Short() { // also for a test that forgot its own guard
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	shared.once.Do(func() {
 		shared.dir, shared.err = os.MkdirTemp("", "puppet-engine-test-")
 		if shared.err != nil {
@@ -75,6 +78,9 @@ func sharedEngine(t testing.TB) *Engine {
 // newEngine starts an engine of its own, closed when t ends.
 func newEngine(t testing.TB, opts Options) *Engine {
 	t.Helper()
+	if testing.Short() { // also for a test that forgot its own guard
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	if opts.WorkDir == "" {
 		opts.WorkDir = t.TempDir()
 	}
@@ -221,6 +227,9 @@ func normalizeCatalog(b []byte, envDir string) []byte {
 // compiled, with the same agent's facts, and compares the catalogs byte for
 // byte (bar version, catalog_uuid, code_id and the environment's directory).
 func TestCompileGolden(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	e := sharedEngine(t)
 	envpath := snapshot(t, "../../../testdata/puppet-protocol/production", "production")
 	want, err := os.ReadFile("../../../testdata/puppet-protocol/catalog-agent1.body")
@@ -271,6 +280,9 @@ func TestCompileGolden(t *testing.T) {
 // TestCompileErrors checks that failures of the code come back as
 // *compiler.CompileError with Puppet Server's message and location.
 func TestCompileErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	e := sharedEngine(t)
 	behaviours := absPath(t, "testdata/envs/behaviours")
 	syntax := absPath(t, "testdata/envs/syntax")
@@ -366,6 +378,9 @@ func TestCompileErrors(t *testing.T) {
 // TestCompileFiltersVirtual checks that, as in Puppet Server, virtual and
 // exported resources are not in the catalog an agent receives.
 func TestCompileFiltersVirtual(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	e := sharedEngine(t)
 	c := compileOK(t, e, compiler.Request{
 		Certname: "exported.example.test", Environment: "production", CodeID: "errors",
@@ -383,6 +398,9 @@ func TestCompileFiltersVirtual(t *testing.T) {
 
 // TestCompileInvalidRequest checks requests that never reach a worker.
 func TestCompileInvalidRequest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	e := sharedEngine(t)
 	good := compiler.Request{Certname: "n1.example.test", Environment: "production", EnvironmentPath: "/tmp/x"}
 	tests := []struct {
@@ -410,6 +428,9 @@ func TestCompileInvalidRequest(t *testing.T) {
 // snapshot: two snapshots of one environment name, with different manifests,
 // Hiera data, Ruby functions and templates, compiled in turns.
 func TestCodeSnapshots(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	e := sharedEngine(t)
 	mk := func(v string) string {
 		envpath := t.TempDir()
@@ -446,6 +467,9 @@ func TestCodeSnapshots(t *testing.T) {
 
 // TestCompileConcurrent runs more compiles than workers at once.
 func TestCompileConcurrent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	e := sharedEngine(t)
 	envpath := snapshot(t, "../../../testdata/puppet-protocol/production", "production")
 	facts := agentFacts(t)

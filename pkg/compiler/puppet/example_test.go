@@ -19,6 +19,9 @@ const exampleEnv = "../../../examples/environments/production"
 // checks the resources each role gets, where they live, and that the
 // cf_role fact changes the catalog.
 func TestExampleEnvironment(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	e := sharedEngine(t)
 	envpath := snapshot(t, exampleEnv, "production")
 	base := agentFacts(t)
@@ -155,6 +158,9 @@ func TestExampleEnvironment(t *testing.T) {
 // `puppet apply` into a temporary cf_root: the second run must change
 // nothing, as a second agent run must report no changes.
 func TestExampleEnvironmentApply(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	puppet, err := exec.LookPath("puppet")
 	if err != nil {
 		t.Fatalf("puppet not found: %v (%s)", err, installHint)

@@ -187,6 +187,9 @@ var collectCases = []collectCase{
 // TestExportedCollectors compiles exported collectors against the other
 // nodes' exports, as the farm hands them to a compile in place of PuppetDB.
 func TestExportedCollectors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	e := sharedEngine(t)
 	envpath := t.TempDir()
 	var site strings.Builder
@@ -299,6 +302,9 @@ func checkExports(t *testing.T, got []compiler.ExportedResource, certname, file 
 // TestExportedRequestInvalid checks that a malformed exported list is the
 // request's fault.
 func TestExportedRequestInvalid(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	e := sharedEngine(t)
 	_, err := e.Compile(t.Context(), compiler.Request{
 		Certname: "n1.example.test", Environment: "production", CodeID: "exports",
@@ -316,6 +322,9 @@ func TestExportedRequestInvalid(t *testing.T) {
 // land in the node's hosts file under cf_root, and the second run changes
 // nothing.
 func TestExampleExports(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	e := sharedEngine(t)
 	envpath := snapshot(t, exampleEnv, "production")
 	base := agentFacts(t)

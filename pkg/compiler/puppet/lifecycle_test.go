@@ -16,6 +16,9 @@ import (
 // TestWorkerLifecycle drives one single-worker engine through caching, a
 // crash, a hang, a cancelled compile and Close, in that order.
 func TestWorkerLifecycle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	e := newEngine(t, Options{Workers: 1, Timeout: 5 * time.Second})
 	w := e.workers[0]
 	behaviours := absPath(t, "testdata/envs/behaviours")

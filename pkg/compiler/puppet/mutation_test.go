@@ -334,6 +334,9 @@ var mutationFull = flag.Bool("mutation.full", false, "mutation test: give every 
 // TestMutation is the proof that the recorded reads are complete, on real
 // modules and a real agent's facts, and that the proof has teeth.
 func TestMutation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	start := time.Now()
 	values := agentFacts(t)
 	r := &mutationRun{t: t, e: newEngine(t, Options{Workers: 2}), envpath: mutationEnv(t), compiles: new(atomic.Int64)}

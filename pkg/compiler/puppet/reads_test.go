@@ -259,6 +259,9 @@ func caseCert(name string) string {
 // hook responsible is compiled once more with that hook off, and must then
 // record something else.
 func TestRecordReads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	e := newEngine(t, Options{Workers: 2})
 	envpath := readCasesEnv(t)
 	values := decodeFacts(t, readFacts)
@@ -345,6 +348,9 @@ func TestRecordReads(t *testing.T) {
 // hash keys come sorted. Compile recomputes the values with facts.Observe;
 // this checks that the worker already agrees.
 func TestWorkerReadValues(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	dir := t.TempDir()
 	script := filepath.Join(dir, "worker.rb")
 	if err := os.WriteFile(script, workerScript, 0o644); err != nil {
@@ -494,6 +500,9 @@ func TestCheckReads(t *testing.T) {
 // (no reads), unknown hook names are refused, for the engine and for one
 // compile.
 func TestDisableHooks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet; skipped with -short")
+	}
 	envpath := readCasesEnv(t)
 	req := compiler.Request{Certname: caseCert("facts index"), Environment: "production", CodeID: "hooks",
 		EnvironmentPath: envpath, Facts: decodeFacts(t, readFacts)}

@@ -24,11 +24,19 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
-// ErrFailed marks every error of a classification that failed: the command
-// could not run, exited non-zero, timed out, or printed something that is not
-// a classification. Its message is Puppet's for the same failure, with the
-// command's standard error.
+// ErrFailed matches (errors.Is) every error of a classification that
+// failed: the command could not run, exited non-zero, timed out, or printed
+// something that is not a classification.
 var ErrFailed = errors.New("node classifier failed")
+
+// failure is such an error. Its message is Puppet's for the same failure,
+// with the command's standard error, and nothing else.
+type failure struct{ msg string }
+
+func (f *failure) Error() string        { return f.msg }
+func (f *failure) Is(target error) bool { return target == ErrFailed }
+
+func failf(format string, args ...any) error { return &failure{msg: fmt.Sprintf(format, args...)} }
 
 // Classification is what a classifier says of one node.
 type Classification struct {
@@ -111,7 +119,7 @@ func (e *Exec) Classify(ctx context.Context, certname string) (Classification, e
 	cmd.Stdin = nil
 	err := cmd.Run()
 	failed := func(format string, args ...any) error {
-		return fmt.Errorf("Failed to find %s via exec: Execution of '%s' "+format+": %w", append([]any{certname, shown}, append(args, ErrFailed)...)...)
+		return failf("Failed to find %s via exec: Execution of '%s' "+format, append([]any{certname, shown}, args...)...)
 	}
 	switch {
 	case ctx.Err() == context.DeadlineExceeded:
@@ -125,7 +133,7 @@ func (e *Exec) Classify(ctx context.Context, certname string) (Classification, e
 		}
 		return Classification{}, failed("failed: %v", err)
 	case stdout.over:
-		return Classification{}, fmt.Errorf("Could not load external node results for %s: more than %d bytes of output: %w", certname, maxOutput, ErrFailed)
+		return Classification{}, failf("Could not load external node results for %s: more than %d bytes of output", certname, maxOutput)
 	}
 	return Parse(certname, stdout.b.Bytes())
 }
@@ -135,10 +143,10 @@ func (e *Exec) Classify(ctx context.Context, certname string) (Classification, e
 // (":classes"); unknown keys are ignored. Errors wrap ErrFailed.
 func Parse(certname string, out []byte) (Classification, error) {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("Could not load external node results for %s: "+format+": %w", append([]any{certname}, append(args, ErrFailed)...)...)
+		return failf("Could not load external node results for %s: "+format, append([]any{certname}, args...)...)
 	}
 	if len(bytes.TrimSpace(out)) == 0 {
-		return Classification{}, fmt.Errorf("Could not find node '%s'; cannot compile: the external node classifier printed nothing: %w", certname, ErrFailed)
+		return Classification{}, failf("Could not find node '%s'; cannot compile: the external node classifier printed nothing", certname)
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(out, &doc); err != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -157,7 +156,7 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 			return Outcome{}, fmt.Errorf("store facts of %s: %w", up.Certname, err)
 		}
 	}
-	if node.NodeInfo != info {
+	if node.NodeInfo != info && infoDoc != nil {
 		if _, err := in.Content.Put(ctx, farm.SpaceNodeInfo, infoDoc); err != nil {
 			return Outcome{}, fmt.Errorf("store node information of %s: %w", up.Certname, err)
 		}
@@ -233,7 +232,7 @@ const classifierFailureRefresh = 10 * time.Minute
 func (in *Intake) recordClassifierFailure(ctx context.Context, certname string, cause error) {
 	in.log().Warn("external node classifier failed", "node", certname, "err", cause)
 	now := in.now()
-	msg := strings.TrimSuffix(cause.Error(), ": "+classifier.ErrFailed.Error())
+	msg := cause.Error()
 	if n, err := in.Nodes.GetNode(ctx, certname); err == nil && n.ClassifierFailure != nil &&
 		n.ClassifierFailure.Error == msg && now.Sub(n.ClassifierFailure.At) < classifierFailureRefresh {
 		return

@@ -38,8 +38,14 @@ func (i NodeInfo) classified(c classifier.Classification) NodeInfo {
 
 // encode returns the canonical JSON of the node information and its
 // digest. Maps are written with sorted keys and numbers as they were read,
-// so decoding and encoding again gives the same bytes.
+// so decoding and encoding again gives the same bytes. Empty node
+// information (no extensions, no classifier) has no document and the empty
+// digest, as a node recorded before the farm kept node information: such
+// nodes do not recompile for it.
 func (i NodeInfo) encode() ([]byte, farm.Digest, error) {
+	if len(i.TrustedExtensions) == 0 && i.Classes == nil && len(i.Parameters) == 0 {
+		return nil, "", nil
+	}
 	b, err := json.Marshal(i)
 	if err != nil {
 		return nil, "", fmt.Errorf("encode node information: %w", err)
@@ -75,7 +81,7 @@ func loadNodeInfo(ctx context.Context, content farm.ContentStore, certname strin
 // made with: the catalog's when it answers r (a classification at compile
 // time may be newer than the request's), else the request's.
 func nodeInfoUsed(c *farm.CatalogRef, r *farm.CompileRequest) farm.Digest {
-	if c != nil && c.Seq == r.Seq && c.NodeInfo != "" {
+	if c != nil && c.Seq == r.Seq {
 		return c.NodeInfo
 	}
 	return r.NodeInfo

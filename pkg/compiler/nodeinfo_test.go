@@ -255,7 +255,7 @@ func TestNodeInfoEncoding(t *testing.T) {
 	if !strings.Contains(string(b), `"f":1.0`) {
 		t.Errorf("a Float parameter lost its kind: %s", b)
 	}
-	if _, _, err := (NodeInfo{}).encode(); err != nil {
-		t.Error(err)
+	if b, d, err := (NodeInfo{}).encode(); err != nil || b != nil || d != "" {
+		t.Errorf("empty node information encodes as %q, %q, %v; want no document and the empty digest", b, d, err)
 	}
 }

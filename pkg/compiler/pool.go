@@ -346,7 +346,7 @@ func (p *Pool) nodeInfo(ctx context.Context, d farm.Delivery, log *slog.Logger) 
 	if err != nil {
 		return NodeInfo{}, "", fmt.Errorf("node %s: %w", d.Certname, err)
 	}
-	if digest != d.NodeInfo {
+	if digest != d.NodeInfo && doc != nil {
 		if _, err := p.Content.Put(ctx, farm.SpaceNodeInfo, doc); err != nil {
 			return NodeInfo{}, "", fmt.Errorf("store node information of %s: %w", d.Certname, err)
 		}

@@ -38,8 +38,10 @@ test: deps emulators fmt-check vet
 # The fast lane: every package's tests with -short, in seconds, with no
 # emulator, Ruby/Puppet, puppet agent, openssl binary or network. Tests that
 # need one of those skip ("skipped with -short"); `make test` runs them all.
+# Results are cached: a package whose code and test inputs did not change is
+# not run again (go clean -testcache forgets them).
 unit:
-	$(GO) test -count=1 -short ./...
+	$(GO) test -short ./...
 
 e2e: deps
 	$(GO) test -count=1 -timeout 20m -v ./test/...

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what compilefarm needs to run (`make run`) and to test (`make test`)
 # on Debian 12: Debian's puppet-agent (Ruby Puppet 7, the compile engine and
-# the real agent the end-to-end tests drive), openssl (CA tests), and real
+# the real agent the end-to-end tests drive), openssl (CA tests), hiera-eyaml
+# (encrypted Hiera data: eyaml_lookup_key levels and the eyaml tool), and real
 # Puppet modules from Debian (puppet-module-*, under /usr/share/puppet/modules)
 # that the puppet engine's fact-read mutation test compiles.
 # As root it installs with apt-get; otherwise it fails, saying what to install.
@@ -12,6 +13,7 @@ command -v go >/dev/null 2>&1 || { echo "install-deps: Go 1.24+ is required (htt
 command -v puppet >/dev/null 2>&1 && ruby -rpuppet -e 'exit 0' >/dev/null 2>&1 || need_pkgs+=(puppet-agent)
 command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
 command -v hostname >/dev/null 2>&1 || need_pkgs+=(hostname)
+{ command -v eyaml >/dev/null 2>&1 && ruby -e 'require "hiera/backend/eyaml"' >/dev/null 2>&1; } || need_pkgs+=(hiera-eyaml)
 # Module directory under /usr/share/puppet/modules => Debian package.
 for mod in stdlib:puppetlabs-stdlib ntp:puppetlabs-ntp apache:puppetlabs-apache concat:puppetlabs-concat \
   apt:puppetlabs-apt mysql:puppetlabs-mysql inifile:puppetlabs-inifile translate:puppetlabs-translate \
@@ -40,4 +42,8 @@ esac
 for d in stdlib ntp apache concat apt mysql inifile translate cron_core; do
   [ -d "/usr/share/puppet/modules/$d" ] || { echo "install-deps: puppet module $d is missing from /usr/share/puppet/modules" >&2; exit 1; }
 done
+eyaml_v=$(ruby -e 'require "hiera/backend/eyaml"; require "hiera/backend/eyaml/encryptors/pkcs7"; print Hiera::Backend::Eyaml::VERSION' 2>&1) ||
+  { echo "install-deps: hiera-eyaml does not load in ruby: $eyaml_v (Debian: apt-get install hiera-eyaml)" >&2; exit 1; }
+command -v eyaml >/dev/null 2>&1 || { echo "install-deps: the eyaml command is missing (Debian: apt-get install hiera-eyaml)" >&2; exit 1; }
+echo "install-deps: hiera-eyaml $eyaml_v"
 echo "install-deps: ok (go $(go env GOVERSION), puppet $v, $(openssl version | cut -d' ' -f1-2), puppet modules from Debian)"

@@ -58,7 +58,8 @@ const (
 	// caValidity: the CA outlives the certificates it issues by a wide margin.
 	caValidity  = 15 * 365 * 24 * time.Hour
 	crlValidity = 5 * 365 * 24 * time.Hour
-	// backdate: certificates start a day early so agents with slow clocks accept them.
+	// backdate: certificates and CRLs start a day early so agents with slow
+	// clocks accept them.
 	backdate = 24 * time.Hour
 	// refreshEvery bounds how stale IsRevoked can be about revocations made by
 	// another process sharing the directory.
@@ -124,11 +125,10 @@ var _ farm.CA = (*CA)(nil)
 
 // crlState is one parsed, verified CRL.
 type crlState struct {
-	pem        []byte
-	number     *big.Int
-	thisUpdate time.Time
-	entries    []x509.RevocationListEntry
-	revoked    map[string]time.Time // serial (hex) → revocation time
+	pem     []byte
+	number  *big.Int
+	entries []x509.RevocationListEntry
+	revoked map[string]time.Time // serial (hex) → revocation time
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -286,7 +286,7 @@ func (c *CA) create(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("parse new CA certificate: %w", err)
 	}
 	c.cert, c.key = cert, key
-	crlPEM, err := c.newCRL(big.NewInt(0), nil, time.Time{})
+	crlPEM, err := c.newCRL(big.NewInt(0), nil, c.now())
 	if err != nil {
 		return nil, err
 	}
@@ -577,16 +577,18 @@ func (c *CA) Revoke(ctx context.Context, certname string) error {
 }
 
 // revokeLocked adds serial to the CRL. Caller holds the locks and has
-// refreshed the CRL from the store.
+// refreshed the CRL from the store. The new entry is dated when the CRL is
+// signed: the newest date in a CRL tells when it was made (see crlDates).
 func (c *CA) revokeLocked(ctx context.Context, certname string, serial *big.Int) error {
 	cur := c.crl.Load()
 	if cur.revokes(serial) {
 		return nil
 	}
+	now := c.now()
 	entries := append(append([]x509.RevocationListEntry(nil), cur.entries...),
-		x509.RevocationListEntry{SerialNumber: serial, RevocationTime: c.now()})
+		x509.RevocationListEntry{SerialNumber: serial, RevocationTime: now})
 	number := new(big.Int).Add(cur.number, big.NewInt(1))
-	crlPEM, err := c.newCRL(number, entries, cur.thisUpdate)
+	crlPEM, err := c.newCRL(number, entries, now)
 	if err != nil {
 		return err
 	}
@@ -821,7 +823,7 @@ func (c *CA) parseCRL(data []byte) (*crlState, error) {
 	if rl.Number == nil {
 		return nil, errors.New("the stored CRL has no CRL number")
 	}
-	st := &crlState{pem: data, number: rl.Number, thisUpdate: rl.ThisUpdate, entries: rl.RevokedCertificateEntries, revoked: map[string]time.Time{}}
+	st := &crlState{pem: data, number: rl.Number, entries: rl.RevokedCertificateEntries, revoked: map[string]time.Time{}}
 	for _, e := range rl.RevokedCertificateEntries {
 		st.revoked[e.SerialNumber.Text(16)] = e.RevocationTime
 	}

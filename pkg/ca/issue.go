@@ -207,20 +207,15 @@ func (c *CA) issueLeaf(s leafSpec) (*x509.Certificate, []byte, error) {
 	return cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
 
-// newCRL signs a CRL (v2, with CRL number and AKI) listing entries. Its
-// nextUpdate is far ahead, as Puppet's: the CRL is re-signed on every
-// revocation, not on a schedule.
-func (c *CA) newCRL(number *big.Int, entries []x509.RevocationListEntry, after time.Time) ([]byte, error) {
-	// thisUpdate is the CRL's Last-Modified, to the second: a newer CRL
-	// must have a later one, or an agent's If-Modified-Since misses it.
-	now := c.now().Truncate(time.Second)
-	if !now.After(after) {
-		now = after.Truncate(time.Second).Add(time.Second)
-	}
+// newCRL signs, at now, a CRL (v2, with CRL number and AKI) listing
+// entries, dated by crlDates. Its nextUpdate is far ahead, as Puppet's: the
+// CRL is re-signed on every revocation, not on a schedule.
+func (c *CA) newCRL(number *big.Int, entries []x509.RevocationListEntry, now time.Time) ([]byte, error) {
+	thisUpdate, nextUpdate := crlDates(now)
 	tmpl := &x509.RevocationList{
 		Number:                    number,
-		ThisUpdate:                now,
-		NextUpdate:                now.Add(crlValidity),
+		ThisUpdate:                thisUpdate,
+		NextUpdate:                nextUpdate,
 		RevokedCertificateEntries: entries,
 	}
 	der, err := x509.CreateRevocationList(rand.Reader, tmpl, c.cert, c.key)
@@ -228,4 +223,17 @@ func (c *CA) newCRL(number *big.Int, entries []x509.RevocationListEntry, after t
 		return nil, fmt.Errorf("sign CRL %s: %w", number, err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: der}), nil
+}
+
+// crlDates dates a CRL signed at now. thisUpdate is never later than now:
+// Puppet's agent refuses a CRL that is not valid yet ("The CRL issued by …
+// is not yet valid"), even by a second. It is backdated as certificates
+// are, so that agents whose clock is up to a day behind accept the CRL as
+// they accept the certificates (Puppet's CA backdates its CRLs by a second
+// only). So thisUpdate does not tell when the CRL was made: the revocation
+// a new CRL adds, dated now, does, and that is what front doors read for
+// Last-Modified. nextUpdate is crlValidity after now.
+func crlDates(now time.Time) (thisUpdate, nextUpdate time.Time) {
+	now = now.Truncate(time.Second) // a CRL's times are whole seconds
+	return now.Add(-backdate), now.Add(crlValidity)
 }

@@ -101,10 +101,7 @@ type CA struct {
 
 	crl       atomic.Pointer[crlState]
 	refreshMu sync.Mutex // one CRL refresh at a time
-	// crlModified is the upstream's Last-Modified for the current CRL,
-	// sent back as If-Modified-Since; guarded by refreshMu.
-	crlModified string
-	serverMu    sync.Mutex // one ServerCert at a time
+	serverMu  sync.Mutex // one ServerCert at a time
 
 	stop      context.CancelFunc
 	done      chan struct{}
@@ -225,7 +222,7 @@ func (c *CA) open(ctx context.Context) error {
 			c.log.Warn("ignoring the kept CRL", "file", c.path(fileCRL), "err", err)
 		} else {
 			if fi, err := os.Stat(c.path(fileCRL)); err == nil {
-				st.fetched = fi.ModTime()
+				st.fetched, st.since = fi.ModTime(), fi.ModTime() // written when it was fetched
 			}
 			c.crl.Store(st)
 			kept = true

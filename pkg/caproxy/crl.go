@@ -23,6 +23,28 @@ type crlState struct {
 	entries    int
 	nextUpdate time.Time // earliest of the CRLs'
 	fetched    time.Time // when it last came from (or matched) the upstream
+	// since is when this proxy began to serve it: agents that downloaded
+	// the CRL from here before then hold an older one.
+	since time.Time
+	// etag and lastModified are the upstream's validators for it ("" when
+	// not given), sent back to revalidate.
+	etag, lastModified string
+}
+
+// conditions are the headers that let the upstream answer 304 when st is
+// still its CRL: If-None-Match, which is exact, when the upstream gave an
+// ETag, else If-Modified-Since with its Last-Modified. None for nil or
+// without validators (Puppet Server gives none): the CRL is fetched whole.
+func (st *crlState) conditions() http.Header {
+	switch {
+	case st == nil:
+		return nil
+	case st.etag != "":
+		return http.Header{"If-None-Match": {st.etag}}
+	case st.lastModified != "":
+		return http.Header{"If-Modified-Since": {st.lastModified}}
+	}
+	return nil
 }
 
 // parseCRL parses a PEM CRL or CRL bundle and checks that each CRL is
@@ -89,24 +111,25 @@ func (c *CA) RefreshCRL(ctx context.Context) error {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
 	cur := c.crl.Load()
-	var ims http.Header
-	if cur != nil && c.crlModified != "" {
-		// Only a changed CRL comes back: large sites' CRLs are megabytes.
-		ims = http.Header{"If-Modified-Since": {c.crlModified}}
-	}
-	status, hdr, body, err := c.doHeader(ctx, c.client, http.MethodGet, "/puppet-ca/v1/certificate_revocation_list/ca", nil, ims)
-	if err == nil && status != http.StatusOK && status != http.StatusNotModified {
+	// Only a changed CRL comes back: large sites' CRLs are megabytes.
+	status, hdr, body, err := c.doHeader(ctx, c.client, http.MethodGet, "/puppet-ca/v1/certificate_revocation_list/ca", nil, cur.conditions())
+	switch {
+	case err != nil:
+	case status == http.StatusNotModified && cur == nil:
+		err = fmt.Errorf("upstream CA %s answered 304 Not Modified to a request for its CRL without conditions", c.upstream)
+	case status != http.StatusOK && status != http.StatusNotModified:
 		err = upstreamError(status, body)
 	}
 	if err != nil {
 		return fmt.Errorf("fetch CRL: %w", err)
 	}
+	now := time.Now()
 	if status == http.StatusNotModified || (cur != nil && bytes.Equal(cur.pem, body)) {
-		if status == http.StatusOK {
-			c.crlModified = hdr.Get("Last-Modified")
-		}
 		next := *cur
-		next.fetched = time.Now()
+		next.fetched = now
+		if status == http.StatusOK {
+			next.etag, next.lastModified = hdr.Get("ETag"), hdr.Get("Last-Modified")
+		}
 		c.crl.Store(&next)
 		return nil
 	}
@@ -117,7 +140,8 @@ func (c *CA) RefreshCRL(ctx context.Context) error {
 	if cur != nil && st.olderThan(cur) {
 		return fmt.Errorf("CRL from upstream CA %s is older (lower CRL number) than the one held; keeping that", c.upstream)
 	}
-	st.fetched = time.Now()
+	st.fetched, st.since = now, now
+	st.etag, st.lastModified = hdr.Get("ETag"), hdr.Get("Last-Modified")
 	if !st.nextUpdate.IsZero() && st.fetched.After(st.nextUpdate) {
 		c.log.Warn("the upstream CA's CRL is past its next update; the CA should publish a new one", "next_update", st.nextUpdate)
 	}
@@ -125,7 +149,6 @@ func (c *CA) RefreshCRL(ctx context.Context) error {
 		c.log.Error("could not keep the CRL", "file", c.path(fileCRL), "err", err)
 	}
 	c.crl.Store(st)
-	c.crlModified = hdr.Get("Last-Modified")
 	c.log.Info("CRL updated from the upstream CA", "revoked", st.entries, "crl_numbers", crlNumbers(st))
 	return nil
 }
@@ -170,11 +193,21 @@ func (c *CA) refreshLoop(ctx context.Context) {
 // CRL returns the last good CRL of the upstream CA (PEM), refreshed every
 // Options.CRLRefresh.
 func (c *CA) CRL(ctx context.Context) ([]byte, error) {
+	b, _, err := c.CRLSince(ctx)
+	return b, err
+}
+
+// CRLSince is CRL, with when this proxy began to serve that CRL (fetched
+// it, or kept it in Dir): later than the upstream signed it, by up to
+// Options.CRLRefresh. A front door dates the CRL no earlier, so an agent
+// that downloaded the previous CRL here after the upstream signed this one
+// still gets this one when it asks If-Modified-Since.
+func (c *CA) CRLSince(ctx context.Context) ([]byte, time.Time, error) {
 	st := c.crl.Load()
 	if st == nil {
-		return nil, fmt.Errorf("no CRL from upstream CA %s yet", c.upstream)
+		return nil, time.Time{}, fmt.Errorf("no CRL from upstream CA %s yet", c.upstream)
 	}
-	return bytes.Clone(st.pem), nil
+	return bytes.Clone(st.pem), st.since, nil
 }
 
 // IsRevoked reports whether the upstream CA's CRL, as last fetched, lists

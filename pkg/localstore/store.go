@@ -11,7 +11,9 @@
 //	                                         "environments" (name → JSON
 //	                                         farm.Environment), "queue"
 //	                                         (8-byte big-endian job ID → JSON
-//	                                         job record) and "meta"
+//	                                         job record), "names"
+//	                                         ("<space>/<name>" → digest, see
+//	                                         farm.NameStore) and "meta"
 //
 // Content files are written atomically (a temporary file in the same
 // directory, fsync, rename, fsync of the directory) and verified on every
@@ -43,6 +45,7 @@ var (
 	_ farm.ContentStore     = (*Store)(nil)
 	_ farm.NodeStore        = (*Store)(nil)
 	_ farm.EnvironmentStore = (*Store)(nil)
+	_ farm.NameStore        = (*Store)(nil)
 	_ farm.Queue            = (*Queue)(nil)
 )
 
@@ -61,6 +64,7 @@ var (
 	bucketNodes        = []byte("nodes")
 	bucketEnvironments = []byte("environments")
 	bucketQueue        = []byte("queue")
+	bucketNames        = []byte("names")
 	keySchema          = []byte("schema")
 )
 
@@ -75,8 +79,9 @@ type Options struct {
 }
 
 // Store is the embedded farm storage in one data directory. It implements
-// farm.ContentStore, farm.NodeStore and farm.EnvironmentStore; Queue returns
-// its durable farm.Queue. Safe for concurrent use.
+// farm.ContentStore, farm.NameStore, farm.NodeStore and
+// farm.EnvironmentStore; Queue returns its durable farm.Queue. Safe for
+// concurrent use.
 type Store struct {
 	dir     string
 	content string // dir/content
@@ -136,7 +141,7 @@ func (s *Store) init() error {
 		} else if err := meta.Put(keySchema, binary.BigEndian.AppendUint64(nil, schemaVersion)); err != nil {
 			return err
 		}
-		for _, name := range [][]byte{bucketNodes, bucketEnvironments, bucketQueue} {
+		for _, name := range [][]byte{bucketNodes, bucketEnvironments, bucketQueue, bucketNames} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}

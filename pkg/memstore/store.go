@@ -20,9 +20,10 @@ var (
 	_ farm.ContentStore     = (*Store)(nil)
 	_ farm.NodeStore        = (*Store)(nil)
 	_ farm.EnvironmentStore = (*Store)(nil)
+	_ farm.NameStore        = (*Store)(nil)
 )
 
-// Store keeps content, node records and environment records in memory.
+// Store keeps content, names, node records and environment records in memory.
 // The zero value is not usable; call New. Safe for concurrent use.
 type Store struct {
 	mu      sync.RWMutex
@@ -33,6 +34,9 @@ type Store struct {
 
 	envMu sync.RWMutex
 	envs  map[string][]byte // JSON
+
+	nameMu sync.RWMutex
+	names  map[farm.Space]map[string]farm.Digest // made by the first PutName
 }
 
 // New returns an empty store.

@@ -78,7 +78,12 @@ func httpStatus(err error) int {
 // but no SDK type: callers cannot, and need not, look inside. op is "get",
 // "put" or "has".
 func translate(op, bucket, key string, err error) error {
-	where := fmt.Sprintf("%s content s3://%s/%s", op, bucket, key)
+	return translateAt(fmt.Sprintf("%s content s3://%s/%s", op, bucket, key), bucket, err)
+}
+
+// translateAt is translate for an error of what where says ("put name
+// s3://b/k").
+func translateAt(where, bucket string, err error) error {
 	msg := err.Error()
 	switch {
 	case errors.Is(err, context.Canceled):

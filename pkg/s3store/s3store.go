@@ -26,6 +26,14 @@
 // Concurrent Puts of the same bytes therefore all succeed and leave exactly
 // one object.
 //
+// # Names
+//
+// The store is also a farm.NameStore (names.go): a name is a small object
+// holding the digest it points at, at <Options.Prefix><sp>/names/<name>!,
+// inside its space's prefix (so one lifecycle rule or IAM statement on
+// "<sp>/" covers a space's content and names), created with
+// If-None-Match: * so that it is written once.
+//
 // # Errors
 //
 // SDK errors are translated here and never returned: a missing key is

@@ -6,8 +6,10 @@
 // type, sha256, permission bits, size, link target) goes to farm.SpaceCode as
 // canonical JSON. The manifest's digest is the environment's code_id, so the
 // same code always has the same code_id; no timestamps or owners are kept.
-// Load reads a manifest back; Materialize writes it out as a Puppet
-// environmentpath for a compiler.
+// SnapshotWith also takes the global module directories ($basemodulepath)
+// that the environment's modulepath uses into its snapshot, so a change
+// there is a new code_id. Load reads a manifest back; Materialize writes it
+// out as a Puppet environmentpath for a compiler.
 //
 // On a manifest, Lookup and LookupStatic resolve Puppet's file mounts
 // (modules, plugins, pluginfacts, locales, tasks, and the static_file_content
@@ -18,10 +20,12 @@
 //
 // Differences from a Puppet Server reading a live directory, all forced by
 // snapshots being immutable and free of timestamps and owners:
-//   - The modulepath is the environment's own: "modules", or the relative
-//     entries of environment.conf's modulepath in their order. $basemodulepath,
-//     other $-settings and absolute or outside directories are ignored, since
-//     they are not part of the snapshot.
+//   - The modulepath is "modules:$basemodulepath", or the relative entries
+//     of environment.conf's modulepath in their order, where
+//     $basemodulepath stands for the global module directories given to
+//     SnapshotWith, snapshotted with the environment (BaseModulepathDir).
+//     Other $-settings and absolute or outside directories are ignored,
+//     since they are not part of the snapshot.
 //   - Directories report the fixed time FixedTime as their ctime checksum (and
 //     files do for checksum types mtime and ctime).
 //   - Owner and group are Files.Owner and Files.Group (0 and 0 by default) for
@@ -65,7 +69,8 @@ const (
 
 // Entry is one file, directory or symbolic link of an environment.
 type Entry struct {
-	// Path is slash-separated and relative to the environment directory.
+	// Path is slash-separated and relative to the environment directory;
+	// a global module directory's entries are under BaseModulepathDir/<n>.
 	Path string    `json:"path"`
 	Type EntryType `json:"type"`
 	// SHA256 is the digest of a file's bytes in farm.SpaceContent.
@@ -87,8 +92,9 @@ type Manifest struct {
 	Format      int    `json:"format"`
 	Environment string `json:"environment"`
 	// Modulepath lists the module directories, relative to the environment
-	// ("" is the environment itself), read from environment.conf at snapshot
-	// time; see the package doc.
+	// ("" is the environment itself, BaseModulepathDir/<n> a global module
+	// directory), read from environment.conf at snapshot time; see the
+	// package doc.
 	Modulepath []string `json:"modulepath"`
 	// Entries are sorted by Path (byte order); the environment directory
 	// itself is not an entry.
@@ -220,30 +226,129 @@ func editorTemp(name string) bool {
 // Concurrency is how many files Snapshot and Materialize move at once.
 const Concurrency = 16
 
-// Snapshot stores the environment in dir under the name envName: each file's
-// bytes in farm.SpaceContent (skipping those already there), then the
+// Options are what a snapshot reads besides the environment directory.
+type Options struct {
+	// BaseModulepath lists the global module directories, in order: what
+	// $basemodulepath stands for in environment.conf's modulepath and at
+	// the end of the default modulepath ("modules:$basemodulepath"), as
+	// Puppet's basemodulepath setting does. An environment whose modulepath
+	// uses them gets a copy of each in its snapshot (see BaseModulepathDir).
+	BaseModulepath []string
+}
+
+// Snapshot is SnapshotWith without global module directories.
+func Snapshot(ctx context.Context, store farm.ContentStore, envName, dir string) (*Manifest, error) {
+	return SnapshotWith(ctx, store, envName, dir, Options{})
+}
+
+// SnapshotWith stores the environment in dir under the name envName: each
+// file's bytes in farm.SpaceContent (skipping those already there), then the
 // manifest in farm.SpaceCode. It skips version control directories (.git,
 // .svn, .hg, .bzr, CVS) and editor temporary files (*~, #*#, .#*, .*.swp and
 // friends), and fails with an error wrapping farm.ErrInvalid on a link that
-// is absolute or resolves outside dir, a name that is not UTF-8, or a special
-// file (device, socket, pipe). environment.conf's modulepath is read into
-// the manifest.
-func Snapshot(ctx context.Context, store farm.ContentStore, envName, dir string) (*Manifest, error) {
+// is absolute or resolves outside its tree (the environment, or one global
+// module directory), a name that is not UTF-8, a special file (device,
+// socket, pipe), or an environment holding BaseModulepathDir itself.
+// environment.conf's modulepath is read into the manifest; when it uses
+// $basemodulepath (the default modulepath does), the directories of
+// opts.BaseModulepath are snapshotted with the environment under
+// BaseModulepathDir/0, 1, ... and stand for $basemodulepath in the
+// manifest's Modulepath, so the code_id covers them.
+func SnapshotWith(ctx context.Context, store farm.ContentStore, envName, dir string, opts Options) (*Manifest, error) {
 	if err := farm.ValidateEnvironment(envName); err != nil {
 		return nil, fmt.Errorf("snapshotting %s: %w", dir, err)
 	}
-	root, err := filepath.EvalSymlinks(dir)
+	root, err := resolveDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("snapshotting environment %s: %w", envName, err)
 	}
-	if fi, err := os.Stat(root); err != nil {
-		return nil, fmt.Errorf("snapshotting environment %s: %w", envName, err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("snapshotting environment %s: %s is not a directory: %w", envName, dir, farm.ErrInvalid)
+	fail := func(err error) (*Manifest, error) {
+		return nil, fmt.Errorf("snapshotting environment %s from %s: %w", envName, dir, err)
+	}
+	entries, err := walkTree(ctx, root, "")
+	if err != nil {
+		return fail(err)
+	}
+	conf, err := readConf(entries)
+	if err != nil {
+		return fail(err)
+	}
+	modulepath, usesBase, err := parseModulepath(conf, baseDirNames(len(opts.BaseModulepath)))
+	if err != nil {
+		return fail(err)
+	}
+	if usesBase && len(opts.BaseModulepath) > 0 {
+		base, err := walkBaseModulepath(ctx, opts.BaseModulepath)
+		if err != nil {
+			return fail(err)
+		}
+		entries = append(entries, base...)
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
+
+	m := &Manifest{Format: ManifestFormat, Environment: envName, Modulepath: modulepath, Entries: make([]Entry, len(entries))}
+	for i, e := range entries {
+		m.Entries[i] = e.Entry
+	}
+	// Links first: a bad link fails the deploy before any upload. Errors
+	// name a global module directory's files where they are on disk.
+	show := func(p string) string {
+		for i, d := range opts.BaseModulepath {
+			if rest, ok := strings.CutPrefix(p, baseDirName(i)+"/"); ok {
+				return filepath.Join(d, filepath.FromSlash(rest))
+			}
+		}
+		return p
+	}
+	if err := m.checkLinks(show); err != nil {
+		return fail(err)
+	}
+	if err := storeFiles(ctx, store, m.Entries, entries); err != nil {
+		return fail(err)
 	}
 
-	var entries []Entry
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	data, err := m.Encode()
+	if err != nil {
+		return nil, err
+	}
+	d, err := store.Put(ctx, farm.SpaceCode, data)
+	if err != nil {
+		return nil, fmt.Errorf("storing manifest of environment %s: %w", envName, err)
+	}
+	if string(d) != m.CodeID() {
+		return nil, fmt.Errorf("storing manifest of environment %s: store answered digest %s, want %s", envName, d, m.CodeID())
+	}
+	return m, nil
+}
+
+// resolveDir resolves links to the directory dir.
+func resolveDir(dir string) (string, error) {
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(root)
+	if err != nil {
+		return "", err
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%s is not a directory: %w", dir, farm.ErrInvalid)
+	}
+	return root, nil
+}
+
+// walked is an entry of a snapshot and the file it was read from.
+type walked struct {
+	Entry
+	src string
+}
+
+// walkTree lists the tree at root (an environment, or a global module
+// directory when prefix is BaseModulepathDir/N) as entries whose paths start
+// with prefix.
+func walkTree(ctx context.Context, root, prefix string) ([]walked, error) {
+	var entries []walked
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -271,11 +376,14 @@ func Snapshot(ctx context.Context, store farm.ContentStore, envName, dir string)
 		if !utf8.ValidString(rel) {
 			return fmt.Errorf("%q: file names must be UTF-8: %w", rel, farm.ErrInvalid)
 		}
+		if prefix == "" && rel == BaseModulepathDir {
+			return fmt.Errorf("%s is the name under which snapshots keep the global module directories ($basemodulepath); rename it: %w", rel, farm.ErrInvalid)
+		}
 		info, err := d.Info()
 		if err != nil {
 			return err
 		}
-		e := Entry{Path: rel, Mode: info.Mode().Perm()}
+		e := Entry{Path: join(prefix, rel), Mode: info.Mode().Perm()}
 		switch t := info.Mode().Type(); {
 		case t == 0:
 			e.Type = TypeFile
@@ -292,40 +400,70 @@ func Snapshot(ctx context.Context, store farm.ContentStore, envName, dir string)
 		default:
 			return fmt.Errorf("%s is a %s; only files, directories and links can be deployed: %w", rel, t.String(), farm.ErrInvalid)
 		}
-		entries = append(entries, e)
+		entries = append(entries, walked{Entry: e, src: p})
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("snapshotting environment %s from %s: %w", envName, dir, err)
+		return nil, err
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
+	return entries, nil
+}
 
-	// Links first: a bad link fails the deploy before any upload.
-	m := &Manifest{Format: ManifestFormat, Environment: envName, Entries: entries, Modulepath: []string{"modules"}}
-	if err := m.checkLinks(); err != nil {
-		return nil, fmt.Errorf("snapshotting environment %s from %s: %w", envName, dir, err)
+// walkBaseModulepath lists the global module directories dirs as the
+// entries BaseModulepathDir, BaseModulepathDir/N and what each holds.
+func walkBaseModulepath(ctx context.Context, dirs []string) ([]walked, error) {
+	out := []walked{{Entry: Entry{Path: BaseModulepathDir, Type: TypeDirectory, Mode: 0o755}}}
+	for i, dir := range dirs {
+		root, err := resolveDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("reading global module directory %s: %w", dir, err)
+		}
+		fi, err := os.Stat(root)
+		if err != nil {
+			return nil, fmt.Errorf("reading global module directory %s: %w", dir, err)
+		}
+		prefix := baseDirName(i)
+		out = append(out, walked{Entry: Entry{Path: prefix, Type: TypeDirectory, Mode: fi.Mode().Perm()}})
+		entries, err := walkTree(ctx, root, prefix)
+		if err != nil {
+			return nil, fmt.Errorf("reading global module directory %s: %w", dir, err)
+		}
+		out = append(out, entries...)
 	}
+	return out, nil
+}
 
+// readConf reads the environment's environment.conf when it is a file (nil
+// when there is none).
+func readConf(entries []walked) ([]byte, error) {
+	for _, e := range entries {
+		if e.Path == "environment.conf" && e.Type == TypeFile {
+			data, err := os.ReadFile(e.src)
+			if err != nil {
+				return nil, fmt.Errorf("reading environment.conf: %w", err)
+			}
+			return data, nil
+		}
+	}
+	return nil, nil
+}
+
+// storeFiles reads the files of entries (in the same order as walked),
+// records their digests and sizes, and stores the bytes the store lacks.
+func storeFiles(ctx context.Context, store farm.ContentStore, entries []Entry, walked []walked) error {
 	var files []int
 	for i, e := range entries {
 		if e.Type == TypeFile {
 			files = append(files, i)
 		}
 	}
-	var confMu sync.Mutex
-	var conf []byte
-	err = parallel(ctx, len(files), func(ctx context.Context, k int) error {
+	return parallel(ctx, len(files), func(ctx context.Context, k int) error {
 		e := &entries[files[k]]
-		data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(e.Path)))
+		data, err := os.ReadFile(walked[files[k]].src)
 		if err != nil {
 			return err
 		}
 		e.SHA256, e.Size = farm.DigestOf(data), int64(len(data))
-		if e.Path == "environment.conf" {
-			confMu.Lock()
-			conf = data
-			confMu.Unlock()
-		}
 		has, err := store.Has(ctx, farm.SpaceContent, e.SHA256)
 		if err != nil {
 			return fmt.Errorf("checking content of %s: %w", e.Path, err)
@@ -342,34 +480,18 @@ func Snapshot(ctx context.Context, store farm.ContentStore, envName, dir string)
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("snapshotting environment %s from %s: %w", envName, dir, err)
-	}
-	if conf != nil {
-		if mp, ok := parseModulepath(conf); ok {
-			m.Modulepath = mp
-		}
-	}
-
-	data, err := m.Encode()
-	if err != nil {
-		return nil, err
-	}
-	d, err := store.Put(ctx, farm.SpaceCode, data)
-	if err != nil {
-		return nil, fmt.Errorf("storing manifest of environment %s: %w", envName, err)
-	}
-	if string(d) != m.CodeID() {
-		return nil, fmt.Errorf("storing manifest of environment %s: store answered digest %s, want %s", envName, d, m.CodeID())
-	}
-	return m, nil
 }
 
 // parseModulepath reads the modulepath setting of environment.conf (ini
-// syntax without sections) and keeps its entries inside the environment,
-// cleaned and slash-separated ("" for the environment itself). ok is false
-// when the setting is absent.
-func parseModulepath(conf []byte) (entries []string, ok bool) {
+// syntax without sections; conf nil when there is none) and keeps its
+// entries inside the environment, cleaned and slash-separated ("" for the
+// environment itself), with an entry $basemodulepath (or
+// ${basemodulepath}) replaced by base. Without the setting the modulepath
+// is Puppet's default, "modules" then base. usesBase reports whether the
+// modulepath names $basemodulepath. An entry inside BaseModulepathDir is
+// refused with farm.ErrInvalid: only $basemodulepath names it.
+func parseModulepath(conf []byte, base []string) (entries []string, usesBase bool, err error) {
+	set := false
 	for _, line := range strings.Split(string(conf), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || line[0] == '#' || line[0] == ';' || line[0] == '[' {
@@ -380,11 +502,15 @@ func parseModulepath(conf []byte) (entries []string, ok bool) {
 			continue
 		}
 		value = strings.Trim(strings.TrimSpace(value), `"'`)
-		entries, ok = []string{}, true
+		entries, usesBase, set = []string{}, false, true
 		for _, p := range strings.Split(value, ":") {
 			p = strings.TrimSpace(p)
+			if p == "$basemodulepath" || p == "${basemodulepath}" {
+				entries, usesBase = append(entries, base...), true
+				continue
+			}
 			if p == "" || strings.Contains(p, "$") || strings.HasPrefix(p, "/") || strings.Contains(p, "\\") {
-				continue // $basemodulepath, absolute: not in the snapshot
+				continue // other settings, absolute: not in the snapshot
 			}
 			p = path.Clean(p)
 			if p == ".." || strings.HasPrefix(p, "../") {
@@ -393,10 +519,17 @@ func parseModulepath(conf []byte) (entries []string, ok bool) {
 			if p == "." {
 				p = ""
 			}
+			if within(p, BaseModulepathDir) {
+				return nil, false, fmt.Errorf("environment.conf: modulepath entry %s is inside %s, where snapshots keep the global module directories; use $basemodulepath: %w",
+					p, BaseModulepathDir, farm.ErrInvalid)
+			}
 			entries = append(entries, p)
 		}
 	}
-	return entries, ok
+	if !set {
+		return append([]string{"modules"}, base...), true, nil
+	}
+	return entries, usesBase, nil
 }
 
 // ---- Load and validation ----
@@ -501,25 +634,40 @@ func (m *Manifest) validate() error {
 			}
 		}
 	}
-	return m.checkLinks()
+	if err := m.checkBaseDirs(); err != nil {
+		return err
+	}
+	return m.checkLinks(nil)
 }
 
-// checkLinks fails when a link is absolute or resolves outside the tree.
-// Dangling links and loops are allowed; serving them fails.
-func (m *Manifest) checkLinks() error {
+// checkLinks fails when a link is absolute or resolves outside its tree:
+// the environment, or for a link in a global module directory that
+// directory (the environment's own links may not reach into
+// BaseModulepathDir either). Dangling links and loops are allowed; serving
+// them fails. Errors name a link by show(path) when show is set.
+func (m *Manifest) checkLinks(show func(string) string) error {
 	for _, e := range m.Entries {
 		if e.Type != TypeLink {
 			continue
 		}
+		tree, where, name := treeOf(e.Path), "the environment", e.Path
+		if tree != "" {
+			where = "its global module directory"
+		}
+		if show != nil {
+			name = show(e.Path)
+		}
 		if strings.HasPrefix(e.Target, "/") {
-			return invalid("link %s points to the absolute path %s; links must stay inside the environment", e.Path, e.Target)
+			return invalid("link %s points to the absolute path %s; links must stay inside %s", name, e.Target, where)
 		}
 		dir, _ := splitParent(e.Path)
-		if lexical := path.Join(dir, e.Target); lexical == ".." || strings.HasPrefix(lexical, "../") {
-			return invalid("link %s -> %s leaves the environment", e.Path, e.Target)
+		lexical := path.Join(dir, e.Target)
+		if lexical == ".." || strings.HasPrefix(lexical, "../") || !within(lexical, tree) || (tree == "" && within(lexical, BaseModulepathDir)) {
+			return invalid("link %s -> %s leaves %s", name, e.Target, where)
 		}
-		if _, _, err := m.walk(e.Path, true); errors.Is(err, errEscape) {
-			return invalid("link %s -> %s leaves the environment", e.Path, e.Target)
+		real, _, err := m.walkIn(e.Path, true, tree)
+		if errors.Is(err, errEscape) || (err == nil && tree == "" && within(real, BaseModulepathDir)) {
+			return invalid("link %s -> %s leaves %s", name, e.Target, where)
 		}
 	}
 	return nil
@@ -543,6 +691,12 @@ var rootEntry = Entry{Path: "", Type: TypeDirectory, Mode: 0o755}
 // path and its entry; errors wrap farm.ErrNotFound, or farm.ErrInvalid with
 // errEscape or errLoop.
 func (m *Manifest) walk(p string, follow bool) (string, Entry, error) {
+	return m.walkIn(p, follow, "")
+}
+
+// walkIn is walk where ".." out of the directory floor (which p is inside)
+// escapes as ".." out of the environment does.
+func (m *Manifest) walkIn(p string, follow bool, floor string) (string, Entry, error) {
 	m.prepare()
 	comps := strings.Split(p, "/")
 	cur := ""
@@ -554,7 +708,7 @@ func (m *Manifest) walk(p string, follow bool) (string, Entry, error) {
 		case "", ".":
 			continue
 		case "..":
-			if cur == "" {
+			if cur == "" || cur == floor {
 				return "", Entry{}, fmt.Errorf("%s: %w: %w", p, errEscape, farm.ErrInvalid)
 			}
 			cur, _ = splitParent(cur)

@@ -73,7 +73,8 @@ func (l *Library) EnvironmentPath(ctx context.Context, codeID string) (string, e
 // PublicDir is the path catalogs, file metadata and errors show for an
 // environment's code, whatever checkout it was compiled from: stable across
 // code versions, data directories and machines, like Puppet Server's
-// /etc/puppetlabs/code/environments/<env>.
+// /etc/puppetlabs/code/environments/<env>. Global modules show under
+// PublicBaseDir.
 func PublicDir(environment string) string { return "/compilefarm/environments/" + environment }
 
 // files returns the file server of a snapshot, with public paths.
@@ -82,7 +83,9 @@ func (l *Library) files(ctx context.Context, codeID string) (*Files, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewFiles(l.store, m, PublicDir(m.Environment)), nil
+	f := NewFiles(l.store, m, PublicDir(m.Environment))
+	f.BaseDirs = publicBaseDirs(len(m.BaseDirs()))
+	return f, nil
 }
 
 // Publish rewrites the checkout paths of a snapshot in text (a compiled
@@ -95,8 +98,13 @@ func (l *Library) Publish(ctx context.Context, codeID string, text []byte) ([]by
 	return l.publish(m, text), nil
 }
 
+// publish shows a global module directory's files under PublicBaseDir and
+// the environment's own under PublicDir.
 func (l *Library) publish(m *Manifest, text []byte) []byte {
 	checkout := filepath.Join(l.root, m.CodeID(), m.Environment)
+	for i, d := range m.BaseDirs() {
+		text = bytes.ReplaceAll(text, []byte(checkout+"/"+d+"/"), []byte(PublicBaseDir(i)+"/"))
+	}
 	return bytes.ReplaceAll(text, []byte(checkout+"/"), []byte(PublicDir(m.Environment)+"/"))
 }
 

@@ -46,6 +46,10 @@ type Files struct {
 	// EnvDir is the absolute directory metadata paths start with: where the
 	// environment is materialized (Materialize's result + "/" + environment).
 	EnvDir string
+	// BaseDirs are the absolute directories metadata paths of the files of
+	// the snapshot's global module directories (Manifest.BaseDirs) start
+	// with, in order; a directory without one is shown under EnvDir.
+	BaseDirs []string
 	// Owner and Group are reported for every entry.
 	Owner, Group int
 }
@@ -68,6 +72,13 @@ func (f *Files) EnvironmentDir() string {
 func (f *Files) abs(p string) string {
 	if p == "" {
 		return f.EnvironmentDir()
+	}
+	if tree := treeOf(p); tree != "" {
+		for i, d := range f.Manifest.BaseDirs() {
+			if d == tree && i < len(f.BaseDirs) {
+				return strings.TrimRight(f.BaseDirs[i], "/") + strings.TrimPrefix(p, tree)
+			}
+		}
 	}
 	return strings.TrimRight(f.EnvironmentDir(), "/") + "/" + p
 }

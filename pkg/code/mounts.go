@@ -233,13 +233,16 @@ func (m *Manifest) Lookup(mount, rel string) (Entry, error) {
 // LookupStatic finds the file that static_file_content serves for path, the
 // environment-relative form of a static catalog's content_uri:
 // <modulepath dir>/<module>/files/<path>, e.g. "modules/pupdemo/files/static.txt".
-// Other paths are refused with farm.ErrInvalid, as Puppet Server refuses them.
+// Other paths are refused with farm.ErrInvalid, as Puppet Server refuses them;
+// so are paths in the global module directories, which are outside the
+// environment for Puppet Server too (their files are not inlined in static
+// catalogs, and agents fetch them through the modules mount).
 func (m *Manifest) LookupStatic(path string) (Entry, error) {
 	p, err := cleanRel(path)
 	if err != nil {
 		return Entry{}, err
 	}
-	if !staticPathRE.MatchString(p) {
+	if !staticPathRE.MatchString(p) || within(p, BaseModulepathDir) {
 		return Entry{}, fmt.Errorf("static content path %q is not a file within the files directory of a module: %w", path, farm.ErrInvalid)
 	}
 	return m.fileAt(p)

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"math/big"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -118,42 +119,158 @@ func (s *Server) defaults() {
 	}
 }
 
-// Handler returns the HTTP handler for port 8140.
+// Handler returns the HTTP handler for port 8140. Every path is either
+// routed or answered as Puppet answers it: a path with a '.' or '..'
+// segment is 400, a known path asked with a method it does not take is 403
+// (Puppet Server's auth.conf ends in "deny all"), and any other path is 404
+// with Puppet's JSON error. Paths are taken as sent, never cleaned or
+// redirected.
 func (s *Server) Handler() http.Handler {
 	s.defaults()
-	mux := http.NewServeMux()
+	var rt router
 	// CA bootstrap: open.
-	mux.HandleFunc("GET /puppet-ca/v1/certificate/{name}", s.getCertificate)
-	mux.HandleFunc("GET /puppet-ca/v1/certificate_revocation_list/ca", s.getCRL)
-	mux.HandleFunc("PUT /puppet-ca/v1/certificate_request/{name}", s.putCSR)
-	mux.HandleFunc("GET /puppet-ca/v1/certificate_request/{name}", s.getCSR)
+	rt.handle("GET /puppet-ca/v1/certificate/{name}", s.getCertificate)
+	rt.handle("GET /puppet-ca/v1/certificate_revocation_list/ca", s.getCRL)
+	rt.handle("PUT /puppet-ca/v1/certificate_request/{name}", s.putCSR)
+	rt.handle("GET /puppet-ca/v1/certificate_request/{name}", s.getCSR)
 	// Status: open.
-	mux.HandleFunc("GET /status/v1/simple", s.statusSimple)
-	mux.HandleFunc("GET /status/v1/simple/{service}", s.statusSimple)
-	mux.HandleFunc("GET /status/v1/services", s.statusServices)
+	rt.handle("GET /status/v1/simple", s.statusSimple)
+	rt.handle("GET /status/v1/simple/{service}", s.statusSimple)
+	rt.handle("GET /status/v1/services", s.statusServices)
 	// A node's own resources.
-	mux.HandleFunc("GET /puppet/v3/node/{name}", s.ownNode(s.getNode))
-	mux.HandleFunc("POST /puppet/v3/catalog/{name}", s.ownNode(s.postCatalog))
-	mux.HandleFunc("GET /puppet/v3/catalog/{name}", s.ownNode(s.getCatalog))
-	mux.HandleFunc("PUT /puppet/v3/facts/{name}", s.ownNode(s.putFacts))
-	mux.HandleFunc("PUT /puppet/v3/report/{name}", s.ownNode(s.putReport))
+	rt.handle("GET /puppet/v3/node/{name}", s.ownNode(s.getNode))
+	rt.handle("POST /puppet/v3/catalog/{name}", s.ownNode(s.postCatalog))
+	rt.handle("GET /puppet/v3/catalog/{name}", s.ownNode(s.getCatalog))
+	rt.handle("PUT /puppet/v3/facts/{name}", s.ownNode(s.putFacts))
+	rt.handle("PUT /puppet/v3/report/{name}", s.ownNode(s.putReport))
 	// Any valid certificate.
-	mux.HandleFunc("GET /puppet/v3/environments", s.anyCert(s.getEnvironments))
-	mux.HandleFunc("GET /puppet/v3/file_metadatas/{path...}", s.anyCert(s.fileMetadatas))
-	mux.HandleFunc("GET /puppet/v3/file_metadata/{path...}", s.anyCert(s.fileMetadata))
-	mux.HandleFunc("GET /puppet/v3/file_content/{path...}", s.anyCert(s.fileContent))
-	mux.HandleFunc("GET /puppet/v3/static_file_content/{path...}", s.anyCert(s.staticFileContent))
+	rt.handle("GET /puppet/v3/environments", s.anyCert(s.getEnvironments))
+	rt.handle("GET /puppet/v3/file_metadatas/{path...}", s.anyCert(s.fileMetadatas))
+	rt.handle("GET /puppet/v3/file_metadata/{path...}", s.anyCert(s.fileMetadata))
+	rt.handle("GET /puppet/v3/file_content/{path...}", s.anyCert(s.fileContent))
+	rt.handle("GET /puppet/v3/static_file_content/{path...}", s.anyCert(s.staticFileContent))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Puppet-Version", s.PuppetVersion)
 		if hasDotSegment(r.URL.Path) {
-			// Refuse rather than let the mux clean and redirect: no path
-			// the agent sends has one.
+			// No path the agent sends has one.
 			jsonError(w, http.StatusBadRequest, "RUNTIME_ERROR",
 				fmt.Sprintf("Bad Request: path %q has a '.' or '..' segment", r.URL.Path))
 			return
 		}
-		mux.ServeHTTP(w, r)
+		h, known := rt.find(r)
+		switch {
+		case h != nil:
+			h(w, r)
+		case known:
+			s.forbidden(w, r, fmt.Sprintf("method %s is not allowed on this path", r.Method))
+		default:
+			jsonError(w, http.StatusNotFound, "HANDLER_NOT_FOUND",
+				fmt.Sprintf("Not Found: No route for %s %s", r.Method, r.URL.Path))
+		}
 	})
+}
+
+// router finds the handler of a request by method and path, taking the path
+// as sent. (http.ServeMux cleans paths, answering "//" and "/./" with a
+// redirect, and answers unknown paths in Go's plain text.)
+type router []route
+
+// route is one endpoint: a method and the segments of a path pattern, each
+// a literal, a {name} (one non-empty segment) or, last, a {name...} (the
+// rest of the path as sent, with its empty segments).
+type route struct {
+	method  string
+	segs    []string
+	handler http.HandlerFunc
+}
+
+// handle adds the endpoint "METHOD /pattern".
+func (rt *router) handle(pattern string, h http.HandlerFunc) {
+	method, path, ok := strings.Cut(pattern, " ")
+	if !ok || !strings.HasPrefix(path, "/") {
+		panic(fmt.Sprintf("frontdoor: bad route pattern %q", pattern))
+	}
+	*rt = append(*rt, route{method: method, segs: strings.Split(path[1:], "/"), handler: h})
+}
+
+// find returns the handler for r (with r's path values set), or nil and
+// whether some route has r's path with another method. As with
+// http.ServeMux, a GET route also answers HEAD unless a HEAD route does.
+func (rt router) find(r *http.Request) (http.HandlerFunc, bool) {
+	path := r.URL.EscapedPath()
+	if !strings.HasPrefix(path, "/") {
+		return nil, false
+	}
+	segs := strings.Split(path[1:], "/")
+	var get *route
+	var values map[string]string
+	known := false
+	for i := range rt {
+		v, ok := rt[i].match(segs)
+		if !ok {
+			continue
+		}
+		known = true
+		switch {
+		case rt[i].method == r.Method:
+			setPathValues(r, v)
+			return rt[i].handler, true
+		case rt[i].method == http.MethodGet && r.Method == http.MethodHead && get == nil:
+			get, values = &rt[i], v
+		}
+	}
+	if get != nil {
+		setPathValues(r, values)
+		return get.handler, true
+	}
+	return nil, known
+}
+
+func setPathValues(r *http.Request, values map[string]string) {
+	for k, v := range values {
+		r.SetPathValue(k, v)
+	}
+}
+
+// match matches the escaped segments of a path against the route's pattern
+// and returns the unescaped values of its wildcards.
+func (rt *route) match(segs []string) (map[string]string, bool) {
+	var values map[string]string
+	set := func(name, escaped string) bool {
+		v, err := url.PathUnescape(escaped)
+		if err != nil {
+			return false
+		}
+		if values == nil {
+			values = map[string]string{}
+		}
+		values[name] = v
+		return true
+	}
+	for i, p := range rt.segs {
+		if rest, ok := strings.CutSuffix(p, "...}"); ok && i == len(rt.segs)-1 {
+			if i >= len(segs) {
+				return nil, false
+			}
+			return values, set(strings.TrimPrefix(rest, "{"), strings.Join(segs[i:], "/"))
+		}
+		if i >= len(segs) {
+			return nil, false
+		}
+		if strings.HasPrefix(p, "{") {
+			if segs[i] == "" || !set(strings.Trim(p, "{}"), segs[i]) {
+				return nil, false
+			}
+			continue
+		}
+		if v, err := url.PathUnescape(segs[i]); err != nil || v != p {
+			return nil, false
+		}
+	}
+	if len(segs) != len(rt.segs) {
+		return nil, false
+	}
+	return values, true
 }
 
 func hasDotSegment(p string) bool {

@@ -35,8 +35,11 @@ type Deployer struct {
 	Intake  *Intake
 	// Root is the environmentpath deploys read from by default.
 	Root string
-	Log  *slog.Logger
-	Now  func() time.Time
+	// BaseModulepath lists the global module directories ($basemodulepath),
+	// snapshotted with every environment whose modulepath uses them.
+	BaseModulepath []string
+	Log            *slog.Logger
+	Now            func() time.Time
 
 	mu sync.Mutex // one deploy at a time
 }
@@ -55,10 +58,82 @@ func (d *Deployer) Deploy(ctx context.Context, environment, fromDir string) (Dep
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	m, err := code.Snapshot(ctx, d.Content, environment, dir)
+	m, err := d.snapshot(ctx, environment, dir)
 	if err != nil {
-		return DeployResult{}, fmt.Errorf("snapshot %s from %s: %w", environment, dir, err)
+		return DeployResult{}, err
 	}
+	return d.record(ctx, m)
+}
+
+// DeployAll deploys every environment directory under Root
+// (DeployEnvironments): what the farm does at start, so code changed while
+// it was down is picked up.
+func (d *Deployer) DeployAll(ctx context.Context) error {
+	_, err := d.DeployEnvironments(ctx)
+	return err
+}
+
+// DeployEnvironments deploys every environment directory under Root, as an
+// operator asks for after changing the global module directories, which
+// belong to no one environment. Every environment is snapshotted before any
+// is recorded, so one that cannot be (a bad link, an unreadable file) fails
+// the call and changes nothing. An environment whose code is unchanged, as
+// one whose modulepath does not use $basemodulepath is after a change
+// there, keeps its code_id and queues nothing new. Results are in name
+// order.
+func (d *Deployer) DeployEnvironments(ctx context.Context) ([]DeployResult, error) {
+	if d.Root == "" {
+		return nil, fmt.Errorf("deploy all: this broker has no environments directory (start it with --environments): %w", farm.ErrInvalid)
+	}
+	entries, err := os.ReadDir(d.Root)
+	if err != nil {
+		return nil, fmt.Errorf("read environments in %s: %w", d.Root, err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var snaps []*code.Manifest
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		if farm.ValidateEnvironment(e.Name()) != nil {
+			d.log().Warn("skipping directory that is not a valid environment name", "dir", filepath.Join(d.Root, e.Name()))
+			continue
+		}
+		m, err := d.snapshot(ctx, e.Name(), filepath.Join(d.Root, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("%w (no environment was deployed)", err)
+		}
+		snaps = append(snaps, m)
+	}
+	if len(snaps) == 0 {
+		return nil, fmt.Errorf("no environments in %s: it should hold one directory per environment (e.g. production/manifests/site.pp): %w", d.Root, farm.ErrInvalid)
+	}
+	out := make([]DeployResult, 0, len(snaps))
+	for _, m := range snaps {
+		res, err := d.record(ctx, m)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// snapshot stores environment's code from dir, with the global module
+// directories its modulepath uses.
+func (d *Deployer) snapshot(ctx context.Context, environment, dir string) (*code.Manifest, error) {
+	m, err := code.SnapshotWith(ctx, d.Content, environment, dir, code.Options{BaseModulepath: d.BaseModulepath})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s from %s: %w", environment, dir, err)
+	}
+	return m, nil
+}
+
+// record makes the snapshot m its environment's code (unless it already
+// is) and queues the recompiles it needs.
+func (d *Deployer) record(ctx context.Context, m *code.Manifest) (DeployResult, error) {
+	environment := m.Environment
 	res := DeployResult{Environment: environment, CodeID: m.CodeID(), Files: len(m.Entries)}
 	prev, err := d.Envs.GetEnvironment(ctx, environment)
 	switch {
@@ -93,35 +168,8 @@ func (d *Deployer) Deploy(ctx context.Context, environment, fromDir string) (Dep
 		return res, fmt.Errorf("queue recompiles of %s: %w", environment, err)
 	}
 	d.log().Info("code deployed", "environment", environment, "code_id", res.CodeID, "previous", res.Previous,
-		"changed", res.Changed, "files", res.Files, "queued", res.Queued)
+		"changed", res.Changed, "files", res.Files, "queued", res.Queued, "global_module_dirs", len(m.BaseDirs()))
 	return res, nil
-}
-
-// DeployAll deploys every environment directory under Root: what the farm
-// does at start, so code changed while it was down is picked up.
-func (d *Deployer) DeployAll(ctx context.Context) error {
-	entries, err := os.ReadDir(d.Root)
-	if err != nil {
-		return fmt.Errorf("read environments in %s: %w", d.Root, err)
-	}
-	n := 0
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		if farm.ValidateEnvironment(e.Name()) != nil {
-			d.log().Warn("skipping directory that is not a valid environment name", "dir", filepath.Join(d.Root, e.Name()))
-			continue
-		}
-		if _, err := d.Deploy(ctx, e.Name(), ""); err != nil {
-			return err
-		}
-		n++
-	}
-	if n == 0 {
-		return fmt.Errorf("no environments in %s: it should hold one directory per environment (e.g. production/manifests/site.pp)", d.Root)
-	}
-	return nil
 }
 
 func (d *Deployer) log() *slog.Logger {

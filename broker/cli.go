@@ -90,11 +90,13 @@ func runCA(ctx context.Context, args []string) error {
 func runCode(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("code", flag.ExitOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: broker code deploy ENV [--from DIR] [--detach] | status ENV  [--admin URL]")
+		fmt.Fprintln(fs.Output(), "usage: broker code deploy ENV [--from DIR] [--detach] | deploy --all [--detach] | status ENV  [--admin URL]")
 		fs.PrintDefaults()
 	}
 	addr := adminFlag(fs)
 	from := fs.String("from", "", "directory holding the environment's code (default: ENV under the broker's --environments)")
+	all := fs.Bool("all", false, "deploy every environment under the broker's --environments, as after a change in its --basemodulepath (global modules): "+
+		"the environments that use the change get new code and recompiles, the others stay as they are")
 	detach := fs.Bool("detach", false, "return once the recompiles are queued instead of following them")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -109,27 +111,77 @@ func runCode(ctx context.Context, args []string) error {
 		}
 		fmt.Println(statusLine(st, 0, time.Since(st.DeployedAt)))
 		return nil
-	case len(pos) == 2 && pos[0] == "deploy":
+	case len(pos) == 1 && pos[0] == "deploy" && *all:
+		if *from != "" {
+			return fmt.Errorf("code deploy --all reads every environment from the broker's --environments; --from names one environment's directory (code deploy ENV --from DIR)")
+		}
+		return deployAll(ctx, c, *detach)
+	case len(pos) == 2 && pos[0] == "deploy" && !*all:
 	default:
 		fs.Usage()
-		return fmt.Errorf("code: expected deploy ENV or status ENV")
+		return fmt.Errorf("code: expected deploy ENV, deploy --all or status ENV")
 	}
 	fmt.Printf("deploying %s: snapshotting code and queueing recompiles...\n", pos[1])
 	res, err := c.Deploy(ctx, pos[1], *from)
 	if err != nil {
 		return err
 	}
-	if !res.Changed && res.Queued == 0 {
-		fmt.Printf("%s: code unchanged (code_id %s, %d files); nothing queued\n", res.Environment, short(res.CodeID), res.Files)
+	if !printDeployed(os.Stdout, res) {
 		return nil
 	}
-	fmt.Printf("%s: code_id %s -> %s (%d files); %d nodes queued for recompile on the bulk lane\n",
-		res.Environment, orDash(short(res.Previous)), short(res.CodeID), res.Files, res.Queued)
 	if *detach {
 		fmt.Printf("follow it with: broker code status %s\n", res.Environment)
 		return nil
 	}
 	return followDeploy(ctx, c, res.Environment, os.Stdout)
+}
+
+// printDeployed prints what a deploy did to an environment and reports
+// whether it has recompiles to follow.
+func printDeployed(out io.Writer, res compiler.DeployResult) bool {
+	if !res.Changed && res.Queued == 0 {
+		fmt.Fprintf(out, "%s: code unchanged (code_id %s, %d files); nothing queued\n", res.Environment, short(res.CodeID), res.Files)
+		return false
+	}
+	fmt.Fprintf(out, "%s: code_id %s -> %s (%d files); %d nodes queued for recompile on the bulk lane\n",
+		res.Environment, orDash(short(res.Previous)), short(res.CodeID), res.Files, res.Queued)
+	return true
+}
+
+// deployAll deploys every environment (code deploy --all) and follows the
+// recompiles of the changed ones, one environment after the other.
+func deployAll(ctx context.Context, c *admin.Client, detach bool) error {
+	fmt.Println("deploying every environment: snapshotting code (with the global modules they use) and queueing recompiles...")
+	results, err := c.DeployAll(ctx)
+	if err != nil {
+		return err
+	}
+	var follow []string
+	for _, res := range results {
+		if printDeployed(os.Stdout, res) {
+			follow = append(follow, res.Environment)
+		}
+	}
+	switch {
+	case len(follow) == 0:
+		fmt.Printf("no environment changed (%d deployed); nothing queued\n", len(results))
+		return nil
+	case detach:
+		fmt.Printf("follow them with: broker code status ENV, for %s\n", strings.Join(follow, ", "))
+		return nil
+	}
+	for i, env := range follow {
+		if err := followDeploy(ctx, c, env, os.Stdout); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			if rest := follow[i+1:]; len(rest) > 0 {
+				fmt.Printf("these deploys go on too: broker code status ENV, for %s\n", strings.Join(rest, ", "))
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // followDeploy prints a deploy's progress (when it changes, at least every
@@ -211,8 +263,11 @@ func runNodes(ctx context.Context, args []string) error {
 	now := time.Now()
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tENVIRONMENT\tCATALOG AGE\tCODE_ID\tLAST COMPILE\tDURATION\tLAST REPORT")
-	var failures []string
+	var failures, classifierFailures []string
 	for _, n := range nodes {
+		if f := n.ClassifierFailure; f != nil {
+			classifierFailures = append(classifierFailures, fmt.Sprintf("%s (%s ago): %s", n.Certname, now.Sub(f.At).Round(time.Second), f.Error))
+		}
 		age, codeID := "-", "-"
 		if n.Catalog != nil {
 			age = now.Sub(n.Catalog.CompiledAt).Round(time.Second).String()
@@ -239,9 +294,18 @@ func runNodes(ctx context.Context, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(failures) > 0 {
-		fmt.Println("\ncompile errors:")
-		for _, f := range failures {
+	for _, list := range []struct {
+		title string
+		lines []string
+	}{
+		{"compile errors", failures},
+		{"external node classifier errors (the check-in failed; the node keeps its catalog)", classifierFailures},
+	} {
+		if len(list.lines) == 0 {
+			continue
+		}
+		fmt.Printf("\n%s:\n", list.title)
+		for _, f := range list.lines {
 			fmt.Println("  " + strings.ReplaceAll(f, "\n", "\n    "))
 		}
 	}

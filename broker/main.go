@@ -20,6 +20,7 @@ commands:
   serve --backend aws         the fleet's front door on S3, DynamoDB and SQS (compiles run in the compile Lambda)
   ca list|sign NAME|revoke NAME   manage certificates of a running broker
   code deploy ENV [--from DIR]    snapshot an environment's code, queue recompiles, show progress
+  code deploy --all           the same for every environment (after a change in the global --basemodulepath)
   code status ENV             how far the environment's nodes are with its current code
   release ENV --hold|--no-hold|--percent P|--nodes a,b|--all
                               staged release of an environment's code (ARM-11)

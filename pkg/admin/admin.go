@@ -34,6 +34,7 @@ type Nodes interface {
 // Deployer snapshots an environment's code and queues recompiles.
 type Deployer interface {
 	Deploy(ctx context.Context, environment, fromDir string) (compiler.DeployResult, error)
+	DeployEnvironments(ctx context.Context) ([]compiler.DeployResult, error)
 	Status(ctx context.Context, environment string) (compiler.DeployStatus, error)
 	Release(ctx context.Context, environment string, ch compiler.ReleaseChange) (compiler.ReleaseResult, error)
 	ReleaseStatus(ctx context.Context, environment string) (compiler.ReleaseStatus, error)
@@ -65,6 +66,10 @@ func (s *Server) Register(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("POST /admin/v1/code/deploy/{env}", func(w http.ResponseWriter, r *http.Request) {
 		res, err := s.Deployer.Deploy(r.Context(), r.PathValue("env"), r.URL.Query().Get("from"))
+		reply(w, res, err)
+	})
+	mux.HandleFunc("POST /admin/v1/code/deploy", func(w http.ResponseWriter, r *http.Request) {
+		res, err := s.Deployer.DeployEnvironments(r.Context())
 		reply(w, res, err)
 	})
 	mux.HandleFunc("POST /admin/v1/release/{env}", func(w http.ResponseWriter, r *http.Request) {
@@ -196,6 +201,14 @@ func (c *Client) Deploy(ctx context.Context, env, from string) (compiler.DeployR
 		q = "?from=" + url.QueryEscape(from)
 	}
 	return out, c.do(ctx, http.MethodPost, "/admin/v1/code/deploy/"+url.PathEscape(env)+q, &out)
+}
+
+// DeployAll snapshots every environment of the broker's environments
+// directory (with the global module directories) and queues the
+// recompiles of those whose code changed.
+func (c *Client) DeployAll(ctx context.Context) ([]compiler.DeployResult, error) {
+	var out []compiler.DeployResult
+	return out, c.do(ctx, http.MethodPost, "/admin/v1/code/deploy", &out)
 }
 
 // DeployStatus reports how far an environment's nodes are with its code.

@@ -33,6 +33,7 @@ import (
 // test writing catalogs.
 type rig struct {
 	t      *testing.T
+	fd     *Server
 	srv    *httptest.Server
 	store  *memstore.Store
 	codeID string
@@ -66,14 +67,14 @@ func newRig(t *testing.T) *rig {
 	fd := &Server{
 		CA: authority, Revocations: authority,
 		Intake: &compiler.Intake{Content: store, Nodes: store, Envs: store, Queue: queue, Filter: filter},
-		Nodes:  store, Envs: store, Content: store, Files: code.NewLibrary(store, t.TempDir()),
+		Nodes:  store, Envs: store, Content: store, Files: code.NewLibrary(store, t.TempDir()), Bucket: store,
 		Metrics: metrics.New(queue), FirstCompileWait: 300 * time.Millisecond, ChangedCompileWait: 200 * time.Millisecond,
 	}
 	srv := httptest.NewUnstartedServer(fd.Handler())
 	srv.TLS = authority.ServerTLSConfig(serverCert)
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	r := &rig{t: t, srv: srv, store: store, codeID: m.CodeID(), certs: map[string]tls.Certificate{}, pool: authority.Pool(), ca: authority}
+	r := &rig{t: t, fd: fd, srv: srv, store: store, codeID: m.CodeID(), certs: map[string]tls.Certificate{}, pool: authority.Pool(), ca: authority}
 	r.anon = r.client("")
 	for _, name := range []string{"agent1.example.test", "agent2.example.test"} {
 		csr, key := farmtest.NewCSR(t, name)

@@ -72,6 +72,7 @@ type Server struct {
 	Envs        Environments
 	Content     Content
 	Files       Files
+	Bucket      Bucket // the server filebucket; nil leaves file_bucket_file out (404)
 	Metrics     *metrics.Farm
 	Log         *slog.Logger
 
@@ -84,9 +85,11 @@ type Server struct {
 	// waits for the new compile before getting its last good catalog.
 	// Default 10s.
 	ChangedCompileWait time.Duration
-	// MaxBody bounds catalog, facts and CSR bodies; MaxReport report bodies.
-	MaxBody   int64
-	MaxReport int64
+	// MaxBody bounds catalog, facts and CSR bodies; MaxReport report bodies;
+	// MaxBucketFile the files agents back up to the filebucket.
+	MaxBody       int64
+	MaxReport     int64
+	MaxBucketFile int64
 
 	catalogs *blobCache
 }
@@ -114,6 +117,9 @@ func (s *Server) defaults() {
 	if s.MaxReport == 0 {
 		s.MaxReport = 256 << 20
 	}
+	if s.MaxBucketFile == 0 {
+		s.MaxBucketFile = DefaultMaxBucketFile
+	}
 	if s.catalogs == nil {
 		s.catalogs = newBlobCache(512 << 20)
 	}
@@ -124,7 +130,7 @@ func (s *Server) defaults() {
 // segment is 400, a known path asked with a method it does not take is 403
 // (Puppet Server's auth.conf ends in "deny all"), and any other path is 404
 // with Puppet's JSON error. Paths are taken as sent, never cleaned or
-// redirected.
+// redirected: a "//" reaches the filebucket's <sum>//<path> intact.
 func (s *Server) Handler() http.Handler {
 	s.defaults()
 	var rt router
@@ -149,6 +155,11 @@ func (s *Server) Handler() http.Handler {
 	rt.handle("GET /puppet/v3/file_metadata/{path...}", s.anyCert(s.fileMetadata))
 	rt.handle("GET /puppet/v3/file_content/{path...}", s.anyCert(s.fileContent))
 	rt.handle("GET /puppet/v3/static_file_content/{path...}", s.anyCert(s.staticFileContent))
+	if s.Bucket != nil {
+		rt.handle("GET /puppet/v3/file_bucket_file/{key...}", s.anyCert(s.getBucketFile))
+		rt.handle("HEAD /puppet/v3/file_bucket_file/{key...}", s.anyCert(s.headBucketFile))
+		rt.handle("PUT /puppet/v3/file_bucket_file/{key...}", s.anyCert(s.putBucketFile))
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Puppet-Version", s.PuppetVersion)
 		if hasDotSegment(r.URL.Path) {

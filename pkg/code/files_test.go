@@ -364,11 +364,12 @@ func TestMergedMountWithoutModuleDirs(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 
-	// An empty modulepath: nothing to answer.
+	// An empty modulepath: Puppet answers its codedir (see TestMountsWithoutModules).
 	putFile(t, dir, "environment.conf", "modulepath = $basemodulepath\n")
 	files = NewFiles(store, snapshot(t, store, dir), "/envs/production")
-	if _, err := files.FileMetadatas(ctx, "plugins", MetadataOptions{}); !errors.Is(err, farm.ErrNotFound) {
-		t.Errorf("err = %v, want ErrNotFound", err)
+	mds, err = files.FileMetadatas(ctx, "plugins", MetadataOptions{Recurse: true})
+	if got := rels(mds); err != nil || !reflect.DeepEqual(got, []string{"/ . directory"}) {
+		t.Errorf("got %q, %v", got, err)
 	}
 }
 

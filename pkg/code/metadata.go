@@ -127,6 +127,10 @@ func (f *Files) FileMetadatas(ctx context.Context, key string, opts MetadataOpti
 	if err != nil {
 		return nil, fmt.Errorf("file_metadatas %s: %w", key, err)
 	}
+	if len(roots) == 0 { // an empty modulepath: the codedir, as Puppet searches
+		md, err := f.codeDirMetadata(ctx, opts)
+		return []FileMetadata{md}, err
+	}
 	if noRecurse {
 		opts.Recurse = false
 	}

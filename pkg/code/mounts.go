@@ -1,7 +1,9 @@
 package code
 
 import (
+	"context"
 	"fmt"
+	"path"
 	"regexp"
 	"strings"
 
@@ -186,7 +188,10 @@ func (m *Manifest) find(mount, rel string) (string, error) {
 // search resolves a mount and path to the search roots Puppet's
 // Mount#search gives. For merged mounts the path is ignored (Puppet returns
 // every module's directory) and, when no module has the directory, the
-// modulepath directories are returned with recurse forced off.
+// modulepath directories are returned with recurse forced off; when the
+// modulepath is empty too, no roots (and no error): Puppet then searches
+// its codedir, recurse off, so an environment without modules answers
+// with that one directory (see Files.codeDirMetadata).
 func (m *Manifest) search(mount, rel string) (roots []string, noRecurse bool, err error) {
 	sub, merged := mergedMounts[mount]
 	if !merged {
@@ -204,10 +209,17 @@ func (m *Manifest) search(mount, rel string) (roots []string, noRecurse bool, er
 	if len(roots) > 0 {
 		return roots, false, nil
 	}
-	if dirs := m.ModuleDirs(); len(dirs) > 0 {
-		return dirs, true, nil
-	}
-	return nil, false, fmt.Errorf("%s: empty modulepath: %w", mount, farm.ErrNotFound)
+	return m.ModuleDirs(), true, nil
+}
+
+// codeDirMetadata is the one entry Puppet's merged mounts list for an
+// environment with an empty modulepath: its codedir, a directory. The
+// codedir is the parent of the environmentpath that holds EnvDir
+// (/compilefarm for /compilefarm/environments/<env>).
+func (f *Files) codeDirMetadata(ctx context.Context, opts MetadataOptions) (FileMetadata, error) {
+	md, err := f.collect(ctx, found{rel: ".", entry: rootEntry}, opts)
+	md.Path = path.Dir(path.Dir(f.EnvironmentDir()))
+	return md, err
 }
 
 // Lookup finds the file that the file server serves as mount/rel (the

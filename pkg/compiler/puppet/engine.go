@@ -24,6 +24,11 @@
 // decides recompiles. mutation_test.go proves on real modules that no read
 // is missed.
 //
+// A compile gets the node as Puppet's exec node terminus and Puppet
+// Server's TLS layer would give it (Request.Node): $trusted['extensions']
+// from the certificate, the classifier's classes, and its parameters, which
+// are top-scope variables that win over facts and are not fact reads.
+//
 // Exported resources work without PuppetDB: the worker runs with
 // storeconfigs on and its own storeconfigs backend, which answers exported
 // collectors (Type <<| query |>>) from Request.Exported, filtering as the
@@ -237,6 +242,12 @@ func (e *Engine) compile(ctx context.Context, req compiler.Request, disableHooks
 	if err != nil {
 		return compiler.Result{}, fmt.Errorf("puppet compile %s: %w: %w", req.Certname, err, farm.ErrInvalid)
 	}
+	var params json.RawMessage
+	if len(req.Node.Parameters) > 0 {
+		if params, err = encodeFacts(req.Node.Parameters); err != nil {
+			return compiler.Result{}, fmt.Errorf("puppet compile %s: classifier parameters: %w: %w", req.Certname, err, farm.ErrInvalid)
+		}
+	}
 	id := e.nextID.Add(1)
 	line, err := json.Marshal(request{
 		ID:              id,
@@ -246,7 +257,11 @@ func (e *Engine) compile(ctx context.Context, req compiler.Request, disableHooks
 		EnvironmentPath: req.EnvironmentPath,
 		Facts:           facts,
 		Exported:        req.Exported,
-		DisableHooks:    disableHooks,
+
+		TrustedExtensions: req.Node.TrustedExtensions,
+		Classes:           req.Node.Classes,
+		Parameters:        params,
+		DisableHooks:      disableHooks,
 	})
 	if err != nil {
 		return compiler.Result{}, fmt.Errorf("puppet compile %s: encode request: %w", req.Certname, err)

@@ -16,6 +16,12 @@ type request struct {
 	CodeID          string          `json:"code_id"`
 	EnvironmentPath string          `json:"environmentpath"`
 	Facts           json.RawMessage `json:"facts"`
+	// TrustedExtensions, Classes and Parameters are the node's
+	// (compiler.NodeInfo): $trusted['extensions'] and the classifier's
+	// answer.
+	TrustedExtensions map[string]string `json:"trusted_extensions,omitempty"`
+	Classes           any               `json:"classes,omitempty"`
+	Parameters        json.RawMessage   `json:"parameters,omitempty"`
 	// Exported are the resources the other nodes export, for the
 	// compile's exported collectors.
 	Exported []compiler.ExportedResource `json:"exported,omitempty"`

@@ -16,6 +16,11 @@
 #      "environmentpath":"/dir","facts":{...},
 #      "exported":[{"certname":"n2","type":"Host","title":"n2","tags":[...],
 #                   "parameters":{...},"file":"...","line":3},...]}
+#   with, when the farm knows them, "trusted_extensions":{"pp_role":"web",...}
+#   ($trusted['extensions'], named as Puppet Server names them), and the
+#   external node classifier's "classes" (a list of names, or a hash of name
+#   to parameters) and "parameters" (top-scope variables that win over facts
+#   of the same name; not fact reads).
 #   "exported" are the resources the other nodes export, which exported
 #   collectors (<<| |>>) collect from (see CompileFarm::Exports below). In
 #   tests only, "disable_hooks":["topscope"] switches recording hooks off
@@ -216,9 +221,12 @@ module CompileFarm
     # observed is computed from it, so that it equals what the Go side
     # computes from the same facts.
     class Recorder
-      # off names hooks switched off for this compile only (tests).
-      def initialize(raw, off = [])
+      # off names hooks switched off for this compile only (tests); params
+      # are the node's classifier parameters, top-scope variables that are
+      # not facts (the farm tracks them with the classification).
+      def initialize(raw, off = [], params = nil)
         @raw = raw.is_a?(Hash) ? raw : {}
+        @params = params.is_a?(Hash) ? params : {}
         # path => kind bits, by identity: every path is either precomputed
         # (a fact's, when it was wrapped) or interned.
         @reads = {}.compare_by_identity
@@ -267,7 +275,7 @@ module CompileFarm
       # top notes a read of the top-scope variable name; bit nil means "its
       # value" (for a recording hash: only that it is a hash).
       def top(name, bit)
-        return if @suspended > 0 || RESERVED[name] || NUMERIC.match?(name)
+        return if @suspended > 0 || RESERVED[name] || NUMERIC.match?(name) || @params.key?(name)
 
         path = @top_paths[name] || intern([name])
         note(path, bit || (@top_hash[name] ? HASH : VALUE))
@@ -1231,7 +1239,8 @@ module CompileFarm
 
       exports = CompileFarm::Exports.context(certname, req['exported'])
       loader = loader_for(envpath)
-      trusted = Puppet::Context::TrustedInformation.new('remote', certname, {}, {})
+      exts = req['trusted_extensions'].is_a?(Hash) ? req['trusted_extensions'] : {}
+      trusted = Puppet::Context::TrustedInformation.new('remote', certname, exts, {})
       Puppet.override({ environments: loader, trusted_information: trusted }, 'compilefarm compile') do
         # Settings cached per environment name (Puppet.settings.values(env))
         # may belong to another snapshot of an environment of the same name.
@@ -1274,7 +1283,7 @@ module CompileFarm
       end
       return [yield, nil] if !CompileFarm::Reads.recording? || off.include?('all')
 
-      rec = CompileFarm::Reads::Recorder.new(req['facts'], off)
+      rec = CompileFarm::Reads::Recorder.new(req['facts'], off, req['parameters'])
       $cf_reads = rec
       begin
         out = yield
@@ -1285,15 +1294,17 @@ module CompileFarm
     end
 
     # Puppet::Resource::Catalog::Compiler#find and #compile, with the node
-    # the plain node terminus would return. Returns the catalog for the
-    # agent and the resources the node exports.
+    # Puppet's exec node terminus would return: the classifier's classes and
+    # parameters, then the facts (which do not override a parameter).
+    # Returns the catalog for the agent and the resources the node exports.
     def compile_in(env, loader, certname, req)
       # A shallow copy: Puppet deletes '_timestamp' from the values and
       # sanitizes them in place; the request's own hash is what reads are
       # observed in.
       values = req['facts'].is_a?(Hash) ? req['facts'].dup : {}
       facts = Puppet::Node::Facts.from_data_hash({ 'name' => certname, 'values' => values })
-      node = Puppet::Node.new(certname, environment: env)
+      params = req['parameters'].is_a?(Hash) ? req['parameters'].dup : {}
+      node = Puppet::Node.new(certname, environment: env, parameters: params, classes: req['classes'])
       node.fact_merge(facts)
       node.add_server_facts(@server_facts)
       node.trusted_data = Puppet.lookup(:trusted_information).to_h

@@ -1211,13 +1211,47 @@ module CompileFarm
       { 'serverversion' => Puppet.version.to_s }
     end
 
+    # SnapshotBaseModulepath makes a directories loader take each
+    # environment's global module directories ($basemodulepath) from its
+    # code snapshot, <env>/.basemodulepath/0, 1, ... (see pkg/code), for the
+    # default modulepath and for $basemodulepath in environment.conf alike:
+    # no compile reads a module outside the snapshot. An environment
+    # without them keeps @basemodulepath, an empty directory.
+    module SnapshotBaseModulepath
+      VARS = ['$basemodulepath', '${basemodulepath}'].freeze
+
+      def self.dirs(envdir)
+        root = File.join(envdir, '.basemodulepath')
+        return [] unless File.directory?(root)
+
+        Dir.children(root).grep(/\A\d+\z/).sort_by(&:to_i).map { |n| File.join(root, n) }
+      end
+
+      def get_conf(name)
+        conf = super
+        base = conf && SnapshotBaseModulepath.dirs(conf.path_to_env)
+        return conf if base.nil? || base.empty?
+
+        Conf.new(conf.path_to_env, conf.section, base)
+      end
+
+      # Conf replaces an entry $basemodulepath of the modulepath setting
+      # with the snapshot's directories, as pkg/code does (Puppet would
+      # interpolate the global basemodulepath setting).
+      class Conf < Puppet::Settings::EnvironmentConf
+        def modulepath
+          super.split(File::PATH_SEPARATOR).flat_map { |p| VARS.include?(p) ? @global_module_path : [p] }.join(File::PATH_SEPARATOR)
+        end
+      end
+    end
+
     # The environments loader of one environmentpath, kept in a small LRU.
     # A code snapshot's environmentpath never changes, so its environments
     # never expire (environment_timeout unlimited) while the loader is cached.
     def loader_for(envpath)
       loader = @loaders.delete(envpath)
       unless loader
-        dirs = Puppet::Environments::Directories.new(envpath, [@basemodulepath])
+        dirs = Puppet::Environments::Directories.new(envpath, [@basemodulepath]).extend(SnapshotBaseModulepath)
         loader = Puppet::Environments::Cached.new(dirs)
       end
       @loaders[envpath] = loader

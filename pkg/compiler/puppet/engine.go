@@ -38,6 +38,10 @@
 // Result.Collects the exported collectors it evaluated and whose resources
 // each collected. Neither is a fact read.
 //
+// Encrypted Hiera data (levels with lookup_key eyaml_lookup_key) is
+// decrypted by Puppet's own backend and hiera-eyaml, with keys found outside
+// the code snapshot (Options.EyamlKeys); decrypting is not a fact read.
+//
 // A compile error in the code is returned as a *compiler.CompileError. A
 // worker that crashes, hangs past Options.Timeout, or whose compile is
 // cancelled is killed (its whole process group) and restarted in the
@@ -103,6 +107,19 @@ type Options struct {
 	// catalog compiled with a hook off may depend on facts it does not
 	// report. An unknown name makes New fail.
 	DisableHooks []string
+	// EyamlKeys is the directory that holds the keys of encrypted Hiera
+	// data (hiera-eyaml's PKCS7 pair), kept out of every code snapshot.
+	// When a hierarchy level with lookup_key eyaml_lookup_key decrypts a
+	// value: a level that names no key uses EyamlKeys/private_key.pkcs7.pem
+	// and EyamlKeys/public_key.pkcs7.pem; a key path that exists on this
+	// host is used as written, as Puppet Server would; any other key path
+	// (the /etc/puppetlabs/puppet/eyaml/... of a control repo written for
+	// Puppet Server) is looked up by its file name in EyamlKeys. A key that
+	// is missing, unreadable or wrong fails that compile with a
+	// *compiler.CompileError naming the key file. Empty: only key paths that
+	// exist work. New fails when it is set but is not a directory, or when
+	// hiera-eyaml cannot be loaded.
+	EyamlKeys string
 }
 
 // Engine compiles catalogs with Ruby Puppet. It is safe for concurrent use.
@@ -156,6 +173,20 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("puppet engine: resolve WorkDir %q: %w", opts.WorkDir, err)
 	}
 	opts.WorkDir = workDir
+	if opts.EyamlKeys != "" {
+		keys, err := filepath.Abs(opts.EyamlKeys)
+		if err != nil {
+			return nil, fmt.Errorf("puppet engine: resolve EyamlKeys %q: %w", opts.EyamlKeys, err)
+		}
+		st, err := os.Stat(keys)
+		if err != nil {
+			return nil, fmt.Errorf("puppet engine: eyaml keys directory: %w: %w", err, farm.ErrInvalid)
+		}
+		if !st.IsDir() {
+			return nil, fmt.Errorf("puppet engine: eyaml keys directory %s is not a directory: %w", keys, farm.ErrInvalid)
+		}
+		opts.EyamlKeys = keys
+	}
 	if err := os.MkdirAll(workDir, 0o750); err != nil {
 		return nil, fmt.Errorf("puppet engine: create WorkDir: %w", err)
 	}
@@ -202,7 +233,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		e.pool.put(w)
 	}
 	e.log.Info("puppet engine ready", "workers", opts.Workers, "puppet_version", e.version,
-		"ruby_version", e.workers[0].proc.ready.RubyVersion, "workdir", workDir)
+		"ruby_version", e.workers[0].proc.ready.RubyVersion, "workdir", workDir, "eyaml_keys", opts.EyamlKeys)
 	return e, nil
 }
 
@@ -218,6 +249,9 @@ func (e *Engine) start(ctx context.Context, w *worker) error {
 	var args []string
 	if len(e.opts.DisableHooks) > 0 {
 		args = append(args, "--disable-hooks="+strings.Join(e.opts.DisableHooks, ","))
+	}
+	if e.opts.EyamlKeys != "" {
+		args = append(args, "--eyaml-keys="+e.opts.EyamlKeys)
 	}
 	p, err := startProcess(ctx, e.opts.Ruby, e.script, w.dir, args, startTimeout, e.log.With("worker", w.n))
 	if err != nil {

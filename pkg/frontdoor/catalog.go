@@ -35,7 +35,7 @@ func (s *Server) postCatalog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := s.Intake.Submit(r.Context(), compiler.Upload{
-		Certname: name, Environment: env, RawKey: farm.DigestOf(raw),
+		Certname: name, Environment: env, RawKey: farm.DigestOf(raw), TrustedExtensions: trustedExtensions(r),
 		Document: func() ([]byte, error) {
 			req, err := facts.ParseCatalogForm(body)
 			if err != nil {

@@ -1,22 +1,54 @@
 package frontdoor
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
+	"github.com/compilefarm/compilefarm/pkg/classifier"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/trusted"
 )
 
-// getNode answers the agent's node request: its environment and the facts
-// the farm holds for it (Puppet's node object).
+// Classifier is the external node classifier.
+type Classifier interface {
+	Classify(ctx context.Context, certname string) (classifier.Classification, error)
+}
+
+// trustedExtensions are the extensions of the request's client certificate
+// as a compile sees them in $trusted['extensions'] (the handlers that call
+// it only serve verified certificates).
+func trustedExtensions(r *http.Request) map[string]string {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return nil
+	}
+	return trusted.Extensions(r.TLS.PeerCertificates[0])
+}
+
+// getNode answers the agent's node request as Puppet's node object: its
+// environment, the facts the farm holds for it, and, with a classifier,
+// the classifier's classes, its parameters (which win over facts) and its
+// environment (which wins over the agent's: the agent switches to it).
 func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	env := r.URL.Query().Get("environment")
+	var class classifier.Classification
+	if s.Classifier != nil {
+		var err error
+		if class, err = s.Classifier.Classify(r.Context(), name); err != nil {
+			s.log().Warn("external node classifier failed", "node", name, "err", err)
+			s.apiError(w, r, err)
+			return
+		}
+		if class.Environment != "" {
+			env = class.Environment
+		}
+	}
 	if env != "" {
 		if _, err := s.environment(r, env); err != nil {
 			s.envError(w, r, err)
@@ -50,7 +82,14 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 	if env == "" {
 		env = "production"
 	}
-	writeJSON(w, map[string]any{"name": name, "environment": env, "parameters": params})
+	for k, v := range class.Parameters {
+		params[k] = v
+	}
+	node := map[string]any{"name": name, "environment": env, "parameters": params}
+	if class.Classes != nil {
+		node["classes"] = class.Classes
+	}
+	writeJSON(w, node)
 }
 
 // environment reads a valid, known environment: ErrInvalid for a bad
@@ -91,7 +130,7 @@ func (s *Server) putFacts(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	out, err := s.Intake.Submit(r.Context(), compiler.Upload{
-		Certname: name, Environment: env,
+		Certname: name, Environment: env, TrustedExtensions: trustedExtensions(r),
 		Document: func() ([]byte, error) { return body, nil },
 	})
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/compilefarm/compilefarm/pkg/classifier"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
@@ -75,6 +76,9 @@ type Server struct {
 	Bucket      Bucket // the server filebucket; nil leaves file_bucket_file out (404)
 	Metrics     *metrics.Farm
 	Log         *slog.Logger
+	// Classifier, when set, is the external node classifier the node
+	// endpoint answers from (the intake classifies catalog requests).
+	Classifier Classifier
 
 	// PuppetVersion is sent as X-Puppet-Version (the engine's Puppet).
 	PuppetVersion string
@@ -366,6 +370,9 @@ func jsonError(w http.ResponseWriter, status int, kind, msg string) {
 // apiError maps a farm error kind to Puppet Server's answer for /puppet/v3.
 func (s *Server) apiError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
+	case errors.Is(err, classifier.ErrFailed):
+		// Puppet Server's answer when its node terminus fails.
+		jsonError(w, http.StatusInternalServerError, "RUNTIME_ERROR", "Server Error: "+err.Error())
 	case errors.Is(err, farm.ErrInvalid):
 		jsonError(w, http.StatusBadRequest, "RUNTIME_ERROR", "Bad Request: "+err.Error())
 	case errors.Is(err, farm.ErrNotFound):

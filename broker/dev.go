@@ -35,6 +35,9 @@ type devConfig struct {
 	firstWait, changedWait, compileTimeout    time.Duration
 	ruby                                      string
 	logLevel                                  string
+	classifier                                classifierFlags
+	basemodulepath                            basemodulepathFlag
+	eyamlKeys                                 string
 }
 
 func runDev(ctx context.Context, args []string) error {
@@ -45,6 +48,7 @@ func runDev(ctx context.Context, args []string) error {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8140", "front door address (Puppet's port 8140, TLS)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9140", "address for /metrics (Prometheus) and the operator API; keep it on loopback")
 	fs.StringVar(&c.environments, "environments", "examples/environments", "Puppet environmentpath: one directory per environment")
+	fs.Var(&c.basemodulepath, "basemodulepath", basemodulepathUsage)
 	fs.StringVar(&c.data, "data", ".data/dev", "directory for all state (CA, catalogs, facts, queue); survives restarts")
 	fs.BoolVar(&c.autosign, "autosign", true, "sign every certificate request at once (dev only)")
 	fs.IntVar(&c.workers, "workers", runtime.NumCPU(), "compile workers (one Ruby Puppet process each)")
@@ -57,6 +61,9 @@ func runDev(ctx context.Context, args []string) error {
 	fs.DurationVar(&c.compileTimeout, "compile-timeout", 2*time.Minute, "a compile running longer is killed and retried")
 	fs.StringVar(&c.ruby, "ruby", "ruby", "Ruby interpreter with Puppet 7 (Debian's puppet-agent)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.eyamlKeys, "eyaml-keys", "", "directory with the keys of encrypted Hiera data (hiera-eyaml's private_key.pkcs7.pem and public_key.pkcs7.pem; "+
+		"key paths a hiera.yaml names that do not exist here are looked up by file name in it); keep it outside --environments")
+	c.classifier.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -81,9 +88,20 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	if st, err := os.Stat(envRoot); err != nil || !st.IsDir() {
 		return fmt.Errorf("--environments %s is not a directory of Puppet environments", c.environments)
 	}
+	baseModulepath, err := c.basemodulepath.resolve(envRoot)
+	if err != nil {
+		return err
+	}
+	if err := checkEyamlKeys(c.eyamlKeys, envRoot); err != nil {
+		return err
+	}
 	filter, err := facts.NewFilter(splitList(c.volatile))
 	if err != nil {
 		return fmt.Errorf("--volatile-facts: %w", err)
+	}
+	enc, err := c.classifier.open()
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(c.data, 0o750); err != nil {
 		return fmt.Errorf("create --data %s: %w", c.data, err)
@@ -108,7 +126,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	log.Info("starting compile workers (loading Puppet)", "workers", c.workers)
 	engine, err := puppet.New(ctx, puppet.Options{
 		Workers: c.workers, Ruby: c.ruby, WorkDir: filepath.Join(c.data, "engine"),
-		Timeout: c.compileTimeout, Logger: log,
+		Timeout: c.compileTimeout, Logger: log, EyamlKeys: c.eyamlKeys,
 	})
 	if err != nil {
 		return fmt.Errorf("start the puppet compile engine (is Debian's puppet-agent installed? run scripts/install-deps.sh): %w", err)
@@ -118,7 +136,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	m := metrics.New(queue)
 	lib := code.NewLibrary(store, filepath.Join(c.data, "code"))
 	intake := &compiler.Intake{Content: store, Nodes: store, Envs: store, Queue: queue, Filter: filter, Log: log}
-	deployer := &compiler.Deployer{Content: store, Envs: store, Nodes: store, Intake: intake, Root: envRoot, Log: log}
+	deployer := &compiler.Deployer{Content: store, Envs: store, Nodes: store, Intake: intake, Root: envRoot, BaseModulepath: baseModulepath, Log: log}
 	pool := &compiler.Pool{Queue: queue, Nodes: store, Content: store, Engine: engine, Code: lib, Metrics: m, Log: log, Collectors: intake}
 
 	// Compiles requested just before a crash, and code changed on disk
@@ -132,15 +150,21 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 
 	fd := &frontdoor.Server{
 		CA: authority, Revocations: authority, Intake: intake, Nodes: store, Envs: store,
-		Content: store, Files: lib, Metrics: m, Log: log, PuppetVersion: engine.PuppetVersion(),
+		Content: store, Files: lib, Bucket: store, Metrics: m, Log: log, PuppetVersion: engine.PuppetVersion(),
 		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait,
+	}
+	if enc != nil {
+		// At check-in (intake, node endpoint) and for each compile, as
+		// Puppet Server runs its classifier per request.
+		intake.Classifier, pool.Classifier, fd.Classifier = enc, enc, enc
 	}
 	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: store, Deployer: deployer})
 	// Client certificates are optional (CA bootstrap), verified against the
 	// CA when given, and refused at the handshake once revoked.
 	return listenAndServe(ctx, log, c.listen, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), ops,
 		func(ctx context.Context) { pool.Run(ctx, c.workers) },
-		"compilefarm dev is up", "certname", c.certname, "environments", envRoot, "data", c.data, "autosign", c.autosign)
+		"compilefarm dev is up", "certname", c.certname, "environments", envRoot,
+		"basemodulepath", strings.Join(baseModulepath, string(filepath.ListSeparator)), "data", c.data, "autosign", c.autosign)
 }
 
 func splitList(s string) []string {

@@ -40,6 +40,8 @@ type serveConfig struct {
 	autosign, allowSANs                                bool
 	firstWait, changedWait                             time.Duration
 	logLevel                                           string
+	classifier                                         classifierFlags
+	basemodulepath                                     basemodulepathFlag
 }
 
 // runServe runs the fleet's front door (and operator API) on the AWS
@@ -53,6 +55,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&c.listen, "listen", "0.0.0.0:8140", "front door address (TLS)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9140", "address for /metrics and the operator API; keep it private")
 	fs.StringVar(&c.environments, "environments", "", "environmentpath that `broker code deploy` reads from on this task")
+	fs.Var(&c.basemodulepath, "basemodulepath", basemodulepathUsage)
 	fs.StringVar(&c.work, "work", filepath.Join(os.TempDir(), "compilefarm-serve"), "scratch directory")
 	fs.StringVar(&c.bucket, "bucket", "", "S3 bucket of the content store (required)")
 	fs.StringVar(&c.prefix, "prefix", "", "key prefix in the bucket")
@@ -69,6 +72,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.DurationVar(&c.firstWait, "first-compile-wait", 60*time.Second, "how long a first catalog request waits for its compile")
 	fs.DurationVar(&c.changedWait, "changed-compile-wait", 10*time.Second, "how long a catalog request waits for a recompile")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	c.classifier.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -92,6 +96,10 @@ func runServe(ctx context.Context, args []string) error {
 }
 
 func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
+	baseModulepath, err := c.basemodulepath.resolve(c.environments)
+	if err != nil {
+		return err
+	}
 	awsCfg, err := loadAWSConfig(ctx)
 	if err != nil {
 		return err
@@ -100,6 +108,10 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	state := dynamostate.NewFromConfig(awsCfg, dynamostate.Options{NodesTable: c.nodesTable, EnvironmentsTable: c.envTable})
 	queue := sqsqueue.New(sqs.NewFromConfig(awsCfg), sqsqueue.Options{UrgentURL: c.urgentURL, BulkURL: c.bulkURL, Logger: log})
 	filter, err := facts.NewFilter(facts.DefaultVolatile)
+	if err != nil {
+		return err
+	}
+	enc, err := c.classifier.open()
 	if err != nil {
 		return err
 	}
@@ -112,11 +124,16 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	m := metrics.New(queue)
 	lib := code.NewLibrary(content, filepath.Join(c.work, "code"))
 	intake := &compiler.Intake{Content: content, Nodes: state, Envs: state, Queue: queue, Filter: filter, Log: log}
-	deployer := &compiler.Deployer{Content: content, Envs: state, Nodes: state, Intake: intake, Root: c.environments, Log: log}
+	deployer := &compiler.Deployer{Content: content, Envs: state, Nodes: state, Intake: intake, Root: c.environments, BaseModulepath: baseModulepath, Log: log}
 	fd := &frontdoor.Server{
 		CA: authority, Revocations: authority, Intake: intake, Nodes: state, Envs: state,
-		Content: content, Files: lib, Metrics: m, Log: log,
+		Content: content, Files: lib, Bucket: content, Metrics: m, Log: log,
 		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait,
+	}
+	if enc != nil {
+		// At check-in; the compile function classifies again per compile
+		// (COMPILEFARM_EXTERNAL_NODES).
+		intake.Classifier, fd.Classifier = enc, enc
 	}
 	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: state, Deployer: deployer})
 	return listenAndServe(ctx, log, c.listen, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), ops, nil,

@@ -9,7 +9,12 @@
 // COMPILEFARM_URGENT_QUEUE_URL, COMPILEFARM_BULK_QUEUE_URL (for collectors'
 // recompiles), COMPILEFARM_MAX_RECEIVES (the queues' maxReceiveCount,
 // default 3), COMPILEFARM_WORKDIR (default /tmp/compilefarm),
-// COMPILEFARM_RUBY (default ruby), COMPILEFARM_COMPILE_TIMEOUT (default 2m);
+// COMPILEFARM_RUBY (default ruby), COMPILEFARM_COMPILE_TIMEOUT (default 2m),
+// COMPILEFARM_EXTERNAL_NODES (an external node classifier, as broker's
+// --external-nodes: run again for each compile, as Puppet Server runs it per
+// catalog) and COMPILEFARM_EXTERNAL_NODES_TIMEOUT (default 10s),
+// COMPILEFARM_EYAML_KEYS (the directory with the keys of encrypted Hiera
+// data, as broker dev's --eyaml-keys);
 // AWS endpoints and credentials from the standard AWS configuration.
 package main
 
@@ -27,6 +32,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/compilefarm/compilefarm/pkg/classifier"
 	"github.com/compilefarm/compilefarm/pkg/code"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/compiler/puppet"
@@ -90,6 +96,18 @@ func setup(ctx context.Context, env func(string) string, log *slog.Logger) (*han
 	if ruby == "" {
 		ruby = "ruby"
 	}
+	var enc *classifier.Exec
+	if cmd := env("COMPILEFARM_EXTERNAL_NODES"); cmd != "" {
+		encTimeout := classifier.DefaultTimeout
+		if v := env("COMPILEFARM_EXTERNAL_NODES_TIMEOUT"); v != "" {
+			if encTimeout, err = time.ParseDuration(v); err != nil {
+				return nil, fmt.Errorf("COMPILEFARM_EXTERNAL_NODES_TIMEOUT: %w", err)
+			}
+		}
+		if enc, err = classifier.NewExec(cmd, encTimeout); err != nil {
+			return nil, fmt.Errorf("COMPILEFARM_EXTERNAL_NODES: %w", err)
+		}
+	}
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load AWS configuration: %w", err)
@@ -103,13 +121,17 @@ func setup(ctx context.Context, env func(string) string, log *slog.Logger) (*han
 	if err != nil {
 		return nil, err
 	}
-	engine, err := puppet.New(ctx, puppet.Options{Workers: 1, Ruby: ruby, WorkDir: filepath.Join(workdir, "engine"), Timeout: timeout, Logger: log})
+	engine, err := puppet.New(ctx, puppet.Options{Workers: 1, Ruby: ruby, WorkDir: filepath.Join(workdir, "engine"), Timeout: timeout, Logger: log,
+		EyamlKeys: env("COMPILEFARM_EYAML_KEYS")})
 	if err != nil {
 		return nil, fmt.Errorf("start the puppet engine: %w", err)
 	}
 	intake := &compiler.Intake{Content: content, Nodes: state, Envs: state, Queue: queue, Filter: filter, Log: log}
 	pool := &compiler.Pool{Nodes: state, Content: content, Engine: engine, Queue: queue,
 		Code: code.NewLibrary(content, filepath.Join(workdir, "code")), Collectors: intake, Log: log}
+	if enc != nil {
+		pool.Classifier = enc
+	}
 	log.Info("compile function ready", "puppet_version", engine.PuppetVersion(), "bucket", bucket, "nodes_table", nodesTable)
 	return &handler{pool: pool, maxReceives: maxReceives}, nil
 }

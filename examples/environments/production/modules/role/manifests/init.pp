@@ -1,13 +1,19 @@
-# @summary Picks the node's role from its cf_role fact.
+# @summary Picks the node's role: the pp_role extension of its certificate
+# (csr_attributes.yaml's extension_requests, signed into the certificate),
+# else its cf_role fact.
 #
-# A node without the fact, or with a role that has no class, gets role::base.
+# A node with neither, or with a role that has no class, gets role::base.
 #
-# @param default_role The role of nodes without a usable cf_role fact.
+# @param default_role The role of nodes without a usable pp_role or cf_role.
 class role (
   String[1] $default_role = 'base',
 ) {
-  $wanted = $facts['cf_role'] ? {
-    Pattern[/\A[a-z][a-z0-9_]*\z/] => $facts['cf_role'],
+  $requested = $trusted['extensions']['pp_role'] ? {
+    String[1] => $trusted['extensions']['pp_role'],
+    default   => $facts['cf_role'],
+  }
+  $wanted = $requested ? {
+    Pattern[/\A[a-z][a-z0-9_]*\z/] => $requested,
     default                         => $default_role,
   }
   $selected = defined("role::${wanted}") ? {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -35,6 +36,8 @@ type awsFarm struct {
 	// Env is what a process needs to use these backends (AWS endpoints and
 	// credentials).
 	Env []string
+	// LambdaEnv is more configuration for the compile function.
+	LambdaEnv []string
 
 	caOnce sync.Once
 	caErr  error
@@ -155,11 +158,11 @@ func (a *awsFarm) serveProxyArgs(envs, work, upstream string) []string {
 // Runtime API with a poller per lane acting as the event source mapping.
 func (a *awsFarm) startCompileLambda(t *testing.T, ctx context.Context) (*lambdaruntime.Runtime, []*lambdaruntime.Poller) {
 	t.Helper()
-	rt, err := lambdaruntime.Start(compileFunctionBin(t), append(a.Env,
+	rt, err := lambdaruntime.Start(compileFunctionBin(t), append(append(slices.Clip(a.Env),
 		"COMPILEFARM_BUCKET=farm", "COMPILEFARM_NODES_TABLE=nodes", "COMPILEFARM_ENVIRONMENTS_TABLE=environments",
 		"COMPILEFARM_URGENT_QUEUE_URL="+a.Queues.UrgentURL, "COMPILEFARM_BULK_QUEUE_URL="+a.Queues.BulkURL,
 		"COMPILEFARM_MAX_RECEIVES=2", "COMPILEFARM_WORKDIR="+t.TempDir(),
-	), 3*time.Minute)
+	), a.LambdaEnv...), 3*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -175,6 +175,11 @@ fi
 ca_cmd=(go test -run '^$' -bench 'BenchmarkSign$/rsa4096/submit|BenchmarkSignDynamoDB' -benchtime 200x ./pkg/ca ./pkg/dynamostate)
 ca_out=$(run_bench "CA benchmark" '^Benchmark' "${ca_cmd[@]}")
 
+# 3c. The external node classifier's overhead per check-in: fork, exec and
+# parse of a classifier that answers at once.
+enc_cmd=(go test -run '^$' -bench 'BenchmarkExecClassify$' -benchtime 500x ./pkg/classifier)
+enc_out=$(run_bench "classifier benchmark" '^Benchmark' "${enc_cmd[@]}")
+
 # 4. The report. loadgen --tsv lines: phase clients facts per_second p50 p90 p99 max errors
 pick() { awk -F'\t' -v p="$1" -v c="$2" -v f="$3" -v col="$4" '$1==p && $2==c && $3==f {print $col; exit}' "$5"; }
 verdict() {
@@ -312,6 +317,21 @@ mkdir -p "$(dirname "$OUT")"
     echo
     echo '```'
     printf '%s\n' "$ca_out" | grep -E '^Benchmark' | awk '{printf "%s  %.0f certificates/s\n", $0, 1e9/$3}'
+    echo '```'
+  fi
+  echo
+  echo "## External node classifier"
+  echo
+  if [ "$enc_out" = "FAILED" ]; then
+    echo "- The classifier benchmark failed in this run; run \`$(printf '%q ' "${enc_cmd[@]}" | sed 's/ $//')\` to see why."
+  else
+    echo "What \`--external-nodes\` adds to each check-in besides the classifier's own work (it runs"
+    echo "once per agent run with nothing changed: on the catalog request): one fork, exec and"
+    echo "YAML parse of a shell-script classifier that answers at once."
+    echo "\`$(printf '%q ' "${enc_cmd[@]}" | sed 's/ $//')\`:"
+    echo
+    echo '```'
+    printf '%s\n' "$enc_out" | grep -E '^Benchmark' | awk '{printf "%s  %.0f classifications/s per core\n", $0, 1e9/$3}'
     echo '```'
   fi
   echo

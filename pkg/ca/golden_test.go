@@ -201,6 +201,9 @@ func extHeaders(text string) []string {
 // TestOpenSSLSeesWhatPuppetIssues compares openssl's reading of our
 // certificates and CRL with its reading of Puppet Server's.
 func TestOpenSSLSeesWhatPuppetIssues(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the openssl binary; skipped with -short")
+	}
 	openssl := requireOpenSSL(t)
 	c, _ := goldenCA(t)
 	for _, tc := range []struct{ name, kind, ours, theirs string }{

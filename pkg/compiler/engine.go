@@ -1,6 +1,8 @@
 // Package compiler turns compile jobs into stored catalogs: the Engine
 // contract that each compile engine implements (one subpackage per engine),
-// the intake rule that decides when a node needs a compile (intake.go), the
+// the intake rule that decides when a node needs a compile (intake.go) from
+// its facts, code and node information (trusted extensions and
+// classification, nodeinfo.go), the
 // worker pool that drains the queue, compiles, and moves catalog pointers
 // forward (pool.go, and batch.go for queues that deliver batches), exported
 // resources and their collectors (exports.go), and code deploys, releases

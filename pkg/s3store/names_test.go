@@ -30,6 +30,9 @@ func TestNameStoreContractWithPrefix(t *testing.T) {
 // digest, next to (and never among) the space's content keys; it is
 // created with If-None-Match: *.
 func TestNameLayout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the S3 emulator; skipped with -short")
+	}
 	for _, prefix := range []string{"", "farm/prod/"} {
 		t.Run("prefix="+prefix, func(t *testing.T) {
 			var c captureHeaders

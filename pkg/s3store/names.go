@@ -1,17 +1,13 @@
 package s3store
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
@@ -47,47 +43,22 @@ func (s *Store) PutName(ctx context.Context, space farm.Space, name string, d fa
 	key := s.nameKey(space, name)
 	where := fmt.Sprintf("put name s3://%s/%s", s.bucket, key)
 	body := []byte(d)
-	sum := sha256.Sum256(body)
-	checksum := base64.StdEncoding.EncodeToString(sum[:])
-	for attempt := 0; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			return translateAt(where, s.bucket, err)
-		}
-		_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
-			Bucket:            aws.String(s.bucket),
-			Key:               aws.String(key),
-			Body:              bytes.NewReader(body),
-			ContentLength:     aws.Int64(int64(len(body))),
-			ContentType:       aws.String("text/plain"),
-			ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
-			ChecksumSHA256:    aws.String(checksum),
-			IfNoneMatch:       aws.String("*"),
-		})
-		if err == nil {
-			return nil
-		}
-		switch errorCode(err) {
-		case "PreconditionFailed":
-			old, err := s.GetName(ctx, space, name)
-			if err != nil {
-				return fmt.Errorf("%s: it exists, but reading it failed: %w", where, err)
-			}
-			if old != d {
-				return fmt.Errorf("%s: it points at %s, not %s: %w", where, old, d, farm.ErrConflict)
-			}
-			return nil
-		case "ConditionalRequestConflict":
-			// Another conditional write of this name is in flight; once it
-			// finishes, the retry gets 412 and compares.
-			if attempt < s.retries {
-				if err := sleep(ctx, time.Duration(attempt+1)*50*time.Millisecond); err != nil {
-					return translateAt(where, s.bucket, err)
-				}
-				continue
-			}
-		}
+	exists, err := s.create(ctx, key, body, sha256.Sum256(body), "text/plain")
+	if err != nil {
 		return translateAt(where, s.bucket, err)
 	}
+	if !exists {
+		return nil
+	}
+	// Tell "the same digest" (success) from "another digest".
+	old, err := s.GetName(ctx, space, name)
+	if err != nil {
+		return fmt.Errorf("%s: it exists, but reading it failed: %w", where, err)
+	}
+	if old != d {
+		return fmt.Errorf("%s: it points at %s, not %s: %w", where, old, d, farm.ErrConflict)
+	}
+	return nil
 }
 
 // GetName returns the digest name in space points at.

@@ -140,41 +140,51 @@ func (s *Store) Put(ctx context.Context, space farm.Space, data []byte) (farm.Di
 	sum := sha256.Sum256(data)
 	d := farm.Digest(hex.EncodeToString(sum[:]))
 	key := s.key(space, d)
+	// When the object exists, its key is the SHA-256 of data, and S3
+	// verified the checksum when it was written: the same bytes are stored.
+	if _, err := s.create(ctx, key, data, sum, "application/octet-stream"); err != nil {
+		return "", translate("put", s.bucket, key, err)
+	}
+	return d, nil
+}
+
+// create writes body at key unless an object is there already (PutObject
+// with If-None-Match: *; exists reports S3's 412), with the body's SHA-256
+// (sum) for S3 to check. While another conditional write of the key is in
+// flight (AWS S3 answers 409 then) it retries: once that write finishes,
+// the retry gets 412. Errors are the SDK's, for the caller to translate.
+func (s *Store) create(ctx context.Context, key string, body []byte, sum [sha256.Size]byte, contentType string) (exists bool, err error) {
 	checksum := base64.StdEncoding.EncodeToString(sum[:])
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return "", translate("put", s.bucket, key, err)
+			return false, err
 		}
 		_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
 			Bucket: aws.String(s.bucket),
 			Key:    aws.String(key),
 			// A fresh reader per attempt: the SDK reads (and may seek) it.
-			Body:              bytes.NewReader(data),
-			ContentLength:     aws.Int64(int64(len(data))),
-			ContentType:       aws.String("application/octet-stream"),
+			Body:              bytes.NewReader(body),
+			ContentLength:     aws.Int64(int64(len(body))),
+			ContentType:       aws.String(contentType),
 			ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
 			ChecksumSHA256:    aws.String(checksum),
 			IfNoneMatch:       aws.String("*"),
 		})
 		if err == nil {
-			return d, nil
+			return false, nil
 		}
-		switch code := errorCode(err); code {
+		switch errorCode(err) {
 		case "PreconditionFailed":
-			// The key exists; its name is the SHA-256 of data, and S3 verified
-			// the checksum when it was written: the same bytes are stored.
-			return d, nil
+			return true, nil
 		case "ConditionalRequestConflict":
-			// Another conditional write of this key is in flight (AWS S3
-			// answers 409 then). Once it finishes, our retry gets 412.
 			if attempt < s.retries {
 				if err := sleep(ctx, time.Duration(attempt+1)*50*time.Millisecond); err != nil {
-					return "", translate("put", s.bucket, key, err)
+					return false, err
 				}
 				continue
 			}
 		}
-		return "", translate("put", s.bucket, key, err)
+		return false, err
 	}
 }
 

@@ -35,6 +35,13 @@ type Intake struct {
 	// date when they changed only in ways no catalog depends on (uptime,
 	// free memory...); such uploads otherwise cost no write. Default 30m.
 	FactsRefresh time.Duration
+	// FailedRetry is how long after a node's compile failed its next
+	// check-in with the same inputs compiles it again. Something outside
+	// the inputs may have been mended (a classifier back up, an eyaml key
+	// put in place, an engine that crashed); Puppet Server compiles every
+	// request, and this bounds a failing node to one compile per
+	// FailedRetry. Default 10m.
+	FailedRetry time.Duration
 
 	// recent remembers, per node, the digests of the last fact upload seen
 	// by this process, keyed by the digest of its raw (still encoded) form,
@@ -339,7 +346,7 @@ func (in *Intake) promote(n *farm.Node, code string) bool {
 // outside the volatile facts does. Facts with nil values repeat the node's
 // last upload.
 func (in *Intake) decide(n *farm.Node, slot, environment, code string, f recentFacts) string {
-	reqp, catp, _ := n.Slot(slot)
+	reqp, catp, stp := n.Slot(slot)
 	r := *reqp
 	switch {
 	case r == nil && slot == farm.SlotCandidate:
@@ -350,6 +357,8 @@ func (in *Intake) decide(n *farm.Node, slot, environment, code string, f recentF
 		return farm.ReasonCodeChanged
 	case nodeInfoUsed(*catp, r) != f.nodeInfo:
 		return farm.ReasonNodeChanged
+	case in.retryDue(*catp, *stp, r):
+		return farm.ReasonRetry
 	case f.values == nil:
 		if r.FactsDigest == f.facts || n.FactsDigest == f.facts {
 			return ""
@@ -470,6 +479,19 @@ func (in *Intake) digests(ctx context.Context, up Upload, stored farm.Digest) (r
 		return recentFacts{}, fmt.Errorf("digest facts of %s: %w", up.Certname, err)
 	}
 	return recentFacts{rawKey: up.RawKey, facts: farm.DigestOf(doc), relevant: relevant, values: d.Values, doc: doc}, nil
+}
+
+// retryDue reports whether request r's compile failed, leaving no catalog
+// that answers it, at least FailedRetry ago.
+func (in *Intake) retryDue(c *farm.CatalogRef, st *farm.CompileStatus, r *farm.CompileRequest) bool {
+	if st == nil || st.Result != farm.ResultFailed || st.Seq != r.Seq || (c != nil && c.Seq >= r.Seq) {
+		return false
+	}
+	retry := in.FailedRetry
+	if retry <= 0 {
+		retry = 10 * time.Minute
+	}
+	return in.now().Sub(st.At) >= retry
 }
 
 func (in *Intake) factsRefresh() time.Duration {

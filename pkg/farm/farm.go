@@ -90,6 +90,9 @@ const (
 	// code changed: its classification (the external node classifier's
 	// answer) or its certificate's trusted extensions.
 	ReasonNodeChanged = "node-changed"
+	// ReasonRetry: the node's latest compile failed a while ago and it
+	// checked in again with the same inputs.
+	ReasonRetry = "retry-failed"
 )
 
 // Job asks for one node's catalog to be compiled. Its fields mirror Puppet

@@ -241,11 +241,11 @@ func (r *rig) compile(certname string, fail string) {
 	_, err := r.store.UpdateNode(ctx, certname, func(n *farm.Node) error {
 		seq := n.Requested.Seq
 		if fail != "" {
-			n.Compile = &farm.CompileStatus{Result: farm.ResultFailed, Error: fail, Seq: seq}
+			n.Compile = &farm.CompileStatus{Result: farm.ResultFailed, Error: fail, Seq: seq, At: time.Now()}
 			return nil
 		}
 		n.Catalog = &farm.CatalogRef{Digest: d, GzipDigest: gd, Seq: seq, CodeID: r.codeID}
-		n.Compile = &farm.CompileStatus{Result: farm.ResultOK, Seq: seq}
+		n.Compile = &farm.CompileStatus{Result: farm.ResultOK, Seq: seq, At: time.Now()}
 		return nil
 	})
 	if err != nil {

@@ -240,18 +240,20 @@ func (in *Intake) recordClassifierFailure(ctx context.Context, certname string, 
 	in.log().Warn("external node classifier failed", "node", certname, "err", cause)
 	now := in.now()
 	msg := cause.Error()
-	if n, err := in.Nodes.GetNode(ctx, certname); err == nil && n.ClassifierFailure != nil &&
-		n.ClassifierFailure.Error == msg && now.Sub(n.ClassifierFailure.At) < classifierFailureRefresh {
-		return
-	}
 	_, err := in.Nodes.UpdateNode(ctx, certname, func(n *farm.Node) error {
+		if f := n.ClassifierFailure; f != nil && f.Error == msg && now.Sub(f.At) < classifierFailureRefresh {
+			return errRecorded // the same failure, recorded lately: no write
+		}
 		n.ClassifierFailure = &farm.ClassifierFailure{Error: msg, At: now}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errRecorded) {
 		in.log().Error("record classifier failure", "node", certname, "err", err)
 	}
 }
+
+// errRecorded ends an update that has nothing to write.
+var errRecorded = errors.New("already recorded")
 
 // plannedJob is a compile plan decided to queue for a node's slot.
 type plannedJob struct {

@@ -64,17 +64,26 @@ func decodeNodeInfo(b []byte) (NodeInfo, error) {
 	return i, nil
 }
 
-// loadNodeInfo reads the node information with digest d; a zero NodeInfo
-// for an empty digest (a job from before the farm kept it).
-func loadNodeInfo(ctx context.Context, content farm.ContentStore, certname string, d farm.Digest) (NodeInfo, error) {
+// loadNodeInfo reads the node information with digest d (immutable, so
+// kept decoded in memory: most nodes of a site share a few); a zero
+// NodeInfo for an empty digest (a job from before the farm kept it).
+func (p *Pool) loadNodeInfo(ctx context.Context, certname string, d farm.Digest) (NodeInfo, error) {
 	if d == "" {
 		return NodeInfo{}, nil
 	}
-	b, err := content.Get(ctx, farm.SpaceNodeInfo, d)
+	if i, ok := p.nodeInfos.Load(d); ok {
+		return i, nil
+	}
+	b, err := p.Content.Get(ctx, farm.SpaceNodeInfo, d)
 	if err != nil {
 		return NodeInfo{}, fmt.Errorf("read node information %s of %s: %w", d, certname, err)
 	}
-	return decodeNodeInfo(b)
+	i, err := decodeNodeInfo(b)
+	if err != nil {
+		return NodeInfo{}, err
+	}
+	p.nodeInfos.Store(d, i)
+	return i, nil
 }
 
 // nodeInfoUsed is the node information a slot's compile for request r was

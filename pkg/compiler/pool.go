@@ -64,6 +64,7 @@ type Pool struct {
 	Classifier Classifier
 
 	exportLists recordCache[[]ExportedResource]
+	nodeInfos   recordCache[NodeInfo] // decoded node information by digest; not to be changed
 }
 
 func (p *Pool) now() time.Time {
@@ -327,7 +328,7 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 // digest: the job's, classified again when the pool has a Classifier (the
 // new answer stored when it differs).
 func (p *Pool) nodeInfo(ctx context.Context, d farm.Delivery, log *slog.Logger) (NodeInfo, farm.Digest, error) {
-	info, err := loadNodeInfo(ctx, p.Content, d.Certname, d.NodeInfo)
+	info, err := p.loadNodeInfo(ctx, d.Certname, d.NodeInfo)
 	if err != nil || p.Classifier == nil {
 		return info, d.NodeInfo, err
 	}

@@ -244,8 +244,8 @@ func (s *Server) putBucketFile(w http.ResponseWriter, r *http.Request) {
 
 // peerName is the CN of the request's client certificate ("" without one).
 func peerName(r *http.Request) string {
-	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-		return ""
+	if c := peerCert(r); c != nil {
+		return c.Subject.CommonName
 	}
-	return r.TLS.PeerCertificates[0].Subject.CommonName
+	return ""
 }

@@ -24,10 +24,10 @@ type Classifier interface {
 // as a compile sees them in $trusted['extensions'] (the handlers that call
 // it only serve verified certificates).
 func trustedExtensions(r *http.Request) map[string]string {
-	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-		return nil
+	if c := peerCert(r); c != nil {
+		return trusted.Extensions(c)
 	}
-	return trusted.Extensions(r.TLS.PeerCertificates[0])
+	return nil
 }
 
 // getNode answers the agent's node request as Puppet's node object: its

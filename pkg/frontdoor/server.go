@@ -297,12 +297,21 @@ func hasDotSegment(p string) bool {
 	return false
 }
 
+// peerCert is the request's client certificate, or nil. Handlers behind
+// anyCert and ownNode get a verified, unrevoked one.
+func peerCert(r *http.Request) *x509.Certificate {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return nil
+	}
+	return r.TLS.PeerCertificates[0]
+}
+
 // clientCert returns the request's verified, unrevoked client certificate.
 func (s *Server) clientCert(r *http.Request) (*x509.Certificate, string) {
-	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.PeerCertificates) == 0 {
+	c := peerCert(r)
+	if c == nil || len(r.TLS.VerifiedChains) == 0 {
 		return nil, "no verified client certificate"
 	}
-	c := r.TLS.PeerCertificates[0]
 	if s.Revocations != nil && s.Revocations.IsRevoked(c.SerialNumber) {
 		return nil, fmt.Sprintf("certificate %q (serial %x) is revoked", c.Subject.CommonName, c.SerialNumber)
 	}

@@ -97,16 +97,58 @@ func Lookup(values map[string]any, path []string) (any, bool) {
 // the recompile rule. Values must be decoded with numbers kept exact (as
 // Decode does), so 1 and 1.0 differ.
 func Changed(reads []Read, values map[string]any) (bool, error) {
+	c, err := Changes(reads, values, 1)
+	return len(c) > 0, err
+}
+
+// Change is a read that observes something else in newer facts, with both
+// observations (see farm.FactChange).
+type Change = farm.FactChange
+
+// MaxChangeValue bounds the JSON of each observation a Change carries: a
+// longer one is replaced by a JSON string naming its length and digest,
+// "(1234 bytes of JSON, sha256 0123456789ab)".
+const MaxChangeValue = 512
+
+// Changes returns the reads that would observe something else in values,
+// in order, with what each observed then and observes now: the reads that
+// make Changed true. It stops after limit changes (limit ≤ 0: no limit).
+// An error (an unknown read kind) comes with the changes found before it.
+func Changes(reads []Read, values map[string]any, limit int) ([]Change, error) {
+	var out []Change
 	for _, r := range reads {
 		now, err := Observe(values, r.Path, r.Kind)
 		if err != nil {
-			return false, err
+			return out, err
 		}
-		if now.Missing != r.Missing || !bytes.Equal(canonicalJSON(now.Value), canonicalJSON(r.Value)) {
-			return true, nil
+		was, is := canonicalJSON(r.Value), canonicalJSON(now.Value)
+		if now.Missing == r.Missing && bytes.Equal(was, is) {
+			continue
+		}
+		out = append(out, Change{
+			Path: r.Path, Kind: string(r.Kind),
+			Old: boundJSON(was, r.Missing), New: boundJSON(is, now.Missing),
+			OldMissing: r.Missing, NewMissing: now.Missing,
+		})
+		if limit > 0 && len(out) >= limit {
+			break
 		}
 	}
-	return false, nil
+	return out, nil
+}
+
+// boundJSON returns the observation b to keep in a Change: nothing for a
+// missing path, b when it is at most MaxChangeValue bytes, else a JSON
+// string saying how long it was and its digest.
+func boundJSON(b []byte, missing bool) json.RawMessage {
+	if missing || len(b) == 0 {
+		return nil
+	}
+	if len(b) <= MaxChangeValue {
+		return b
+	}
+	marker, _ := json.Marshal(fmt.Sprintf("(%d bytes of JSON, sha256 %s)", len(b), farm.DigestOf(b)[:12]))
+	return marker
 }
 
 // canonicalJSON re-encodes JSON with sorted keys so that equal values

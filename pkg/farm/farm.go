@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -281,6 +282,23 @@ type CompileRequest struct {
 	// facts that matter too.
 	ReadsDigest Digest `json:"reads_digest,omitempty"`
 	Projection  Digest `json:"projection,omitempty"`
+}
+
+// FactChange is one fact read of a catalog's record that observes
+// something else in newer facts (see facts.Changes). Old and New are the
+// two observations as JSON: the value for kind "value", true/false for
+// "hash" and "present", the sorted key list for "keys"; OldMissing or
+// NewMissing (with no Old or New) when the path was absent. A value
+// longer than facts.MaxChangeValue bytes of JSON is replaced by a JSON
+// string giving its length and digest, so a huge fact cannot bloat the
+// node record.
+type FactChange struct {
+	Path       []string        `json:"path"`
+	Kind       string          `json:"kind"` // a facts.ReadKind: value, hash, present or keys
+	Old        json.RawMessage `json:"old,omitempty"`
+	New        json.RawMessage `json:"new,omitempty"`
+	OldMissing bool            `json:"old_missing,omitempty"`
+	NewMissing bool            `json:"new_missing,omitempty"`
 }
 
 // Pending reports whether the node's latest requested compile has neither a

@@ -25,7 +25,7 @@ type scriptedEngine struct {
 	mu    sync.Mutex
 	calls int
 	fail  func(req Request) error
-	reads []string // top-level facts the "manifests" read, recorded when set
+	reads []string // facts the "manifests" read (dotted paths), recorded when set
 	// codeInCatalog makes the catalog depend on the code (a resource
 	// parameter carries the code_id).
 	codeInCatalog bool
@@ -87,7 +87,7 @@ func (e *scriptedEngine) Compile(ctx context.Context, req Request) (Result, erro
 	if e.reads != nil {
 		res.Reads = &FactReads{}
 		for _, name := range e.reads {
-			r, _ := facts.Observe(req.Facts, []string{name}, facts.ReadValue)
+			r, _ := facts.Observe(req.Facts, strings.Split(name, "."), facts.ReadValue)
 			res.Reads.Reads = append(res.Reads.Reads, r)
 		}
 	}

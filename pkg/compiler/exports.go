@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
@@ -137,7 +138,9 @@ func (in *Intake) RecompileCollectors(ctx context.Context, environment, exporter
 		node, err := in.Nodes.UpdateNode(ctx, n.Certname, func(n *farm.Node) error {
 			n.RequestSeq++
 			f := storedInputs(n)
-			n.Requested = in.request(n, n.Catalog, environment, env.TargetCode(n.Certname), f, farm.ReasonExports, farm.LaneUrgent)
+			w := why{reason: farm.ReasonExports, cause: &farm.RequestCause{
+				Note: fmt.Sprintf("exported %s of %s changed", strings.Join(types, ", "), exporter)}}
+			n.Requested = in.request(n, n.Catalog, environment, env.TargetCode(n.Certname), f, w, farm.LaneUrgent)
 			return nil
 		})
 		if err != nil {

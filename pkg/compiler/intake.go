@@ -268,24 +268,24 @@ type plannedJob struct {
 // code the node is now released to is promoted instead of compiled.
 func (in *Intake) plan(n *farm.Node, env farm.Environment, f recentFacts, lane farm.Lane, dryRun bool) (jobs []plannedJob, promoted bool) {
 	target := env.TargetCode(n.Certname)
-	if reason := in.decide(n, "", env.Name, target, f); reason != "" {
+	if w := in.decide(n, "", env.Name, target, f); w.reason != "" {
 		if !dryRun && in.promote(n, target) {
-			reason, promoted = "", true
+			w.reason, promoted = "", true
 		}
-		if reason != "" {
-			jobs = append(jobs, plannedJob{"", reason, target})
+		if w.reason != "" {
+			jobs = append(jobs, plannedJob{"", w.reason, target})
 			if !dryRun {
 				n.RequestSeq++
-				n.Requested = in.request(n, n.Catalog, env.Name, target, f, reason, lane)
+				n.Requested = in.request(n, n.Catalog, env.Name, target, f, w, lane)
 			}
 		}
 	}
 	if target != env.CodeID {
-		if reason := in.decide(n, farm.SlotCandidate, env.Name, env.CodeID, f); reason != "" {
-			jobs = append(jobs, plannedJob{farm.SlotCandidate, reason, env.CodeID})
+		if w := in.decide(n, farm.SlotCandidate, env.Name, env.CodeID, f); w.reason != "" {
+			jobs = append(jobs, plannedJob{farm.SlotCandidate, w.reason, env.CodeID})
 			if !dryRun {
 				n.RequestSeq++
-				n.CandidateRequested = in.request(n, n.Candidate, env.Name, env.CodeID, f, reason, farm.LaneBulk)
+				n.CandidateRequested = in.request(n, n.Candidate, env.Name, env.CodeID, f, w, farm.LaneBulk)
 			}
 		}
 	} else if !dryRun && n.CandidateRequested != nil {
@@ -295,15 +295,16 @@ func (in *Intake) plan(n *farm.Node, env farm.Environment, f recentFacts, lane f
 	return jobs, promoted
 }
 
-// request is a new compile request of the node for code with facts f. It
-// carries the projection of f onto the read record of the slot's current
-// catalog (when there is one), by which uploads are judged until it is
-// answered.
-func (in *Intake) request(n *farm.Node, cat *farm.CatalogRef, env, code string, f recentFacts, reason string, lane farm.Lane) *farm.CompileRequest {
+// request is a new compile request of the node for code with facts f,
+// queued for w. It carries the projection of f onto the read record of
+// the slot's current catalog (when there is one), by which uploads are
+// judged until it is answered.
+func (in *Intake) request(n *farm.Node, cat *farm.CatalogRef, env, code string, f recentFacts, w why, lane farm.Lane) *farm.CompileRequest {
 	r := &farm.CompileRequest{
 		Seq: n.RequestSeq, Environment: env, CodeID: code,
 		FactsDigest: f.facts, RelevantDigest: f.relevant, NodeInfo: f.nodeInfo,
-		Reason: reason, Lane: lane, At: in.now(),
+		Reason: w.reason, Lane: lane, At: in.now(),
+		Changes: w.changes, Cause: w.cause,
 	}
 	if cat == nil || cat.ReadsDigest == "" || f.values == nil {
 		return r
@@ -328,6 +329,11 @@ func (in *Intake) promote(n *farm.Node, code string) bool {
 	n.RequestSeq++
 	req := *r
 	req.Seq, req.Reason, req.Lane, req.At = n.RequestSeq, farm.ReasonReleased, farm.LaneUrgent, in.now()
+	req.Changes, req.Cause = nil, nil
+	if n.Requested != nil {
+		req.Cause = &farm.RequestCause{Input: farm.CauseCodeID, Old: n.Requested.CodeID, New: code,
+			Note: "released; the precompiled catalog is served"}
+	}
 	n.Requested = &req
 	cat := *c
 	cat.Seq = req.Seq
@@ -341,56 +347,94 @@ func (in *Intake) promote(n *farm.Node, code string) bool {
 	return true
 }
 
+// why is what decide found: the reason a slot needs a compile ("" for
+// none) and, where known cheaply, what changed (see farm.CompileRequest's
+// Changes and Cause).
+type why struct {
+	reason  string
+	changes []farm.FactChange
+	cause   *farm.RequestCause
+}
+
 // decide returns why the node's slot needs a compile of code for these
-// facts and node information, or "" if the compile it has (or has queued)
-// is for the same inputs. With a record of the facts the slot's catalog
-// read, only a change to one of those counts; without one, any change
-// outside the volatile facts does. Facts with nil values repeat the node's
-// last upload.
-func (in *Intake) decide(n *farm.Node, slot, environment, code string, f recentFacts) string {
+// facts and node information, or a zero why if the compile it has (or has
+// queued) is for the same inputs. With a record of the facts the slot's
+// catalog read, only a change to one of those counts; without one, any
+// change outside the volatile facts does. Facts with nil values repeat the
+// node's last upload.
+func (in *Intake) decide(n *farm.Node, slot, environment, code string, f recentFacts) why {
 	reqp, catp, stp := n.Slot(slot)
 	r := *reqp
 	switch {
 	case r == nil && slot == farm.SlotCandidate:
-		return farm.ReasonPrecompile
+		return why{reason: farm.ReasonPrecompile}
 	case r == nil:
-		return farm.ReasonNewNode
-	case r.Environment != environment || r.CodeID != code:
-		return farm.ReasonCodeChanged
+		return why{reason: farm.ReasonNewNode}
+	case r.Environment != environment:
+		return why{reason: farm.ReasonCodeChanged, cause: &farm.RequestCause{Input: farm.CauseEnvironment, Old: r.Environment, New: environment}}
+	case r.CodeID != code:
+		return why{reason: farm.ReasonCodeChanged, cause: &farm.RequestCause{Input: farm.CauseCodeID, Old: r.CodeID, New: code}}
 	case nodeInfoUsed(*catp, r) != f.nodeInfo:
-		return farm.ReasonNodeChanged
+		return why{reason: farm.ReasonNodeChanged, cause: &farm.RequestCause{Input: farm.CauseNodeInfo,
+			Old: string(nodeInfoUsed(*catp, r)), New: string(f.nodeInfo), Note: "trusted extensions or classification changed"}}
 	case in.retryDue(*catp, *stp, r):
-		return farm.ReasonRetry
+		return why{reason: farm.ReasonRetry, cause: &farm.RequestCause{
+			Note: fmt.Sprintf("the compile of request %d failed at %s", r.Seq, (*stp).At.UTC().Format(time.RFC3339))}}
 	case f.values == nil:
-		if r.FactsDigest == f.facts || n.FactsDigest == f.facts {
-			return ""
+		if r.FactsDigest == f.facts || n.FactsDigest == f.facts || r.RelevantDigest == f.relevant {
+			return why{}
 		}
-		if r.RelevantDigest != f.relevant {
-			return farm.ReasonFactsChanged
-		}
-		return ""
+		return relevantChanged(r, f, "relevant facts digest changed")
 	}
 	if rec, ok := in.readsFor(*catp, r); ok {
 		if rec.AlwaysRecompile {
-			return farm.ReasonFactsChanged
+			return why{reason: farm.ReasonFactsChanged, cause: &farm.RequestCause{Note: "the catalog always recompiles: " + rec.Why}}
 		}
-		changed, err := facts.Changed(rec.Reads, f.values)
-		if err != nil || changed {
-			return farm.ReasonFactsChanged
-		}
-		return ""
+		return factsChanged(rec.Reads, f.values)
 	}
 	if v, ok := in.readRecords.Load(r.ReadsDigest); ok && r.Projection != "" {
 		// Still compiling: judge by what the last catalog read.
 		if p, err := facts.Projection(v.Reads, f.values); err == nil && p == r.Projection {
-			return ""
+			return why{}
 		}
-		return farm.ReasonFactsChanged
+		// The reads differ from the pending compile's; the changes listed
+		// are from what the current catalog read (none when they came back).
+		w := factsChanged(v.Reads, f.values)
+		note := "a compile was pending with other values of the facts the catalog reads; changes are from the current catalog's"
+		if w.cause != nil {
+			note += "; " + w.cause.Note
+		}
+		w.reason, w.cause = farm.ReasonFactsChanged, &farm.RequestCause{Note: note}
+		return w
 	}
 	if r.RelevantDigest != f.relevant {
-		return farm.ReasonFactsChanged
+		return relevantChanged(r, f, "no read record; relevant facts digest changed")
 	}
-	return ""
+	return why{}
+}
+
+// factsChanged is why for reads that may observe something else in
+// values: ReasonFactsChanged with the first changed reads, or a zero why.
+func factsChanged(reads []facts.Read, values map[string]any) why {
+	changes, err := facts.Changes(reads, values, farm.MaxRequestChanges+1)
+	switch {
+	case err != nil:
+		return why{reason: farm.ReasonFactsChanged, changes: changes,
+			cause: &farm.RequestCause{Note: "the read record could not be checked: " + err.Error()}}
+	case len(changes) > farm.MaxRequestChanges:
+		return why{reason: farm.ReasonFactsChanged, changes: changes[:farm.MaxRequestChanges],
+			cause: &farm.RequestCause{Note: fmt.Sprintf("more than %d reads changed; the first %[1]d are listed", farm.MaxRequestChanges)}}
+	case len(changes) > 0:
+		return why{reason: farm.ReasonFactsChanged, changes: changes}
+	}
+	return why{}
+}
+
+// relevantChanged is why for facts judged without a read record: by the
+// digest of the facts without the volatile ones.
+func relevantChanged(r *farm.CompileRequest, f recentFacts, note string) why {
+	return why{reason: farm.ReasonFactsChanged, cause: &farm.RequestCause{
+		Input: farm.CauseRelevant, Old: string(r.RelevantDigest), New: string(f.relevant), Note: note}}
 }
 
 // readsFor returns the fact-read record of a catalog that answers req,

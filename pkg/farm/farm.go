@@ -282,7 +282,19 @@ type CompileRequest struct {
 	// facts that matter too.
 	ReadsDigest Digest `json:"reads_digest,omitempty"`
 	Projection  Digest `json:"projection,omitempty"`
+	// Changes lists, for ReasonFactsChanged, the reads of the slot's
+	// catalog's fact record that observe something else in this
+	// request's facts: the first MaxRequestChanges in record order, so
+	// operators see which fact cost the compile (broker explain).
+	Changes []FactChange `json:"changes,omitempty"`
+	// Cause details Reason where the farm knows cheaply what else changed
+	// (old and new code_id, node information digest, ...); nil when
+	// nothing more is known (a new node, a precompile).
+	Cause *RequestCause `json:"cause,omitempty"`
 }
+
+// MaxRequestChanges bounds CompileRequest.Changes.
+const MaxRequestChanges = 5
 
 // FactChange is one fact read of a catalog's record that observes
 // something else in newer facts (see facts.Changes). Old and New are the
@@ -299,6 +311,25 @@ type FactChange struct {
 	New        json.RawMessage `json:"new,omitempty"`
 	OldMissing bool            `json:"old_missing,omitempty"`
 	NewMissing bool            `json:"new_missing,omitempty"`
+}
+
+// Inputs a RequestCause names.
+const (
+	CauseEnvironment = "environment"     // the node moved to another environment
+	CauseCodeID      = "code_id"         // the code the node is to be served changed
+	CauseNodeInfo    = "node_info"       // the digest of trusted data and classification
+	CauseRelevant    = "relevant_digest" // the digest of the facts without volatile ones
+)
+
+// RequestCause says what changed to queue a compile request, beyond fact
+// reads: Input (one of the Cause* names, or empty) went from Old to New;
+// Note is a few words for operators, such as "no read record; relevant
+// facts digest changed".
+type RequestCause struct {
+	Input string `json:"input,omitempty"`
+	Old   string `json:"old,omitempty"`
+	New   string `json:"new,omitempty"`
+	Note  string `json:"note,omitempty"`
 }
 
 // Pending reports whether the node's latest requested compile has neither a

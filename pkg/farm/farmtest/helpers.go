@@ -2,6 +2,7 @@ package farmtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -114,7 +115,10 @@ func copyNormalized(dst, src reflect.Value) {
 	}
 }
 
-var digestType = reflect.TypeFor[farm.Digest]()
+var (
+	digestType  = reflect.TypeFor[farm.Digest]()
+	rawJSONType = reflect.TypeFor[json.RawMessage]()
+)
 
 // fillAll sets every exported field reachable from v (a pointer) to a
 // distinct non-zero value, pointers allocated, so a round trip through a
@@ -132,6 +136,10 @@ func fillValue(v reflect.Value, n *int) {
 		return
 	case v.Type() == digestType:
 		v.Set(reflect.ValueOf(farm.DigestOf(fmt.Appendf(nil, "field %d", *n))))
+		return
+	case v.Type() == rawJSONType:
+		// Raw JSON must be JSON for a driver to encode it.
+		v.Set(reflect.ValueOf(json.RawMessage(fmt.Appendf(nil, `{"value":%d}`, *n))))
 		return
 	}
 	switch v.Kind() {

@@ -59,6 +59,11 @@ func fullNode(certname string) farm.Node {
 			Reason:         farm.ReasonFactsChanged,
 			Lane:           farm.LaneUrgent,
 			At:             base.Add(time.Second),
+			Changes: []farm.FactChange{
+				{Path: []string{"os", "release", "full"}, Kind: "value", Old: json.RawMessage(`"12.10"`), New: json.RawMessage(`"12.11"`)},
+				{Path: []string{"cf_role"}, Kind: "value", Old: json.RawMessage(`"web"`), NewMissing: true},
+			},
+			Cause: &farm.RequestCause{Input: farm.CauseRelevant, Old: "old-digest", New: "new-digest", Note: "a note"},
 		},
 		Catalog: &farm.CatalogRef{
 			Digest:      farm.DigestOf([]byte("catalog")),

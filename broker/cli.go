@@ -262,7 +262,7 @@ func runNodes(ctx context.Context, args []string) error {
 	}
 	now := time.Now()
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tENVIRONMENT\tCATALOG AGE\tCODE_ID\tLAST COMPILE\tDURATION\tLAST REPORT")
+	fmt.Fprintln(tw, "NODE\tENVIRONMENT\tCATALOG AGE\tCODE_ID\tREASON\tLAST COMPILE\tDURATION\tLAST REPORT")
 	var failures, classifierFailures []string
 	for _, n := range nodes {
 		if f := n.ClassifierFailure; f != nil {
@@ -275,7 +275,7 @@ func runNodes(ctx context.Context, args []string) error {
 		}
 		compile, dur := "-", "-"
 		if n.Pending() {
-			compile = "pending (" + n.Requested.Reason + ")"
+			compile = "pending"
 		} else if n.Compile != nil {
 			compile = n.Compile.Result
 			if n.Compile.Duration > 0 {
@@ -289,7 +289,8 @@ func runNodes(ctx context.Context, args []string) error {
 		if n.Report != nil {
 			report = fmt.Sprintf("%s (%s ago)", n.Report.Status, now.Sub(n.Report.At).Round(time.Second))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Certname, orDash(n.Environment), age, codeID, compile, dur, report)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Certname, orDash(n.Environment), age, codeID,
+			reasonLabel(n.Requested, 40), compile, dur, report)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -1,7 +1,7 @@
 // Command broker is compilefarm's one binary. `broker dev` runs the whole farm
 // in one process (front door, CA, queue, compile workers, storage) on the
-// embedded drivers; the operator verbs (ca, code, nodes) talk to a running
-// broker's operator API.
+// embedded drivers; the operator verbs (ca, code, nodes, explain) talk to a
+// running broker's operator API.
 package main
 
 import (
@@ -26,7 +26,8 @@ commands:
                               staged release of an environment's code (ARM-11)
   release status ENV          per code_id: nodes compiled, released, applied, failed
   diff NODE [--from ID] [--to ID]  resource-level difference between two catalogs of a node
-  nodes                       list nodes: environment, catalog age, code_id, last compile and report
+  nodes                       list nodes: environment, catalog age, code_id, why last compiled, last compile and report
+  explain NODE [--json]       why the farm last compiled NODE (which fact changed, old -> new) and what its catalog reads
   version                     print the version
 
 Run 'broker <command> -h' for a command's flags.
@@ -64,6 +65,8 @@ func main() {
 		err = runRelease(ctx, args)
 	case "diff":
 		err = runDiff(ctx, args)
+	case "explain":
+		err = runExplain(ctx, args)
 	case "version", "--version":
 		fmt.Println("broker", version)
 	case "help", "-h", "--help":

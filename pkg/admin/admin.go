@@ -39,6 +39,7 @@ type Deployer interface {
 	Release(ctx context.Context, environment string, ch compiler.ReleaseChange) (compiler.ReleaseResult, error)
 	ReleaseStatus(ctx context.Context, environment string) (compiler.ReleaseStatus, error)
 	Diff(ctx context.Context, certname, from, to string) (catalog.Diff, error)
+	Explain(ctx context.Context, certname string) (compiler.Explanation, error)
 }
 
 // Server serves the operator API.
@@ -88,6 +89,10 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /admin/v1/nodes/{name}/diff", func(w http.ResponseWriter, r *http.Request) {
 		d, err := s.Deployer.Diff(r.Context(), r.PathValue("name"), r.URL.Query().Get("from"), r.URL.Query().Get("to"))
 		reply(w, d, err)
+	})
+	mux.HandleFunc("GET /admin/v1/nodes/{name}/explain", func(w http.ResponseWriter, r *http.Request) {
+		ex, err := s.Deployer.Explain(r.Context(), r.PathValue("name"))
+		reply(w, ex, err)
 	})
 	mux.HandleFunc("GET /admin/v1/code/status/{env}", func(w http.ResponseWriter, r *http.Request) {
 		st, err := s.Deployer.Status(r.Context(), r.PathValue("env"))
@@ -240,4 +245,11 @@ func (c *Client) Diff(ctx context.Context, certname, from, to string) (catalog.D
 		q.Set("to", to)
 	}
 	return out, c.do(ctx, http.MethodGet, "/admin/v1/nodes/"+url.PathEscape(certname)+"/diff?"+q.Encode(), &out)
+}
+
+// Explain says why a node's latest compile was queued and what its
+// catalog reads of its facts.
+func (c *Client) Explain(ctx context.Context, certname string) (compiler.Explanation, error) {
+	var out compiler.Explanation
+	return out, c.do(ctx, http.MethodGet, "/admin/v1/nodes/"+url.PathEscape(certname)+"/explain", &out)
 }

@@ -30,7 +30,7 @@ import (
 // (scripts/install-deps.sh installs the ones below).
 const debianModules = "/usr/share/puppet/modules"
 
-var mutationModules = []string{"stdlib", "ntp", "apache", "concat", "apt", "mysql", "inifile", "translate", "cron_core"}
+var mutationModules = []string{"stdlib", "ntp", "apache", "concat", "apt", "mysql", "inifile", "translate", "cron_core", "logrotate"}
 
 const mutationCert = "agent1.example.test"
 
@@ -351,7 +351,7 @@ func TestMutation(t *testing.T) {
 	// the unread leaves changes the catalog. (The erb and convert hooks
 	// only make recording finer: without them a template or a 3.x function
 	// counts as reading everything it was given.)
-	for _, hook := range []string{"topscope", "qualified", "facts", "hashargs"} {
+	for _, hook := range []string{"topscope", "qualified", "facts", "tohash", "iterate", "hashargs"} {
 		t.Run("without hook "+hook, func(t *testing.T) {
 			r := *r
 			r.t = t

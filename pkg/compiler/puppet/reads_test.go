@@ -86,8 +86,23 @@ var readCases = []readCase{
 	{name: "nested leaf", code: `notify { 'x': message => $facts['memory']['system']['total'] }`, want: []string{"value memory.system.total"}},
 	{name: "missing fact", code: `notify { 'x': message => "${facts['nosuch']}" }`, want: []string{"value nosuch (missing)"}},
 	{name: "missing nested fact", code: `notify { 'x': message => "${facts['os']['nosuch']}" }`, want: []string{"hash os=true", "value os.nosuch (missing)"}},
-	{name: "whole facts", code: `$facts.each |$k, $v| { }`, want: []string{"value <facts>"}},
-	{name: "whole hash", code: `$facts['os'].each |$k, $v| { }`, want: []string{"value os"}},
+	// Iterating reveals the key set and every value, but a hash value is a
+	// recording hash itself: only what the block reads of it is read.
+	{name: "iterating facts", code: `$facts.each |$k, $v| { }`, want: []string{"keys <facts>", "value is_virtual", "value kernel",
+		"value kernelrelease", "value osfamily", "hash empty=true", "hash load_averages=true", "hash memory=true",
+		"hash networking=true", "hash os=true", "hash processors=true"}, hook: "iterate"},
+	{name: "iterating a hash", code: `$facts['os'].each |$k, $v| { }`,
+		want: []string{"keys os", "value os.architecture", "value os.family", "value os.name", "hash os.release=true"}},
+	{name: "iterating reads only what the block reads of hash values",
+		code: `$facts['memory'].each |$k, $v| { notify { $k: message => $v['total'] } }
+notify { 'x': message => $facts['load_averages'].map |$k, $v| { "${k}=${v}" } }`,
+		want: []string{"keys memory", "value memory.system.total", "keys load_averages", "value load_averages.1m", "value load_averages.5m", "value load_averages.15m"}, hook: "iterate"},
+	{name: "values and filter", code: `notify { 'x': message => join(values($facts['os']['release']), ' ') }
+$big = $facts['memory'].filter |$k, $v| { $v['total'] =~ /GiB/ }
+notify { 'y': message => keys($big) }`,
+		want: []string{"keys os.release", "value os.release.full", "value os.release.major", "keys memory", "value memory.system.total"}, hook: "iterate"},
+	{name: "comparing the facts with a hash of another size", code: `if $facts == {} { notify { 'x': } }`, want: []string{"keys <facts>"}},
+	{name: "serialising the whole facts", code: `notify { 'x': message => inline_template("<%= @facts.to_s.size > 0 %>") }`, want: []string{"value <facts>"}},
 	{name: "keys", code: `notify { 'x': message => join(keys($facts['os']), ',') }`, want: []string{"keys os"}},
 	{name: "size", code: `notify { 'x': message => "${length($facts['networking'])}" }`, want: []string{"keys networking"}},
 	{name: "in operator", code: `if 'family' in $facts['os'] { notify { 'x': } }`, want: []string{"keys os"}},
@@ -96,27 +111,30 @@ var readCases = []readCase{
 	{name: "getvar", code: `notify { 'x': message => getvar('facts.os.name') }`, want: []string{"value os.name"}},
 	{name: "hash truthiness", code: `if $facts['os'] { notify { 'x': } }`, want: []string{"hash os=true"}},
 	{name: "hash type match", code: `if $facts['os'] =~ Hash and $facts['networking'] =~ Hash[String, String] { notify { 'x': } }`,
-		want: []string{"keys os", "value networking"}, hook: "facts"},
+		want: []string{"keys os", "keys networking", "value networking.fqdn", "value networking.hostname", "value networking.ip"}, hook: "facts"},
 	{name: "case", code: `case $facts['kernel'] { 'Linux': { notify { 'x': } } default: {} }`, want: []string{"value kernel"}},
 	{name: "integer and float", code: `notify { 'x': message => "${facts['processors']['count'] + $facts['load_averages']['1m']} ${facts['load_averages']['15m']}" }`,
 		want: []string{"value processors.count", "value load_averages.1m", "value load_averages.15m"}},
 	// A recording hash is still an instance_of?(Hash): the catalog is the
 	// same with the facts hook off (Puppet's type system and string
 	// formatting test exactly that).
-	{name: "interpolated hash", code: `notify { 'x': message => "${facts['os']['release']}" }`, want: []string{"value os.release"}, hook: "facts"},
+	{name: "interpolated hash", code: `notify { 'x': message => "${facts['os']['release']}" }`,
+		want: []string{"keys os.release", "value os.release.full", "value os.release.major"}, hook: "facts"},
 	// Class parameters are in the catalog: a fact hash given to one is read
 	// whole when the catalog is rendered.
 	{name: "hash-typed class parameter", params: `Hash $os = $facts['os'],
   Struct[{family => String, name => String, architecture => String, release => Hash, Optional[nosuch] => Any}] $s = $facts['os']`,
-		code: `notify { 'x': message => "${os['family']} ${s['name']}" }`, want: []string{"value os"}, hook: "facts"},
+		code: `notify { 'x': message => "${os['family']} ${s['name']}" }`, want: []string{"keys os", "keys os.release", "value os.architecture",
+			"value os.family", "value os.name", "value os.nosuch (missing)", "value os.release.full", "value os.release.major"}, hook: "facts"},
 	{name: "struct type match", code: `if $facts['os'] =~ Struct[{family => String, name => String, architecture => String, release => Hash, Optional[nosuch] => Any}] { notify { 'x': } }`,
 		want: []string{"keys os", "keys os.release", "value os.architecture", "value os.family", "value os.name", "value os.nosuch (missing)"}, hook: "facts"},
-	{name: "hash in a resource parameter", code: `notify { 'x': message => $facts['os']['release'] }`, want: []string{"value os.release"}},
+	{name: "hash in a resource parameter", code: `notify { 'x': message => $facts['os']['release'] }`,
+		want: []string{"keys os.release", "value os.release.full", "value os.release.major"}},
 	{name: "hash plus fact hash", code: `$m = { 'a' => 'b' } + $facts['os']['release']
 notify { 'x': message => $m['a'] }`, want: []string{"value os.release"}},
 	{name: "hash equals fact hash", code: `if { 'major' => '12', 'full' => '12.11' } == $facts['os']['release'] { notify { 'x': } }`,
 		want: []string{"keys os.release", "value os.release.full", "value os.release.major"}},
-	{name: "a value read covers the rest", code: `$facts['os'].each |$k, $v| { }
+	{name: "a value read covers the rest", code: `notify { 'y': message => inline_template("<%= @facts['os'].to_s.size > 0 %>") }
 notify { 'x': message => "${facts['os']['family']} ${keys($facts['os'])} ${facts['os']['nosuch']}" }`, want: []string{"value os"}},
 	{name: "fqdn_rand", code: `notify { 'x': message => "${fqdn_rand(100)}" }`, want: []string{"value networking.fqdn"}},
 
@@ -144,6 +162,17 @@ notify { 'x': message => $kernel }`},
 		code: `notify { 'x': message => "${a} ${kernel}" }`, want: []string{"value kernel"}},
 	{name: "erb scope lookups", code: `notify { 'x': message => inline_template("<%= scope['::kernelrelease'] %> <%= scope.lookupvar('kernel') %>") }`,
 		want: []string{"value kernel", "value kernelrelease"}},
+	// scope.to_hash (older templates, puppet-logrotate's rule) reads only
+	// the top-scope variables looked up in it.
+	{name: "erb scope.to_hash", code: `notify { 'x': message => inline_template("<%= scope.to_hash['osfamily'] %> <%= scope.to_hash.has_key?('nosuch') %> <%= scope.to_hash['os']['family'] %> <%= scope.to_hash.fetch('kernel', 'x') %>") }`,
+		want: []string{"present nosuch=false", "value os.family", "value osfamily", "value kernel"}, hook: "tohash"},
+	{name: "erb scope.to_hash of a local variable", params: `String $kernel = 'mine', Optional[String] $unset = undef`,
+		code: `notify { 'x': message => inline_template("<%= scope.to_hash['kernel'] %> <%= scope.to_hash['unset'] %>") }`,
+		want: []string{"value unset (missing)"}},
+	{name: "erb scope.to_hash keys", code: `notify { 'x': message => inline_template("<%= scope.to_hash.keys.size > 0 %>") }`,
+		want: []string{"keys <facts>"}, hook: "tohash"},
+	{name: "erb scope.to_hash iterated", code: `notify { 'x': message => inline_template("<%= scope.to_hash.select { |k, v| k == 'kernel' }.values %>") }`,
+		want: []string{"value <facts>"}},
 	{name: "erb dynamic access", code: `notify { 'x': message => inline_template("<%= instance_variable_get('@kernel') %>") }`,
 		want: []string{"value <facts>"}},
 	{name: "erb clock", code: `notify { 'x': message => inline_template("<%= Time.now.year > 2000 %>") }`, always: "Time"},
@@ -528,7 +557,7 @@ func TestDisableHooks(t *testing.T) {
 	})
 	t.Run("per compile", func(t *testing.T) {
 		e := sharedEngine(t)
-		if ready := e.workers[0].proc.ready; !ready.Recording || !slices.Equal(ready.Hooks, []string{"facts", "topscope", "qualified", "erb", "convert", "hashargs", "nondet"}) {
+		if ready := e.workers[0].proc.ready; !ready.Recording || !slices.Equal(ready.Hooks, []string{"facts", "topscope", "qualified", "tohash", "erb", "convert", "hashargs", "nondet"}) {
 			t.Errorf("ready = %+v, want every hook", ready)
 		}
 		if _, err := e.compile(t.Context(), req, []string{"nosuch"}); !errors.Is(err, farm.ErrInvalid) {

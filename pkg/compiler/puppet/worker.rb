@@ -127,12 +127,17 @@ end
 # (its class is Hash; only its singleton class differs), but each method
 # notes what it reveals, by key path: [] / fetch / dig the value (or, for a
 # nested hash, only that it is a hash: what is done with it is recorded by
-# that hash), key? presence, size / keys the key set, anything else
-# (iteration, ==, merge, to_s, hash, ...) the whole value.
+# that hash), key? presence, size / keys the key set; iterating (each, map,
+# select, values, ...) the key set, every value that is not a hash, and
+# that each hash value is a hash (the block gets the recording copy, whose
+# own reads record what the block does with it); anything else (==, merge,
+# to_s, hash, to_json, ...) the whole value.
 # Top-scope variables ($::x, an unqualified $x that falls through to top
-# scope, defined('$x'), scope.to_hash) are recorded by hooks on the top
-# scope's symbol table and on Scope#lookup_qualified_variable; missing names
-# are recorded too. ERB templates see variables as instance variables, which
+# scope, defined('$x')) are recorded by hooks on the top scope's symbol
+# table and on Scope#lookup_qualified_variable; missing names are recorded
+# too. Scope#to_hash returns a recording hash too (ScopeHash): looking up a
+# key that holds a top-scope variable reads that variable, a local variable
+# is no read. ERB templates see variables as instance variables, which
 # Ruby cannot observe: their compiled Ruby is lexed for @names, which are
 # resolved through the scope. Runtime3Converter's deep copies (3.x function
 # arguments, resource parameters) keep recording under the same path; Ruby's
@@ -157,7 +162,7 @@ module CompileFarm
     KIND_NAMES = [[VALUE, 'value'], [HASH, 'hash'], [PRESENT, 'present'], [KEYS, 'keys']].freeze
 
     # Hook names, for --disable-hooks.
-    HOOKS = %w[facts topscope qualified erb convert hashargs nondet].freeze
+    HOOKS = %w[facts topscope qualified tohash iterate erb convert hashargs nondet].freeze
 
     # Top-scope names that never come from facts.
     RESERVED = %w[facts trusted server_facts environment module_name caller_module_name].to_h { |n| [n, true] }.freeze
@@ -193,6 +198,7 @@ module CompileFarm
         Puppet::Parser::Compiler.prepend(CompilerHook) if hook?('facts') || hook?('topscope')
         hook?('facts') && Puppet::Pops::Types::PHashType.prepend(HashTypeHook)
         hook?('qualified') && Puppet::Parser::Scope.prepend(QualifiedHook)
+        hook?('tohash') && Puppet::Parser::Scope.prepend(ToHashHook)
         hook?('erb') && Puppet::Parser::TemplateWrapper.prepend(TemplateHook)
         hook?('convert') && Puppet::Pops::Evaluator::Runtime3Converter.prepend(ConvertHook)
         if hook?('hashargs')
@@ -243,13 +249,22 @@ module CompileFarm
         @facts_on = on['facts']
         @topscope_on = on['topscope']
         @qualified_on = on['qualified']
+        @tohash_on = on['tohash']
+        @iterate_on = on['iterate']
         @erb_on = on['erb']
         @convert_on = on['convert']
         @hashargs_on = on['hashargs']
         @nondet_on = on['nondet']
       end
 
-      attr_reader :facts_on, :topscope_on, :qualified_on, :erb_on, :convert_on, :hashargs_on, :nondet_on
+      attr_reader :facts_on, :topscope_on, :qualified_on, :tohash_on, :iterate_on, :erb_on, :convert_on, :hashargs_on, :nondet_on
+      # top_symbols is the top scope's own variable table (name => value),
+      # set once the top scope holds the facts.
+      attr_accessor :top_symbols
+
+      def suspended?
+        @suspended > 0
+      end
 
       def note(path, bit)
         return if @suspended > 0
@@ -283,6 +298,23 @@ module CompileFarm
 
         path = @top_paths[name] || intern([name])
         note(path, bit || (@top_hash[name] ? HASH : VALUE))
+      end
+
+      # shallow notes what iterating the recording hash h (meta m) reveals:
+      # its key set, each value that is not a hash, and that each hash value
+      # is a hash (that value is a recording hash, whose own reads record
+      # what is done with it).
+      def shallow(h, m)
+        return if @suspended > 0 || !@iterate_on
+
+        path = m[0]
+        kp = m[1]
+        note(path, KEYS)
+        H_EACH_PAIR.bind_call(h) do |k, v|
+          next unless k.is_a?(String)
+
+          note(kp[k] || intern(path + [k]), FactHash === v ? HASH : VALUE)
+        end
       end
 
       def nondet(why)
@@ -535,18 +567,36 @@ module CompileFarm
         module_eval <<~RUBY, __FILE__, __LINE__ + 1
           def #{name}(*args, &blk)
             if (r = $cf_reads) && !(m = @__cf)[2]
-              r.note(m[0], args.empty? && blk.nil? ? KEYS : VALUE)
+              args.empty? && blk.nil? ? r.note(m[0], KEYS) : r.shallow(self, m)
             end
             super
           end
         RUBY
       end
 
-      %i[to_h].each do |name|
+      def to_h(&blk)
+        if blk && (r = $cf_reads) && !(m = @__cf)[2]
+          r.shallow(self, m)
+        end
+        super
+      end
+
+      # Iterating reveals the key set and each value, and a value that is a
+      # hash is a recording hash itself: what the block does with it records
+      # as its own reads (Recorder#shallow). So $facts['mountpoints'].each
+      # reading each mount's filesystem does not read its usage.
+      SHALLOW = %i[all? chunk chunk_while collect collect_concat compact cycle detect drop drop_while each
+                   each_cons each_entry each_pair each_slice each_value each_with_index each_with_object
+                   entries except filter filter_map find find_all find_index first flat_map flatten grep
+                   grep_v group_by has_value? inject invert key map max max_by min min_by minmax minmax_by
+                   none? one? partition rassoc reduce reject reverse_each select slice_after slice_before
+                   slice_when sort sort_by sum take take_while tally to_a transform_keys transform_values
+                   uniq value? values zip].freeze
+      SHALLOW.each do |name|
         module_eval <<~RUBY, __FILE__, __LINE__ + 1
-          def #{name}(&blk)
-            if blk && (r = $cf_reads) && !(m = @__cf)[2]
-              r.note(m[0], VALUE)
+          def #{name}(...)
+            if (r = $cf_reads) && !(m = @__cf)[2]
+              r.shallow(self, m)
             end
             super
           end
@@ -641,7 +691,9 @@ module CompileFarm
           end
         end
         r.suspend { super }
-        @topscope.instance_variable_get(:@symtable).extend(TopTable) if r.topscope_on
+        symtable = @topscope.instance_variable_get(:@symtable)
+        r.top_symbols = symtable.instance_variable_get(:@symbols)
+        symtable.extend(TopTable) if r.topscope_on
         # Ruby code may read node.parameters (facts by name) directly.
         node.parameters.extend(NodeParams) if r.facts_on
       end
@@ -680,8 +732,8 @@ module CompileFarm
 
     # TopTable is extended into the top scope's symbol table: every
     # unqualified variable lookup that reaches top scope ends here, as do
-    # defined('$x') (include?), assignments at top scope (bound?) and
-    # scope.to_hash (add_entries_to).
+    # defined('$x') (include?) and assignments at top scope (bound?).
+    # scope.to_hash is ToHashHook's.
     module TopTable
       def [](name)
         r = $cf_reads and r.top(name, nil)
@@ -697,11 +749,132 @@ module CompileFarm
         r = $cf_reads and r.top(name, PRESENT)
         super
       end
+    end
 
-      def add_entries_to(*args)
-        r = $cf_reads and r.note(EMPTY_PATH, VALUE)
+    # Scope#to_hash gives every variable visible in a scope, top-scope
+    # variables (the facts) included: templates call scope.to_hash['x']
+    # (puppet-logrotate's rule template does so forty times) to read a few
+    # of them. The hash it returns records as the top scope would: a key
+    # that holds the top scope's own value, or that is absent, is a read of
+    # that top-scope variable; a local variable is no read at all; what
+    # reveals every key (size, keys) reads the facts' key set, and what
+    # reveals every value (iteration, comparison, to_s) reads all facts.
+    module ToHashHook
+      def to_hash(*args)
+        r = $cf_reads
+        # The outermost call only (to_hash recurses through enclosing
+        # scopes); a suspended recorder (binding a template's variables)
+        # wants the plain hash.
+        return super if r.nil? || !r.tohash_on || r.suspended? || r.top_symbols.nil?
+
+        h = r.suspend { super }
+        CompileFarm::Reads.scope_hash(h, r.top_symbols)
+      end
+    end
+
+    # ScopeHash is extended into each hash ToHashHook returns. Its state is
+    # @__cfs, the top scope's variable table, or nil once the hash has
+    # been changed (it then counted as read whole).
+    module ScopeHash
+      # __cf_var notes a read of variable k through this hash: bit nil for
+      # its value, PRESENT for whether it is there.
+      def __cf_var(k, bit)
+        top = @__cfs
+        return unless top && (r = $cf_reads) && k.is_a?(String)
+        # A key held by a local variable of another value reads nothing.
+        return if H_KEYP.bind_call(self, k) && !(top.key?(k) && H_AREF.bind_call(self, k).equal?(top[k]))
+
+        r.top(k, bit)
+      end
+
+      def [](k)
+        __cf_var(k, nil)
         super
       end
+
+      def fetch(k, *rest, &blk)
+        __cf_var(k, nil)
+        super
+      end
+
+      def dig(k, *rest)
+        __cf_var(k, nil)
+        super
+      end
+
+      def assoc(k)
+        __cf_var(k, nil)
+        super
+      end
+
+      %i[values_at fetch_values slice].each do |name|
+        module_eval <<~RUBY, __FILE__, __LINE__ + 1
+          def #{name}(*ks, &blk)
+            ks.each { |k| __cf_var(k, nil) }
+            super
+          end
+        RUBY
+      end
+
+      %i[key? has_key? include? member?].each do |name|
+        module_eval <<~RUBY, __FILE__, __LINE__ + 1
+          def #{name}(k)
+            __cf_var(k, PRESENT)
+            super
+          end
+        RUBY
+      end
+
+      def self.noting(names, kind)
+        names.each do |name|
+          module_eval <<~RUBY, __FILE__, __LINE__ + 1
+            def #{name}(...)
+              if @__cfs && (r = $cf_reads)
+                r.note(EMPTY_PATH, #{kind})
+              end
+              super
+            end
+          RUBY
+        end
+      end
+
+      noting(%i[size length empty? keys each_key], :KEYS)
+
+      def dup
+        CompileFarm::Reads.scope_hash(super, @__cfs)
+      end
+
+      def clone(...)
+        c = super
+        c.instance_variable_set(:@__cfs, @__cfs) unless c.frozen?
+        c
+      end
+
+      FactHash::MUTATORS.each do |name|
+        module_eval <<~RUBY, __FILE__, __LINE__ + 1
+          def #{name}(...)
+            unless frozen?
+              if @__cfs && (r = $cf_reads)
+                r.note(EMPTY_PATH, VALUE)
+              end
+              @__cfs = nil
+            end
+            super
+          end
+        RUBY
+      end
+
+      noting(Hash.public_instance_methods(true) - instance_methods(false) - FactHash::PASS - FactHash::MUTATORS, :VALUE)
+    end
+
+    SCOPE_TEMPLATE = {}.extend(ScopeHash)
+
+    # scope_hash returns a recording copy of Scope#to_hash's result h.
+    def self.scope_hash(h, top)
+      out = K_CLONE.bind_call(SCOPE_TEMPLATE)
+      H_REPLACE.bind_call(out, h)
+      out.instance_variable_set(:@__cfs, top)
+      out
     end
 
     module QualifiedHook

@@ -1,7 +1,8 @@
 # A profile over real Debian modules (ntp, apache + vhost, apt, mysql, concat,
-# inifile, cron_core, stdlib) that reads facts in every way a manifest can:
-# $facts[...], $::x, unqualified $x, defined(), fqdn_rand, ERB and EPP
-# templates, Hiera interpolation and automatic parameter lookup.
+# inifile, cron_core, logrotate, stdlib) that reads facts in every way a
+# manifest can: $facts[...], $::x, unqualified $x, defined(), fqdn_rand, ERB
+# and EPP templates, scope.to_hash (logrotate's rule template), iteration,
+# Hiera interpolation and automatic parameter lookup.
 class profile::base (
   String $motd_owner,
   Array[String] $ntp_servers,
@@ -53,4 +54,13 @@ class profile::base (
   notify { 'release': message => "release ${release['full']} (${release['codename']})" }
   $mounts = $facts['mountpoints'].filter |$m, $info| { $info['filesystem'] == 'ext4' }
   notify { 'mounts': message => join(keys($mounts), ',') }
+  # Iterating a hash of scalars reveals them all.
+  notify { 'cpu': message => $facts['processors'].map |$k, $v| { "${k}=${v}" } }
+  # puppet-logrotate's rule template looks variables up in scope.to_hash.
+  logrotate::rule { 'cf':
+    path         => "/var/log/${facts['networking']['hostname']}.log",
+    rotate       => '5',
+    rotate_every => 'week',
+    compress     => true,
+  }
 }

@@ -33,6 +33,7 @@ type devConfig struct {
 	serverKey                                 string
 	volatile                                  string
 	firstWait, changedWait, compileTimeout    time.Duration
+	clockMaxAge                               time.Duration
 	ruby                                      string
 	logLevel                                  string
 	classifier                                classifierFlags
@@ -58,6 +59,7 @@ func runDev(ctx context.Context, args []string) error {
 	fs.StringVar(&c.volatile, "volatile-facts", strings.Join(facts.DefaultVolatile, ","), "facts whose changes never trigger a compile (dotted paths, * matches any key)")
 	fs.DurationVar(&c.firstWait, "first-compile-wait", 60*time.Second, "how long a node's first catalog request waits for its compile before 503 + Retry-After")
 	fs.DurationVar(&c.changedWait, "changed-compile-wait", 10*time.Second, "how long a catalog request waits for a recompile before serving the last good catalog")
+	fs.DurationVar(&c.clockMaxAge, "clock-max-age", time.Hour, clockMaxAgeUsage)
 	fs.DurationVar(&c.compileTimeout, "compile-timeout", 2*time.Minute, "a compile running longer is killed and retried")
 	fs.StringVar(&c.ruby, "ruby", "ruby", "Ruby interpreter with Puppet 7 (Debian's puppet-agent)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -135,7 +137,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 
 	m := metrics.New(queue)
 	lib := code.NewLibrary(store, filepath.Join(c.data, "code"))
-	intake := &compiler.Intake{Content: store, Nodes: store, Envs: store, Queue: queue, Filter: filter, Log: log}
+	intake := &compiler.Intake{Content: store, Nodes: store, Envs: store, Queue: queue, Filter: filter, Log: log, ClockMaxAge: c.clockMaxAge}
 	deployer := &compiler.Deployer{Content: store, Envs: store, Nodes: store, Intake: intake, Root: envRoot, BaseModulepath: baseModulepath, Log: log}
 	pool := &compiler.Pool{Queue: queue, Nodes: store, Content: store, Engine: engine, Code: lib, Metrics: m, Log: log, Collectors: intake}
 

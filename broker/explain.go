@@ -88,6 +88,9 @@ func printExplanation(w io.Writer, ex compiler.Explanation, now time.Time) {
 		line("reads", "none recorded: any change outside the volatile facts recompiles the catalog")
 	default:
 		line("reads", "%d reads of %d top-level facts (record %s)", s.Reads, len(s.Facts), short(string(s.Digest)))
+		if s.Clock {
+			fmt.Fprintf(w, "  reads the clock, so it is compiled again once older than --clock-max-age: %s\n", orDash(s.ClockWhy))
+		}
 		if s.AlwaysRecompile {
 			fmt.Fprintf(w, "  always recompiles, at every fact upload: %s\n", orDash(s.Why))
 		}

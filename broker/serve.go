@@ -39,6 +39,7 @@ type serveConfig struct {
 	ca                                                 caFlags
 	autosign, allowSANs                                bool
 	firstWait, changedWait                             time.Duration
+	clockMaxAge                                        time.Duration
 	logLevel                                           string
 	classifier                                         classifierFlags
 	basemodulepath                                     basemodulepathFlag
@@ -71,6 +72,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.BoolVar(&c.allowSANs, "allow-subject-alt-names", false, "accept certificate requests carrying DNS/IP alt names (other front doors' requests, with --ca-upstream pointing here)")
 	fs.DurationVar(&c.firstWait, "first-compile-wait", 60*time.Second, "how long a first catalog request waits for its compile")
 	fs.DurationVar(&c.changedWait, "changed-compile-wait", 10*time.Second, "how long a catalog request waits for a recompile")
+	fs.DurationVar(&c.clockMaxAge, "clock-max-age", time.Hour, clockMaxAgeUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	c.classifier.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -123,7 +125,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	defer closeCA()
 	m := metrics.New(queue)
 	lib := code.NewLibrary(content, filepath.Join(c.work, "code"))
-	intake := &compiler.Intake{Content: content, Nodes: state, Envs: state, Queue: queue, Filter: filter, Log: log}
+	intake := &compiler.Intake{Content: content, Nodes: state, Envs: state, Queue: queue, Filter: filter, Log: log, ClockMaxAge: c.clockMaxAge}
 	deployer := &compiler.Deployer{Content: content, Envs: state, Nodes: state, Intake: intake, Root: c.environments, BaseModulepath: baseModulepath, Log: log}
 	fd := &frontdoor.Server{
 		CA: authority, Revocations: authority, Intake: intake, Nodes: state, Envs: state,

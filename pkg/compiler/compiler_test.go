@@ -26,6 +26,8 @@ type scriptedEngine struct {
 	calls int
 	fail  func(req Request) error
 	reads []string // facts the "manifests" read (dotted paths), recorded when set
+	// clock makes the recorded compile read the current time too.
+	clock bool
 	// codeInCatalog makes the catalog depend on the code (a resource
 	// parameter carries the code_id).
 	codeInCatalog bool
@@ -85,7 +87,10 @@ func (e *scriptedEngine) Compile(ctx context.Context, req Request) (Result, erro
 		"version": 1795306186, "resources": resources, "facts_seen": req.Facts["cf_role"]})
 	res := Result{Catalog: b, Exports: exports, Collects: collects}
 	if e.reads != nil {
-		res.Reads = &FactReads{}
+		res.Reads = &FactReads{Clock: e.clock}
+		if e.clock {
+			res.Reads.ClockWhy = "Timestamp.now (Timestamp.new() or Timestamp()) reads the clock"
+		}
 		for _, name := range e.reads {
 			r, _ := facts.Observe(req.Facts, strings.Split(name, "."), facts.ReadValue)
 			res.Reads.Reads = append(res.Reads.Reads, r)

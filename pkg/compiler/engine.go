@@ -80,6 +80,13 @@ type FactReads struct {
 	// code (generate(), Timestamp.new, ...): any fact upload recompiles it.
 	AlwaysRecompile bool   `json:"always_recompile,omitempty"`
 	Why             string `json:"why,omitempty"`
+	// Clock marks a catalog that read the current time (Timestamp(),
+	// time(), strftime(format), Time in a template; puppetlabs-apt does
+	// for update frequency daily or weekly) and nothing else beyond facts
+	// and code: the farm reuses it for Intake.ClockMaxAge after its
+	// compile, then recompiles it at the next check-in.
+	Clock    bool   `json:"clock,omitempty"`
+	ClockWhy string `json:"clock_why,omitempty"`
 }
 
 // Engine compiles catalogs. Compile returns a *CompileError when the code

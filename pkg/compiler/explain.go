@@ -51,6 +51,10 @@ type ReadSummary struct {
 	// and every fact upload recompiles it, for the reason Why.
 	AlwaysRecompile bool   `json:"always_recompile,omitempty"`
 	Why             string `json:"why,omitempty"`
+	// Clock: the catalog read the current time (ClockWhy) and is compiled
+	// again once it is older than the farm's clock max age.
+	Clock    bool   `json:"clock,omitempty"`
+	ClockWhy string `json:"clock_why,omitempty"`
 }
 
 // FactReadCount is how many of a record's reads are under one top-level fact.
@@ -116,7 +120,8 @@ func requestState(n *farm.Node) (string, string) {
 
 // summarise counts a record's reads per top-level fact.
 func summarise(d farm.Digest, rec *FactReads) *ReadSummary {
-	s := &ReadSummary{Digest: d, Reads: len(rec.Reads), AlwaysRecompile: rec.AlwaysRecompile, Why: rec.Why}
+	s := &ReadSummary{Digest: d, Reads: len(rec.Reads), AlwaysRecompile: rec.AlwaysRecompile, Why: rec.Why,
+		Clock: rec.Clock, ClockWhy: rec.ClockWhy}
 	counts := map[string]int{}
 	for _, r := range rec.Reads {
 		top := ""

@@ -42,6 +42,12 @@ type Intake struct {
 	// request, and this bounds a failing node to one compile per
 	// FailedRetry. Default 10m.
 	FailedRetry time.Duration
+	// ClockMaxAge is how long a catalog that read the current time (and
+	// nothing else beyond facts and code: FactReads.Clock) is served
+	// before a check-in compiles the node again. Puppet Server compiles
+	// with the time of every run; a catalog this old is what it would have
+	// compiled that long before the run. Default 1h.
+	ClockMaxAge time.Duration
 
 	// recent remembers, per node, the digests of the last fact upload seen
 	// by this process, keyed by the digest of its raw (still encoded) form,
@@ -382,6 +388,9 @@ func (in *Intake) decide(n *farm.Node, slot, environment, code string, f recentF
 			Note: fmt.Sprintf("the compile of request %d failed at %s", r.Seq, (*stp).At.UTC().Format(time.RFC3339))}}
 	case f.values == nil:
 		if r.FactsDigest == f.facts || n.FactsDigest == f.facts || r.RelevantDigest == f.relevant {
+			if rec, ok := in.readsFor(*catp, r); ok && rec.Clock {
+				return in.clockWhy(rec, *catp, *stp)
+			}
 			return why{}
 		}
 		return relevantChanged(r, f, "relevant facts digest changed")
@@ -390,7 +399,10 @@ func (in *Intake) decide(n *farm.Node, slot, environment, code string, f recentF
 		if rec.AlwaysRecompile {
 			return why{reason: farm.ReasonFactsChanged, cause: &farm.RequestCause{Note: "the catalog always recompiles: " + rec.Why}}
 		}
-		return factsChanged(rec.Reads, f.values)
+		if w := factsChanged(rec.Reads, f.values); w.reason != "" || !rec.Clock {
+			return w
+		}
+		return in.clockWhy(rec, *catp, *stp)
 	}
 	if v, ok := in.readRecords.Load(r.ReadsDigest); ok && r.Projection != "" {
 		// Still compiling: judge by what the last catalog read.
@@ -538,6 +550,33 @@ func (in *Intake) retryDue(c *farm.CatalogRef, st *farm.CompileStatus, r *farm.C
 		retry = 10 * time.Minute
 	}
 	return in.now().Sub(st.At) >= retry
+}
+
+// clockWhy says whether catalog c, whose read record rec says it read the
+// clock, is due for a compile: when its latest compile (an unchanged
+// recompile counts) is at least ClockMaxAge old.
+func (in *Intake) clockWhy(rec *FactReads, c *farm.CatalogRef, st *farm.CompileStatus) why {
+	if c == nil {
+		return why{}
+	}
+	at := c.CompiledAt
+	if st != nil && st.Seq == c.Seq && st.At.After(at) {
+		at = st.At
+	}
+	age := in.now().Sub(at)
+	if age < in.clockMaxAge() {
+		return why{}
+	}
+	return why{reason: farm.ReasonClock, cause: &farm.RequestCause{Note: fmt.Sprintf(
+		"the catalog reads the clock (%s) and was compiled %s ago; clock-reading catalogs are reused for %s",
+		rec.ClockWhy, age.Round(time.Second), in.clockMaxAge())}}
+}
+
+func (in *Intake) clockMaxAge() time.Duration {
+	if in.ClockMaxAge > 0 {
+		return in.ClockMaxAge
+	}
+	return time.Hour
 }
 
 func (in *Intake) factsRefresh() time.Duration {

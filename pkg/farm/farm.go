@@ -94,6 +94,9 @@ const (
 	// ReasonRetry: the node's latest compile failed a while ago and it
 	// checked in again with the same inputs.
 	ReasonRetry = "retry-failed"
+	// ReasonClock: the node's catalog read the current time, and was
+	// compiled longer ago than the farm reuses such catalogs.
+	ReasonClock = "clock"
 )
 
 // Job asks for one node's catalog to be compiled. Its fields mirror Puppet

@@ -25,7 +25,8 @@ func (e *Engine) checkReads(what string, got *compiler.FactReads, values map[str
 	if values == nil {
 		values = map[string]any{}
 	}
-	out := &compiler.FactReads{AlwaysRecompile: got.AlwaysRecompile, Why: got.Why, Reads: make([]facts.Read, 0, len(got.Reads))}
+	out := &compiler.FactReads{AlwaysRecompile: got.AlwaysRecompile, Why: got.Why, Clock: got.Clock, ClockWhy: got.ClockWhy,
+		Reads: make([]facts.Read, 0, len(got.Reads))}
 	for _, r := range got.Reads {
 		if r.Path == nil {
 			r.Path = []string{}

@@ -73,6 +73,7 @@ type readCase struct {
 	files  map[string]string // more files, relative to the environment
 	want   []string          // the reads besides baselineReads, as describe renders them
 	always string            // when set, the compile must be marked always-recompile, Why containing this
+	clock  string            // when set, the compile must be marked as reading the clock, ClockWhy containing this
 	hook   string            // the recording hook that makes the difference, if one is singled out
 }
 
@@ -175,7 +176,8 @@ notify { 'x': message => $kernel }`},
 		want: []string{"value <facts>"}},
 	{name: "erb dynamic access", code: `notify { 'x': message => inline_template("<%= instance_variable_get('@kernel') %>") }`,
 		want: []string{"value <facts>"}},
-	{name: "erb clock", code: `notify { 'x': message => inline_template("<%= Time.now.year > 2000 %>") }`, always: "Time"},
+	{name: "erb clock", code: `notify { 'x': message => inline_template("<%= Time.now.year > 2000 %>") }`, clock: "Time"},
+	{name: "erb random", code: `notify { 'x': message => inline_template("<%= Time.now.year > 2000 && rand(2) < 3 %>") }`, always: "rand()"},
 
 	// EPP templates.
 	{name: "epp", code: `notify { 'x': message => epp('cases/facts.epp') }`,
@@ -236,8 +238,8 @@ end
 
 	// Inputs other than facts.
 	{name: "generate", code: `notify { 'x': message => generate('/bin/echo', 'hi') }`, always: "generate()", hook: "nondet"},
-	{name: "Timestamp.new", code: `notify { 'x': message => "${Timestamp.new() > Timestamp('2000-01-01T00:00:00Z')}" }`, always: "Timestamp.now", hook: "nondet"},
-	{name: "legacy strftime", code: `notify { 'x': message => strftime('%Y') }`, always: "strftime"},
+	{name: "Timestamp.new", code: `notify { 'x': message => "${Timestamp.new() > Timestamp('2000-01-01T00:00:00Z')}" }`, clock: "Timestamp.now", hook: "nondet"},
+	{name: "legacy strftime", code: `notify { 'x': message => strftime('%Y') }`, clock: "strftime"},
 	{name: "strftime of a given time", code: `notify { 'x': message => strftime(Timestamp('2000-01-01T00:00:00Z'), '%Y') }`},
 }
 
@@ -345,6 +347,12 @@ func TestRecordReads(t *testing.T) {
 				case tc.always != "" && (!res.Reads.AlwaysRecompile || !strings.Contains(res.Reads.Why, tc.always)):
 					t.Errorf("always_recompile = %v, why %q; want it, mentioning %q", res.Reads.AlwaysRecompile, res.Reads.Why, tc.always)
 				}
+				switch {
+				case tc.clock == "" && res.Reads.Clock:
+					t.Errorf("marked as reading the clock: %s", res.Reads.ClockWhy)
+				case tc.clock != "" && (!res.Reads.Clock || !strings.Contains(res.Reads.ClockWhy, tc.clock)):
+					t.Errorf("clock = %v, why %q; want it, mentioning %q", res.Reads.Clock, res.Reads.ClockWhy, tc.clock)
+				}
 				if tc.hook == "" {
 					return
 				}
@@ -360,7 +368,7 @@ func TestRecordReads(t *testing.T) {
 					without = append(without, describe(r))
 				}
 				slices.Sort(without)
-				if slices.Equal(without, got) && off.Reads.AlwaysRecompile == res.Reads.AlwaysRecompile {
+				if slices.Equal(without, got) && off.Reads.AlwaysRecompile == res.Reads.AlwaysRecompile && off.Reads.Clock == res.Reads.Clock {
 					t.Errorf("hook %s made no difference: %q", tc.hook, got)
 				}
 			})
@@ -557,7 +565,7 @@ func TestDisableHooks(t *testing.T) {
 	})
 	t.Run("per compile", func(t *testing.T) {
 		e := sharedEngine(t)
-		if ready := e.workers[0].proc.ready; !ready.Recording || !slices.Equal(ready.Hooks, []string{"facts", "topscope", "qualified", "tohash", "erb", "convert", "hashargs", "nondet"}) {
+		if ready := e.workers[0].proc.ready; !ready.Recording || !slices.Equal(ready.Hooks, []string{"facts", "topscope", "qualified", "tohash", "iterate", "erb", "convert", "hashargs", "nondet"}) {
 			t.Errorf("ready = %+v, want every hook", ready)
 		}
 		if _, err := e.compile(t.Context(), req, []string{"nosuch"}); !errors.Is(err, farm.ErrInvalid) {

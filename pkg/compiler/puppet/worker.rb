@@ -183,6 +183,8 @@ module CompileFarm
       'shuffle' => 'shuffle() is random',
       'str2saltedsha512' => 'str2saltedsha512() uses a random salt',
     }.flat_map { |k, v| [[k, v], [k.to_sym, v]] }.to_h.freeze
+    # Those of them that only read the current time.
+    CLOCK_FUNCTIONS = %w[time].flat_map { |k| [[k, true], [k.to_sym, true]] }.to_h.freeze
 
     class << self
       attr_reader :enabled
@@ -243,6 +245,7 @@ module CompileFarm
         @interned = {}
         @suspended = 0
         @why = []
+        @clock = []
         @top_paths = {} # top-level fact name => path
         @top_hash = {} # top-level fact names whose value is a recording hash
         on = ->(name) { CompileFarm::Reads.hook?(name) && !off.include?(name) }
@@ -317,8 +320,14 @@ module CompileFarm
         end
       end
 
-      def nondet(why)
-        @why << why if @nondet_on && !@why.include?(why)
+      # nondet marks the compile as depending on more than facts and code;
+      # clock: true when that is only the current time (the farm reuses
+      # such a catalog for a while, see compiler.FactReads.Clock).
+      def nondet(why, clock: false)
+        return unless @nondet_on
+
+        list = clock ? @clock : @why
+        list << why unless list.include?(why)
       end
 
       def suspend
@@ -355,7 +364,7 @@ module CompileFarm
       # top-scope ones) and notes dynamic variable access.
       def erb(scope, source, file)
         info = ErbInfo.for(source)
-        nondet("template #{File.basename(file.to_s)} uses #{info.nondet}") if info.nondet && @nondet_on
+        nondet("template #{File.basename(file.to_s)} uses #{info.nondet}", clock: info.clock) if info.nondet && @nondet_on
         if info.dynamic
           note(EMPTY_PATH, VALUE)
           return
@@ -445,6 +454,10 @@ module CompileFarm
           res['always_recompile'] = true
           res['why'] = @why.join('; ')
         end
+        unless @clock.empty?
+          res['clock'] = true
+          res['clock_why'] = @clock.join('; ')
+        end
         res
       end
     end
@@ -454,11 +467,14 @@ module CompileFarm
       DYNAMIC = %w[instance_variable_get instance_variables instance_variable_defined? eval instance_eval
                    instance_exec binding send __send__ public_send method].to_h { |n| [n, true] }.freeze
       NONDET_CONSTS = %w[Time Date DateTime Random SecureRandom].to_h { |n| [n, true] }.freeze
+      CLOCK_CONSTS = %w[Time Date DateTime].to_h { |n| [n, true] }.freeze
       NONDET_IDENTS = %w[rand srand system spawn exec fork].to_h { |n| [n, true] }.freeze
       CACHE_MAX = 512
       @cache = {}
 
-      attr_reader :names, :dynamic, :nondet
+      # nondet names the first non-deterministic thing the template uses;
+      # clock is true when everything it found only reads the clock.
+      attr_reader :names, :dynamic, :nondet, :clock
 
       def self.for(source)
         info = @cache[source]
@@ -472,6 +488,8 @@ module CompileFarm
         names = {}
         @dynamic = false
         @nondet = nil
+        @clock = true
+        found = {}
         Ripper.lex(Puppet::Util.create_erb(source).src).each do |(_, type, tok, _)|
           case type
           when :on_ivar
@@ -479,13 +497,21 @@ module CompileFarm
             names[name] = true unless name.start_with?('__')
           when :on_ident
             @dynamic = true if DYNAMIC[tok]
-            @nondet ||= "#{tok}()" if NONDET_IDENTS[tok]
+            if NONDET_IDENTS[tok]
+              found["#{tok}()"] = true
+              @clock = false
+            end
           when :on_const
-            @nondet ||= tok if NONDET_CONSTS[tok]
+            if NONDET_CONSTS[tok]
+              found[tok] = true
+              @clock &&= CLOCK_CONSTS.key?(tok)
+            end
           when :on_backtick
-            @nondet ||= 'a command'
+            found['a command'] = true
+            @clock = false
           end
         end
+        @nondet = found.keys.join(', ') unless found.empty?
         @names = names.keys.freeze
       end
     end
@@ -987,7 +1013,7 @@ module CompileFarm
       def profile(message, metric_id, &block)
         if (r = $cf_reads) && metric_id.is_a?(Array) && metric_id[0] == :functions &&
            (why = NONDET_FUNCTIONS[metric_id[1]])
-          r.nondet(why)
+          r.nondet(why, clock: CLOCK_FUNCTIONS.key?(metric_id[1]))
         end
         super
       end
@@ -995,13 +1021,13 @@ module CompileFarm
 
     module TimestampHook
       def now
-        r = $cf_reads and r.nondet('Timestamp.now (Timestamp.new() or Timestamp()) reads the clock')
+        r = $cf_reads and r.nondet('Timestamp.now (Timestamp.new() or Timestamp()) reads the clock', clock: true)
         super
       end
 
       def format_time(format, time, timezone)
         if (r = $cf_reads) && caller_locations(1, 1).first&.label == 'legacy_strftime'
-          r.nondet('strftime(format) formats the current time')
+          r.nondet('strftime(format) formats the current time', clock: true)
         end
         super
       end

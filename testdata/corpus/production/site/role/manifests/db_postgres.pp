@@ -1,0 +1,5 @@
+# PostgreSQL database server.
+class role::db_postgres {
+  include profile::base
+  include profile::postgresql
+}

@@ -1,0 +1,5 @@
+# Metrics collection (collectd server).
+class role::monitoring {
+  include profile::base
+  include profile::monitoring
+}

@@ -3,8 +3,9 @@
 # on Debian 12: Debian's puppet-agent (Ruby Puppet 7, the compile engine and
 # the real agent the end-to-end tests drive), openssl (CA tests), hiera-eyaml
 # (encrypted Hiera data: eyaml_lookup_key levels and the eyaml tool), and real
-# Puppet modules from Debian (puppet-module-*, under /usr/share/puppet/modules)
-# that the puppet engine's fact-read mutation test compiles.
+# Puppet modules from Debian (puppet-module-*, under /usr/share/puppet/modules):
+# the ones the puppet engine's fact-read mutation test compiles, and the ones
+# the Puppet corpus (testdata/corpus, internal/corpus) builds its roles on.
 # As root it installs with apt-get; otherwise it fails, saying what to install.
 set -euo pipefail
 
@@ -15,9 +16,14 @@ command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
 command -v hostname >/dev/null 2>&1 || need_pkgs+=(hostname)
 { command -v eyaml >/dev/null 2>&1 && ruby -e 'require "hiera/backend/eyaml"' >/dev/null 2>&1; } || need_pkgs+=(hiera-eyaml)
 # Module directory under /usr/share/puppet/modules => Debian package.
+# (saz-rsyslog's directory is named after the package; its module is rsyslog.)
 for mod in stdlib:puppetlabs-stdlib ntp:puppetlabs-ntp apache:puppetlabs-apache concat:puppetlabs-concat \
   apt:puppetlabs-apt mysql:puppetlabs-mysql inifile:puppetlabs-inifile translate:puppetlabs-translate \
-  cron_core:puppetlabs-cron-core; do
+  cron_core:puppetlabs-cron-core \
+  ssh:saz-ssh logrotate:rodjek-logrotate saz-rsyslog:saz-rsyslog sshkeys_core:puppetlabs-sshkeys-core \
+  host_core:puppetlabs-host-core postgresql:puppetlabs-postgresql haproxy:puppetlabs-haproxy \
+  memcached:saz-memcached redis:arioch-redis firewall:puppetlabs-firewall rsync:puppetlabs-rsync \
+  xinetd:puppetlabs-xinetd chrony:aboe-chrony collectd:voxpupuli-collectd; do
   [ -d "/usr/share/puppet/modules/${mod%%:*}/manifests" ] || [ -d "/usr/share/puppet/modules/${mod%%:*}/lib" ] ||
     need_pkgs+=("puppet-module-${mod#*:}")
 done
@@ -39,7 +45,9 @@ case "$v" in
   7.*) ;;
   *) echo "install-deps: puppet 7 is required, found '${v:-none}'" >&2; exit 1 ;;
 esac
-for d in stdlib ntp apache concat apt mysql inifile translate cron_core; do
+for d in stdlib ntp apache concat apt mysql inifile translate cron_core \
+  ssh logrotate saz-rsyslog sshkeys_core host_core postgresql haproxy memcached redis firewall rsync \
+  xinetd chrony collectd; do
   [ -d "/usr/share/puppet/modules/$d" ] || { echo "install-deps: puppet module $d is missing from /usr/share/puppet/modules" >&2; exit 1; }
 done
 eyaml_v=$(ruby -e 'require "hiera/backend/eyaml"; require "hiera/backend/eyaml/encryptors/pkcs7"; print Hiera::Backend::Eyaml::VERSION' 2>&1) ||

@@ -118,7 +118,9 @@ func isModuleRoot(dir string) bool {
 
 // Build writes the corpus environment into dst: dst/production is a copy
 // of testdata/corpus/production with each of Modules copied (symlinks
-// followed) from DebianModules into dst/production/modules/<name>. It
+// followed) from DebianModules into dst/production/modules/<name>, and the
+// files a Debian package leaves out of its module (testdata/corpus/
+// module-files: saz-rsyslog's files/rsyslog_default) put back. It
 // returns the environmentpath (dst, absolute) to compile with, environment
 // "production". A missing module fails naming the Debian package to
 // install. dst must not already hold a production directory.
@@ -164,6 +166,11 @@ func build(dst, modroot string) (string, error) {
 		if err := os.CopyFS(filepath.Join(env, "modules", m.Name), os.DirFS(srcs[i])); err != nil {
 			return "", fmt.Errorf("corpus: copy module %s from %s: %w", m.Name, srcs[i], err)
 		}
+	}
+	// Files a Debian package leaves out of its module, which the module's
+	// manifests serve (puppet:///modules/...): put back as a site would.
+	if err := os.CopyFS(filepath.Join(env, "modules"), os.DirFS(filepath.Join(dir, "module-files"))); err != nil {
+		return "", fmt.Errorf("corpus: add the files Debian's modules leave out: %w", err)
 	}
 	return dst, nil
 }

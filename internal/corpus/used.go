@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 )
 
 // usedChange is, for one role, a fact the role's code really reads and how
@@ -17,8 +16,8 @@ type usedChange struct {
 
 // usedChanges is UsedChange's table, by role.
 var usedChanges = map[string]usedChange{
-	"web": {[]string{"fqdn"}, func(n Node, _ any) any { return replaceDomain(n, "dmz.example.test") },
-		"puppetlabs-apache's params.pp takes $::fqdn as ServerName in apache2.conf"},
+	"web": {[]string{"networking", "domain"}, func(n Node, _ any) any { return "dmz.example.test" },
+		"profile::web makes webmaster@ the domain apache's ServerAdmin"},
 	"app": {[]string{"processors", "count"}, func(_ Node, old any) any { return scaleInt(old, 2) },
 		"profile::app sizes gunicorn's workers in /etc/default/shop (EPP) from it"},
 	"db_mysql": {[]string{"memory", "system", "total_bytes"}, func(_ Node, old any) any { return scaleInt(old, 2) },
@@ -37,19 +36,22 @@ var usedChanges = map[string]usedChange{
 		"Hiera's %{::ipaddress} is sshd's ListenAddress; profile::bastion's firewall rule matches it"},
 	"mirror": {[]string{"processorcount"}, func(_ Node, old any) any { return scaleInt(old, 4) },
 		"profile::mirror derives the rsync modules' max connections from $::processorcount"},
-	"monitoring": {[]string{"hostname"}, func(n Node, _ any) any { return "metrics01" },
-		"voxpupuli-collectd's params.pp makes $facts['hostname'] collectd.conf's Hostname (profile::monitoring turns fqdnlookup off)"},
+	"monitoring": {[]string{"networking", "ip"}, func(n Node, _ any) any { return "10.20.0.99" },
+		"profile::monitoring makes collectd's network plugin listen on it"},
 	"backup": {[]string{"disks", "vda", "size_bytes"}, func(_ Node, _ any) any { return json.Number("2199023255552") },
 		"profile::backup keeps 60 days instead of 14 on a disk of 1 TiB or more (cron, logrotate)"},
 }
 
 // UsedChange returns, for n's role, the path of a fact the role's code
-// really reads and a new value for it that changes the node's catalog (see
+// really reads and a new value for it that changes the node's catalog and
+// nothing the node exports (ssh host keys are titled and aliased by fqdn,
+// hostname and addresses: changing those recompiles every collector too;
+// see
 // usedChanges for where each role reads its fact). It returns nil, nil for
 // a role the corpus does not have.
 //
 //	role          fact                                   read by
-//	web           fqdn                                   apache (ServerName)
+//	web           networking.domain                      profile::web (apache's ServerAdmin)
 //	app           processors.count                       profile::app (gunicorn workers)
 //	db_mysql      memory.system.total_bytes              profile::mysql (innodb_buffer_pool_size)
 //	db_postgres   memorysize_mb                          profile::postgresql (shared_buffers)
@@ -59,7 +61,7 @@ var usedChanges = map[string]usedChange{
 //	log_server    networking.network                     profile::log_server (firewall)
 //	bastion       ipaddress                              Hiera %{::ipaddress} (sshd ListenAddress)
 //	mirror        processorcount                         profile::mirror (rsync max connections)
-//	monitoring    hostname                               collectd (Hostname)
+//	monitoring    networking.ip                          profile::monitoring (collectd network listener)
 //	backup        disks.vda.size_bytes                   profile::backup (retention)
 func UsedChange(n Node) (path []string, value any) {
 	u, ok := usedChanges[n.Role]
@@ -83,11 +85,6 @@ func lookup(values map[string]any, path []string) (any, bool) {
 		}
 	}
 	return cur, true
-}
-
-func replaceDomain(n Node, domain string) string {
-	host, _, _ := strings.Cut(n.Certname, ".")
-	return host + "." + domain
 }
 
 func scaleInt(old any, by uint64) any {

@@ -8,13 +8,17 @@
 // sets the identity and network facts (certname, hostname, fqdn, domain,
 // eth0's addresses), the role, the processors and memory size, the usage
 // figures that follow from them, and for some nodes the Debian point
-// release; it adds the uptime facts facter 4 reports on a VM, missing from
-// the recording. The output is deterministic: running it again rewrites
+// release; it adds the uptime and ssh host key facts facter 4 reports on a
+// VM running sshd, missing from the recording. The output is deterministic: running it again rewrites
 // the same files. testdata/corpus/README.md describes the result.
 package main
 
 import (
 	"bytes"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -23,6 +27,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -246,6 +251,11 @@ func (n node) apply(v map[string]any, certname string) {
 		v["lsbdistrelease"], v["operatingsystemrelease"], v["lsbminordistrelease"] = full, full, n.minor
 	}
 
+	// The host keys of sshd, as facter 4 reports them (the recording
+	// machine ran no sshd): saz-ssh exports them as Sshkey resources that
+	// every node collects.
+	sshFacts(v, n.host)
+
 	// Uptime, as facter 4 reports it on Linux.
 	secs := n.uptime
 	hours, days := secs/3600, secs/86400
@@ -255,6 +265,52 @@ func (n node) apply(v map[string]any, certname string) {
 	}
 	v["uptime"] = text
 	v["uptime_days"], v["uptime_hours"], v["uptime_seconds"] = jsonInt(days), jsonInt(hours), jsonInt(secs)
+}
+
+// sshFacts sets the ssh host key facts of host: the structured ssh fact
+// and the legacy sshKEYkey and sshfp_KEY facts, for an RSA, an ECDSA and an
+// Ed25519 key. The keys are well-formed OpenSSH public key blobs whose key
+// material is fixed per host (not real keys: nobody holds their private
+// halves); the fingerprints are computed from the blobs as facter does.
+func sshFacts(v map[string]any, host string) {
+	material := func(what string, n int) []byte {
+		var out []byte
+		for i := 0; len(out) < n; i++ {
+			h := sha256.Sum256([]byte(fmt.Sprintf("%s/%s/%d", host, what, i)))
+			out = append(out, h[:]...)
+		}
+		return out[:n]
+	}
+	str := func(b []byte) []byte {
+		return append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)
+	}
+	rsaN := append([]byte{0}, material("rsa", 384)...)
+	rsaN[1] |= 0x80
+	ecPoint := append([]byte{4}, material("ecdsa", 64)...)
+	keys := []struct {
+		name, typ string
+		sshfp     int
+		blob      []byte
+	}{
+		{"rsa", "ssh-rsa", 1, slices.Concat(str([]byte("ssh-rsa")), str([]byte{1, 0, 1}), str(rsaN))},
+		{"ecdsa", "ecdsa-sha2-nistp256", 3, slices.Concat(str([]byte("ecdsa-sha2-nistp256")), str([]byte("nistp256")), str(ecPoint))},
+		{"ed25519", "ssh-ed25519", 4, slices.Concat(str([]byte("ssh-ed25519")), str(material("ed25519", 32)))},
+	}
+	ssh := map[string]any{}
+	for _, k := range keys {
+		key := base64.StdEncoding.EncodeToString(k.blob)
+		s1, s256 := sha1.Sum(k.blob), sha256.Sum256(k.blob)
+		fp1 := fmt.Sprintf("SSHFP %d 1 %x", k.sshfp, s1)
+		fp256 := fmt.Sprintf("SSHFP %d 2 %x", k.sshfp, s256)
+		ssh[k.name] = map[string]any{
+			"fingerprints": map[string]any{"sha1": fp1, "sha256": fp256},
+			"key":          key,
+			"type":         k.typ,
+		}
+		v["ssh"+k.name+"key"] = key
+		v["sshfp_"+k.name] = fp1 + "\n" + fp256
+	}
+	v["ssh"] = ssh
 }
 
 // setMount sets a mountpoint's sizes as facter computes them.

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compilefarm/compilefarm/internal/corpus"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 )
@@ -202,11 +203,14 @@ type probe struct {
 	facts map[string]any
 }
 
-// mutationRun compiles the mutation environment with one engine.
+// mutationRun compiles one node of an environment with one engine.
 type mutationRun struct {
 	t        *testing.T
 	e        *Engine
 	envpath  string
+	cert     string   // the node compiled
+	modules  int      // how many modules the environment has, for the log
+	rotation [2]int   // probe unread leaf j alone iff j%rotation[1] == rotation[0] (a node's share of a corpus)
 	off      []string // recording hooks switched off
 	base     []byte   // the catalog with the agent's facts, volatile fields blanked
 	reads    *compiler.FactReads
@@ -216,7 +220,7 @@ type mutationRun struct {
 func (r *mutationRun) compile(ctx context.Context, values map[string]any) ([]byte, *compiler.FactReads, error) {
 	r.compiles.Add(1)
 	res, err := r.e.compile(ctx, compiler.Request{
-		Certname: mutationCert, Environment: "production", CodeID: "mutation",
+		Certname: r.cert, Environment: "production", CodeID: "mutation",
 		EnvironmentPath: r.envpath, Facts: values,
 	}, r.off)
 	if err != nil {
@@ -310,13 +314,14 @@ func (r *mutationRun) run(probes []probe) map[string]string {
 	return missed
 }
 
-// unread splits the leaves of values into those that some read covers
-// (changing the value is reported by facts.Changed) and those that none
-// does.
-func unread(t *testing.T, reads []facts.Read, values map[string]any) (covered, free []leaf) {
+// unread splits the leaves of values into those whose mutation m some
+// read sees (facts.Changed reports it) and those whose mutation m none
+// does. A leaf's value may be unread while its deletion is seen (a read of
+// its parent's key set).
+func unread(t *testing.T, reads []facts.Read, values map[string]any, m mutation) (covered, free []leaf) {
 	t.Helper()
 	for _, l := range factLeaves(values, nil) {
-		changed, err := facts.Changed(reads, mutate(values, l, changeValue))
+		changed, err := facts.Changed(reads, mutate(values, l, m))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +344,8 @@ func TestMutation(t *testing.T) {
 	}
 	start := time.Now()
 	values := agentFacts(t)
-	r := &mutationRun{t: t, e: newEngine(t, Options{Workers: 2}), envpath: mutationEnv(t), compiles: new(atomic.Int64)}
+	r := &mutationRun{t: t, e: newEngine(t, Options{Workers: 2}), envpath: mutationEnv(t), cert: mutationCert,
+		modules: len(mutationModules), rotation: [2]int{0, 1}, compiles: new(atomic.Int64)}
 	r.start(values)
 	t.Run("unread facts", func(t *testing.T) {
 		r := *r
@@ -351,15 +357,73 @@ func TestMutation(t *testing.T) {
 	// the unread leaves changes the catalog. (The erb and convert hooks
 	// only make recording finer: without them a template or a 3.x function
 	// counts as reading everything it was given.)
-	for _, hook := range []string{"topscope", "qualified", "facts", "tohash", "iterate", "hashargs"} {
+	for _, hook := range findingHooks {
 		t.Run("without hook "+hook, func(t *testing.T) {
 			r := *r
 			r.t = t
 			r.off = []string{hook}
-			testDisabledHookFound(&r, values)
+			if leaf, ok := findMissedRead(&r, values); ok {
+				t.Logf("with hook %s off, the mutation test finds the missed read of %s", hook, leaf)
+			} else {
+				t.Errorf("with hook %s off, changing every unread leaf left the catalog alone: the mutation test would not notice this hook missing", hook)
+			}
 		})
 	}
 	t.Logf("%d compiles in %s", r.compiles.Load(), time.Since(start).Round(time.Millisecond))
+}
+
+// findingHooks are the recording hooks without which reads go missing
+// (the others only make recording finer: without erb or convert, a
+// template or a 3.x function counts as reading everything it was given).
+var findingHooks = []string{"topscope", "qualified", "facts", "tohash", "iterate", "hashargs"}
+
+// TestMutationCorpus is the same proof over the corpus of real Debian
+// modules (internal/corpus): every node of every role, each probing its
+// share of its unread leaves one by one (all of them together, for each
+// mutation, on every node); and, for each recording hook, a node whose
+// catalog changes when the hook is off.
+func TestMutationCorpus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Ruby Puppet over Debian's puppet modules; skipped with -short")
+	}
+	start := time.Now()
+	envpath, err := corpus.Build(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := corpus.Nodes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, Options{Workers: 2})
+	compiles := new(atomic.Int64)
+	runs := make([]*mutationRun, len(nodes))
+	for i, n := range nodes {
+		t.Run(n.Certname, func(t *testing.T) {
+			r := &mutationRun{t: t, e: e, envpath: envpath, cert: n.Certname, modules: len(corpus.Modules),
+				rotation: [2]int{i, len(nodes)}, compiles: compiles}
+			r.start(n.Facts)
+			testUnreadFacts(r, n.Facts)
+			runs[i] = r
+		})
+	}
+	for _, hook := range findingHooks {
+		t.Run("without hook "+hook, func(t *testing.T) {
+			for i, r := range runs {
+				if r == nil {
+					continue
+				}
+				r := *r
+				r.t, r.off = t, []string{hook}
+				if leaf, ok := findMissedRead(&r, nodes[i].Facts); ok {
+					t.Logf("with hook %s off, the mutation test finds the missed read of %s on %s", hook, leaf, r.cert)
+					return
+				}
+			}
+			t.Errorf("with hook %s off, no corpus node's catalog changed with all its unread leaves: the corpus does not exercise it", hook)
+		})
+	}
+	t.Logf("%d nodes, %d compiles in %s", len(nodes), compiles.Load(), time.Since(start).Round(time.Millisecond))
 }
 
 func testUnreadFacts(r *mutationRun, values map[string]any) {
@@ -368,39 +432,43 @@ func testUnreadFacts(r *mutationRun, values map[string]any) {
 	if r.reads.AlwaysRecompile {
 		t.Fatalf("catalog marked always-recompile: %s", r.reads.Why)
 	}
-	covered, free := unread(t, reads, values)
+	covered, free := unread(t, reads, values, changeValue)
 	t.Logf("%d modules; facts: %d top-level, %d leaves; %d reads cover %d leaves, %d leaves unread",
-		len(mutationModules), len(values), len(covered)+len(free), len(reads), len(covered), len(free))
+		r.modules, len(values), len(covered)+len(free), len(reads), len(covered), len(free))
 	if len(free) < 100 || len(covered) < 10 {
 		t.Fatalf("implausible split: %d covered, %d unread leaves (reads: %v)", len(covered), len(free), reads)
 	}
 
-	// Every mutation of every unread leaf must be invisible to the recompile
-	// rule. One by one, each leaf gets one mutation (change value, change
-	// type, delete in turn, by its position; all three with
-	// -mutation.full), and all of them together get each mutation.
+	// Every mutation of a leaf that the recompile rule does not see must
+	// leave the catalog alone. One by one, each leaf gets one mutation
+	// (change value, change type, delete in turn, by its position; all
+	// three with -mutation.full; a corpus node only its share of the
+	// leaves), and all of them together get each mutation.
 	var probes []probe
-	for i, l := range free {
+	unseen := map[mutation][]leaf{}
+	for _, m := range []mutation{changeValue, changeType, deleteLeaf} {
+		_, unseen[m] = unread(t, reads, values, m)
+	}
+	for i, l := range factLeaves(values, nil) {
 		for _, m := range []mutation{changeValue, changeType, deleteLeaf} {
-			mutated := mutate(values, l, m)
-			if changed, err := facts.Changed(reads, mutated); err != nil || changed {
-				t.Fatalf("facts.Changed after %s of unread %s = %v, %v; want false", m, l, changed, err)
+			if !slices.ContainsFunc(unseen[m], func(u leaf) bool { return slices.Equal(u.path, l.path) }) {
+				continue
 			}
-			if *mutationFull || int(m) == i%3 {
-				probes = append(probes, probe{what: fmt.Sprintf("%s of %s", m, l), facts: mutated})
+			if *mutationFull || (int(m) == i%3 && i%r.rotation[1] == r.rotation[0]) {
+				probes = append(probes, probe{what: fmt.Sprintf("%s of %s", m, l), facts: mutate(values, l, m)})
 			}
 		}
 	}
 	oneByOne := len(probes)
 	for _, m := range []mutation{changeValue, changeType, deleteLeaf} {
 		all := values
-		for _, l := range free {
+		for _, l := range unseen[m] {
 			all = mutate(all, l, m)
 		}
 		if changed, err := facts.Changed(reads, all); err != nil || changed {
-			t.Fatalf("facts.Changed after %s of all unread leaves = %v, %v; want false", m, changed, err)
+			t.Fatalf("facts.Changed after %s of all %d leaves whose %[1]s it does not see alone = %v, %v; want false", m, len(unseen[m]), changed, err)
 		}
-		probes = append(probes, probe{what: fmt.Sprintf("%s of all %d unread leaves", m, len(free)), facts: all})
+		probes = append(probes, probe{what: fmt.Sprintf("%s of all %d leaves where it is unseen", m, len(unseen[m])), facts: all})
 	}
 	// Facts never read at all, at any depth: delete them.
 	neverRead := values
@@ -453,11 +521,12 @@ func testUnreadFacts(r *mutationRun, values map[string]any) {
 	}
 }
 
-// testDisabledHookFound compiles with r.off switched off and requires the
-// mutation check to find a missed read: all unread leaves changed at once
-// change the catalog, and bisecting (both halves at once, one per worker)
-// finds one leaf whose change alone does.
-func testDisabledHookFound(r *mutationRun, values map[string]any) {
+// findMissedRead compiles with r.off switched off and looks for a missed
+// read: all unread leaves changed at once change the catalog, and
+// bisecting (both halves at once, one per worker) finds one leaf whose
+// change alone does. It returns that leaf, or false when changing all of
+// them left the catalog alone.
+func findMissedRead(r *mutationRun, values map[string]any) (string, bool) {
 	t := r.t
 	cat, reads, err := r.compile(t.Context(), values)
 	if err != nil {
@@ -469,7 +538,7 @@ func testDisabledHookFound(r *mutationRun, values map[string]any) {
 	if reads == nil {
 		t.Fatal("no reads recorded")
 	}
-	_, free := unread(t, reads.Reads, values)
+	_, free := unread(t, reads.Reads, values, changeValue)
 	changeAll := func(leaves []leaf) map[string]any {
 		all := values
 		for _, l := range leaves {
@@ -478,7 +547,7 @@ func testDisabledHookFound(r *mutationRun, values map[string]any) {
 		return all
 	}
 	if len(r.run([]probe{{what: "all", facts: changeAll(free)}})) == 0 {
-		t.Fatalf("with hook %s off, changing all %d unread leaves left the catalog alone: the mutation test would not notice this hook missing", r.off, len(free))
+		return "", false
 	}
 	suspects := free
 	for len(suspects) > 1 {
@@ -493,5 +562,5 @@ func testDisabledHookFound(r *mutationRun, values map[string]any) {
 			t.Fatalf("with hook %s off, the catalog depends on leaves of both halves of %v together only", r.off, suspects)
 		}
 	}
-	t.Logf("with hook %s off, the mutation test finds the missed read of %s", r.off[0], suspects[0])
+	return suspects[0].String(), true
 }

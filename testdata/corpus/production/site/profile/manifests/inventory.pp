@@ -31,6 +31,15 @@ class profile::inventory (
     mode    => '0644',
     content => to_yaml(delete($record, ['certname'])),
   }
+  # The release, field by field, for the CMDB's shell importer; the distro
+  # entry with defaults for what older facter versions leave out.
+  $release = $facts['os']['release'].map |$k, $v| { "os_release_${k}=${v}" }
+  $distro = { 'id' => 'unknown', 'codename' => 'unknown' } + $facts['os']['distro']
+  file { '/etc/inventory/os.env':
+    ensure  => file,
+    mode    => '0644',
+    content => "${join($release, "\n")}\nos_distro=${distro['id']} ${distro['codename']}\n",
+  }
 
   $virtual = defined('$is_virtual') ? {
     true    => $is_virtual,

@@ -174,6 +174,18 @@ notify { 'x': message => $kernel }`},
 		want: []string{"keys <facts>"}, hook: "tohash"},
 	{name: "erb scope.to_hash iterated", code: `notify { 'x': message => inline_template("<%= scope.to_hash.select { |k, v| k == 'kernel' }.values %>") }`,
 		want: []string{"value <facts>"}},
+	{name: "4.x function reads the closure scope", code: `notify { 'x': message => cases_scope() }`,
+		files: map[string]string{"modules/cases/lib/puppet/functions/cases_scope.rb": `Puppet::Functions.create_function(:cases_scope, Puppet::Functions::InternalFunction) do
+  dispatch :read do
+    scope_param
+  end
+
+  def read(scope)
+    "#{scope['facts']['os']['family']} #{scope.to_hash['kernel']} #{scope.lookupvar('::osfamily')}"
+  end
+end
+`},
+		want: []string{"value os.family", "value kernel", "value osfamily"}, hook: "tohash"},
 	{name: "erb dynamic access", code: `notify { 'x': message => inline_template("<%= instance_variable_get('@kernel') %>") }`,
 		want: []string{"value <facts>"}},
 	{name: "erb clock", code: `notify { 'x': message => inline_template("<%= Time.now.year > 2000 %>") }`, clock: "Time"},
@@ -198,6 +210,14 @@ notify { 'x': message => "${hieracase::msg} ${lookup('hieracase::other')}" }`,
 			"modules/hieracase/data/common.yaml":    "---\nhieracase::other: \"%{facts.os.name} %{nosuch}\"\n",
 		},
 		want: []string{"value kernel", "value networking.hostname", "value nosuch (missing)", "value os.family", "value os.name"}},
+	{name: "hiera interpolates a whole hash", code: `include hierahash
+notify { 'x': message => $hierahash::msg }`,
+		files: map[string]string{
+			"modules/hierahash/manifests/init.pp": `class hierahash (String $msg) { }`,
+			"modules/hierahash/hiera.yaml":        "---\nversion: 5\nhierarchy:\n  - name: common\n    path: common.yaml\n",
+			"modules/hierahash/data/common.yaml":  "---\nhierahash::msg: \"release %{facts.os.release}\"\n",
+		},
+		want: []string{"keys os.release", "value os.release.full", "value os.release.major"}},
 
 	// 3.x functions get deep copies of their arguments.
 	{name: "3.x function argument", code: `notify { 'x': message => cases_pick($facts['os'], 'family') }`,

@@ -101,13 +101,13 @@ func Churn(values map[string]any, run int) map[string]any {
 			s := shallow(sys)
 			s["used_bytes"] = intLike(sys["used_bytes"], newUsed)
 			s["available_bytes"] = intLike(sys["available_bytes"], avail)
-			s["used"] = humanBytes(newUsed)
-			s["available"] = humanBytes(avail)
+			s["used"] = HumanBytes(newUsed)
+			s["available"] = HumanBytes(avail)
 			s["capacity"] = fmt.Sprintf("%.2f%%", float64(newUsed)/float64(total)*100)
 			mem["system"] = s
 			out["memory"] = mem
 			if _, ok := values["memoryfree"]; ok {
-				out["memoryfree"] = humanBytes(avail)
+				out["memoryfree"] = HumanBytes(avail)
 			}
 			if v, ok := values["memoryfree_mb"]; ok {
 				out["memoryfree_mb"] = floatLike(v, float64(avail)/(1024*1024))
@@ -147,8 +147,8 @@ func Churn(values map[string]any, run int) map[string]any {
 			c := shallow(mp)
 			c["used_bytes"] = intLike(mp["used_bytes"], newUsed)
 			c["available_bytes"] = intLike(mp["available_bytes"], total-newUsed)
-			c["used"] = humanBytes(newUsed)
-			c["available"] = humanBytes(total - newUsed)
+			c["used"] = HumanBytes(newUsed)
+			c["available"] = HumanBytes(total - newUsed)
 			c["capacity"] = mountCapacity(newUsed, total)
 			m[name] = c
 		}
@@ -158,7 +158,7 @@ func Churn(values map[string]any, run int) map[string]any {
 		if secs, ok := num(up["seconds"]); ok {
 			s := secs + r*runSpacing
 			hours, days := s/3600, s/3600/24
-			text := uptimeText(s)
+			text := UptimeText(s)
 			u := shallow(up)
 			u["seconds"] = intLike(up["seconds"], s)
 			u["hours"] = intLike(up["hours"], hours)
@@ -238,8 +238,10 @@ func mix(r uint64, key string) uint64 {
 	return h.Sum64()
 }
 
-// humanBytes formats bytes as facter 4 does (UnitConverter.bytes_to_human_readable).
-func humanBytes(b uint64) string {
+// HumanBytes formats bytes as facter 4 does (UnitConverter.bytes_to_human_readable):
+// the sizes in memory and mountpoint facts. gen writes the nodes' facts with it,
+// Churn the changed ones.
+func HumanBytes(b uint64) string {
 	if b < 1024 {
 		return strconv.FormatUint(b, 10) + " bytes"
 	}
@@ -265,8 +267,9 @@ func mountCapacity(used, total uint64) string {
 	}
 }
 
-// uptimeText is facter 4's UptimeHelper.build_uptime_text.
-func uptimeText(secs uint64) string {
+// UptimeText is facter 4's UptimeHelper.build_uptime_text: the uptime facts'
+// text ("5:41 hours", "1 day", "38 days").
+func UptimeText(secs uint64) string {
 	hours := secs / 3600
 	switch days := hours / 24; days {
 	case 0:

@@ -8,11 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/compilefarm/compilefarm/pkg/catalog"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/compiler/puppet"
 )
@@ -44,26 +44,17 @@ var (
 	notNTPClient = map[string]bool{"ntp_server": true}
 )
 
-var (
-	versionRE     = regexp.MustCompile(`"version":\d+`)
-	catalogUUIDRE = regexp.MustCompile(`"catalog_uuid":"[^"]*"`)
-)
-
-// blankVolatile blanks what differs between two compiles of the same
-// inputs: the catalog version (a timestamp) and catalog_uuid.
-func blankVolatile(b []byte) []byte {
-	b = versionRE.ReplaceAll(b, []byte(`"version":0`))
-	return catalogUUIDRE.ReplaceAll(b, []byte(`"catalog_uuid":""`))
-}
-
-// firstDiff shows where two catalogs first differ.
-func firstDiff(a, b []byte) string {
-	i := 0
-	for i < len(a) && i < len(b) && a[i] == b[i] {
-		i++
+// describeDiff says which resources differ between two catalogs.
+func describeDiff(a, b []byte) string {
+	d, err := catalog.Compare(a, b)
+	if err != nil {
+		return err.Error()
 	}
-	from := max(0, i-120)
-	return fmt.Sprintf("at byte %d:\n  a: …%s…\n  b: …%s…", i, a[from:min(len(a), i+120)], b[from:min(len(b), i+120)])
+	var out []string
+	for _, r := range d.Resources {
+		out = append(out, r.Change+" "+r.Ref)
+	}
+	return strings.Join(out, ", ")
 }
 
 func testLogger() *slog.Logger {
@@ -114,7 +105,13 @@ func TestCompileEveryNode(t *testing.T) {
 		if err != nil {
 			t.Fatalf("compile: %v", err)
 		}
-		return blankVolatile(res.Catalog)
+		// Sealed, equal content is equal bytes (version and catalog_uuid
+		// follow from the content).
+		sealed, _, err := catalog.Seal(res.Catalog, "corpus")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sealed
 	}
 
 	t.Run("nodes", func(t *testing.T) {
@@ -128,7 +125,7 @@ func TestCompileEveryNode(t *testing.T) {
 
 				churned := compile(t, n, Churn(n.Facts, 1))
 				if !bytes.Equal(base, churned) {
-					t.Errorf("volatile facts changed the catalog, %s", firstDiff(base, churned))
+					t.Errorf("volatile facts changed the catalog: %s", describeDiff(base, churned))
 				}
 
 				path, value := UsedChange(n)

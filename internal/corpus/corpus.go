@@ -18,7 +18,8 @@
 // from its checkout, as go test and go run do), or else, as under
 // -trimpath, in the module root above the working directory (the directory
 // whose go.mod declares github.com/compilefarm/compilefarm). Its non-test
-// code uses only the standard library.
+// code imports nothing of the farm but pkg/facts (so the engine's tests can
+// use it).
 package corpus
 
 import (

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/compilefarm/compilefarm/pkg/facts"
 )
 
 // leaves flattens values into its leaves (scalars, arrays, empty hashes)
@@ -52,7 +54,7 @@ func zeroSizeMount(values map[string]any, path []string) bool {
 	if len(path) != 3 || path[0] != "mountpoints" {
 		return false
 	}
-	size, _ := lookup(values, []string{"mountpoints", path[1], "size_bytes"})
+	size, _ := facts.Lookup(values, []string{"mountpoints", path[1], "size_bytes"})
 	n, ok := num(size)
 	return ok && n == 0
 }
@@ -68,7 +70,7 @@ func TestNodes(t *testing.T) {
 		if got := n.Facts["clientcert"]; got != n.Certname {
 			t.Errorf("%s: clientcert %v", n.Certname, got)
 		}
-		if got, _ := lookup(n.Facts, []string{"networking", "fqdn"}); got != n.Certname {
+		if got, _ := facts.Lookup(n.Facts, []string{"networking", "fqdn"}); got != n.Certname {
 			t.Errorf("%s: networking.fqdn %v", n.Certname, got)
 		}
 		// Every node keeps the recorded agent's facts, plus the ones gen
@@ -98,7 +100,7 @@ func TestNodes(t *testing.T) {
 	// Fresh maps on every call.
 	again := loadNodes(t)
 	nodes[0].Facts["networking"].(map[string]any)["ip"] = "changed"
-	if got, _ := lookup(again[0].Facts, []string{"networking", "ip"}); got == "changed" {
+	if got, _ := facts.Lookup(again[0].Facts, []string{"networking", "ip"}); got == "changed" {
 		t.Error("Nodes returned shared maps")
 	}
 }
@@ -238,7 +240,7 @@ func TestChurnNumberKinds(t *testing.T) {
 	if used+avail != 25274793984 {
 		t.Errorf("used %d + available %d != total", used, avail)
 	}
-	if got, want := sys["used"], humanBytes(used); got != want {
+	if got, want := sys["used"], HumanBytes(used); got != want {
 		t.Errorf("used = %v, want %v", got, want)
 	}
 	if got := c["uptime_seconds"]; got != json.Number(fmt.Sprint(100+runSpacing)) {
@@ -262,8 +264,8 @@ func TestHumanBytes(t *testing.T) {
 		{270553174016, "251.97 GiB"},
 		{1<<40 - 1, "1.00 TiB"},
 	} {
-		if got := humanBytes(tc.b); got != tc.want {
-			t.Errorf("humanBytes(%d) = %q, want %q", tc.b, got, tc.want)
+		if got := HumanBytes(tc.b); got != tc.want {
+			t.Errorf("HumanBytes(%d) = %q, want %q", tc.b, got, tc.want)
 		}
 	}
 }
@@ -274,10 +276,10 @@ func TestWith(t *testing.T) {
 		"os":         map[string]any{"family": "Debian"},
 	}
 	got := With(values, []string{"networking", "interfaces", "eth0", "ip"}, "10.0.0.2")
-	if ip, _ := lookup(got, []string{"networking", "interfaces", "eth0", "ip"}); ip != "10.0.0.2" {
+	if ip, _ := facts.Lookup(got, []string{"networking", "interfaces", "eth0", "ip"}); ip != "10.0.0.2" {
 		t.Errorf("new value %v", ip)
 	}
-	if ip, _ := lookup(values, []string{"networking", "interfaces", "eth0", "ip"}); ip != "10.0.0.1" {
+	if ip, _ := facts.Lookup(values, []string{"networking", "interfaces", "eth0", "ip"}); ip != "10.0.0.1" {
 		t.Errorf("With modified values: %v", ip)
 	}
 	// Off the path, maps are shared.
@@ -285,7 +287,7 @@ func TestWith(t *testing.T) {
 		t.Error("With copied a hash off the path")
 	}
 	got = With(values, []string{"new", "fact"}, json.Number("1"))
-	if v, _ := lookup(got, []string{"new", "fact"}); v != json.Number("1") {
+	if v, _ := facts.Lookup(got, []string{"new", "fact"}); v != json.Number("1") {
 		t.Errorf("new nested fact %v", v)
 	}
 }
@@ -297,7 +299,7 @@ func TestUsedChange(t *testing.T) {
 			t.Errorf("%s: no UsedChange for role %s", n.Certname, n.Role)
 			continue
 		}
-		old, ok := lookup(n.Facts, path)
+		old, ok := facts.Lookup(n.Facts, path)
 		if !ok {
 			t.Errorf("%s: UsedChange path %v is not a fact of the node", n.Certname, path)
 		}

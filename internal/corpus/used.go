@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+
+	"github.com/compilefarm/compilefarm/pkg/facts"
 )
 
 // usedChange is, for one role, a fact the role's code really reads and how
@@ -68,23 +70,8 @@ func UsedChange(n Node) (path []string, value any) {
 	if !ok {
 		return nil, nil
 	}
-	old, _ := lookup(n.Facts, u.path)
+	old, _ := facts.Lookup(n.Facts, u.path)
 	return append([]string(nil), u.path...), u.change(n, old)
-}
-
-// lookup returns the value at path in values.
-func lookup(values map[string]any, path []string) (any, bool) {
-	var cur any = values
-	for _, k := range path {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if cur, ok = m[k]; !ok {
-			return nil, false
-		}
-	}
-	return cur, true
 }
 
 func scaleInt(old any, by uint64) any {

@@ -193,12 +193,12 @@ func (n node) apply(v map[string]any, certname string) {
 	used := (total * uint64(n.used) / 100) &^ 1023
 	avail := total - used
 	sys := v["memory"].(map[string]any)["system"].(map[string]any)
-	sys["total_bytes"], sys["total"] = jsonInt(total), human(total)
-	sys["used_bytes"], sys["used"] = jsonInt(used), human(used)
-	sys["available_bytes"], sys["available"] = jsonInt(avail), human(avail)
+	sys["total_bytes"], sys["total"] = jsonInt(total), corpus.HumanBytes(total)
+	sys["used_bytes"], sys["used"] = jsonInt(used), corpus.HumanBytes(used)
+	sys["available_bytes"], sys["available"] = jsonInt(avail), corpus.HumanBytes(avail)
 	sys["capacity"] = fmt.Sprintf("%.2f%%", float64(used)/float64(total)*100)
-	v["memorysize"], v["memorysize_mb"] = human(total), jsonFloat(float64(total)/(1<<20))
-	v["memoryfree"], v["memoryfree_mb"] = human(avail), jsonFloat(float64(avail)/(1<<20))
+	v["memorysize"], v["memorysize_mb"] = corpus.HumanBytes(total), jsonFloat(float64(total)/(1<<20))
+	v["memoryfree"], v["memoryfree_mb"] = corpus.HumanBytes(avail), jsonFloat(float64(avail)/(1<<20))
 
 	// Load at recording time.
 	la := v["load_averages"].(map[string]any)
@@ -259,7 +259,7 @@ func (n node) apply(v map[string]any, certname string) {
 	// Uptime, as facter 4 reports it on Linux.
 	secs := n.uptime
 	hours, days := secs/3600, secs/86400
-	text := uptimeText(secs)
+	text := corpus.UptimeText(secs)
 	v["system_uptime"] = map[string]any{
 		"days": jsonInt(days), "hours": jsonInt(hours), "seconds": jsonInt(secs), "uptime": text,
 	}
@@ -315,9 +315,9 @@ func sshFacts(v map[string]any, host string) {
 
 // setMount sets a mountpoint's sizes as facter computes them.
 func setMount(mp map[string]any, size, avail, used uint64) {
-	mp["size_bytes"], mp["size"] = jsonInt(size), human(size)
-	mp["available_bytes"], mp["available"] = jsonInt(avail), human(avail)
-	mp["used_bytes"], mp["used"] = jsonInt(used), human(used)
+	mp["size_bytes"], mp["size"] = jsonInt(size), corpus.HumanBytes(size)
+	mp["available_bytes"], mp["available"] = jsonInt(avail), corpus.HumanBytes(avail)
+	mp["used_bytes"], mp["used"] = jsonInt(used), corpus.HumanBytes(used)
 	switch total := used + avail; {
 	case used == total:
 		mp["capacity"] = "100%"
@@ -350,34 +350,6 @@ func jsonFloat(f float64) json.Number {
 		s += ".0"
 	}
 	return json.Number(s)
-}
-
-// human is facter 4's UnitConverter.bytes_to_human_readable.
-func human(b uint64) string {
-	if b < 1024 {
-		return strconv.FormatUint(b, 10) + " bytes"
-	}
-	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
-	exp := int(math.Floor(math.Log2(float64(b)) / 10))
-	n := math.Round(100*float64(b)/math.Pow(1024, float64(exp))) / 100
-	if math.Abs(n-1024) < 1e-9 {
-		exp++
-		n = 1
-	}
-	return fmt.Sprintf("%.2f %s", n, units[exp-1])
-}
-
-// uptimeText is facter 4's UptimeHelper.build_uptime_text.
-func uptimeText(secs uint64) string {
-	hours := secs / 3600
-	switch days := hours / 24; days {
-	case 0:
-		return fmt.Sprintf("%d:%02d hours", hours, secs/60%60)
-	case 1:
-		return "1 day"
-	default:
-		return fmt.Sprintf("%d days", days)
-	}
 }
 
 // mysqlServerID is the mysql module's mysql_server_id fact.

@@ -38,6 +38,20 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// nodeArg parses args for a verb that takes one NODE and flags (in any
+// order), printing the usage when the NODE is missing or doubled.
+func nodeArg(fs *flag.FlagSet, args []string) (string, error) {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return "", fmt.Errorf("%s: expected one NODE", fs.Name())
+	}
+	return pos[0], nil
+}
+
 func runCA(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "init" {
 		return runCAInit(ctx, args[1:])

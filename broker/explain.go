@@ -29,16 +29,12 @@ func explainCmd(ctx context.Context, out io.Writer, args []string) error {
 	}
 	addr := adminFlag(fs)
 	asJSON := fs.Bool("json", false, "print the explanation as JSON")
-	pos, err := parseInterspersed(fs, args)
+	node, err := nodeArg(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return fmt.Errorf("explain: expected one NODE")
-	}
 	c := &admin.Client{Base: *addr}
-	ex, err := c.Explain(ctx, pos[0])
+	ex, err := c.Explain(ctx, node)
 	if err != nil {
 		return err
 	}

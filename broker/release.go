@@ -144,16 +144,12 @@ func runDiff(ctx context.Context, args []string) error {
 	from := fs.String("from", "", "code_id (or a prefix) of the older catalog (default: the one before --to)")
 	to := fs.String("to", "", "code_id (or a prefix) of the newer catalog (default: the precompiled candidate, else the current catalog)")
 	asJSON := fs.Bool("json", false, "print the difference as JSON")
-	pos, err := parseInterspersed(fs, args)
+	node, err := nodeArg(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return fmt.Errorf("diff: expected one NODE")
-	}
 	c := &admin.Client{Base: *addr}
-	d, err := c.Diff(ctx, pos[0], *from, *to)
+	d, err := c.Diff(ctx, node, *from, *to)
 	if err != nil {
 		return err
 	}
@@ -162,7 +158,7 @@ func runDiff(ctx context.Context, args []string) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(d)
 	}
-	printDiff(os.Stdout, pos[0], d)
+	printDiff(os.Stdout, node, d)
 	return nil
 }
 

@@ -5,11 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
-	"net/url"
-	"time"
 )
 
 // ChurnResult is what the churn phase measured: how many compiles a stream
@@ -59,48 +55,14 @@ func runChurn(ctx context.Context, f *farmTLS, nodes []*node, recorded []byte, e
 		}
 		fleet[i] = &churnFacts{node: n, values: d.Values}
 	}
-	clients := make([]*http.Client, len(nodes))
-	for i, n := range nodes {
-		clients[i] = &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: f.tlsConfig(n)}}
-	}
-	put := func(i int) error {
-		c := fleet[i]
-		body, _ := json.Marshal(map[string]any{"name": c.node.name, "values": c.values,
-			"timestamp": time.Now().UTC().Format(time.RFC3339Nano)})
-		u := "https://" + f.target + "/puppet/v3/facts/" + url.PathEscape(c.node.name) + "?environment=" + url.QueryEscape(env)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := clients[i].Do(req)
-		if err != nil {
-			return fmt.Errorf("upload facts of %s: %w", c.node.name, err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("upload facts of %s: %s: %s", c.node.name, resp.Status, b)
-		}
-		return nil
-	}
+	up := newUploader(f, nodes, env, metricsURL, "churn", progress)
 	// Baseline: every node's facts once, and their compiles out of the way.
 	progress(fmt.Sprintf("churn: baseline upload for %d nodes", len(nodes)))
-	for i := range fleet {
-		if err := put(i); err != nil {
-			return res, err
-		}
-	}
-	if err := waitDrained(ctx, metricsURL); err != nil {
-		return res, err
-	}
-	before, err := scrape(ctx, metricsURL)
-	if err != nil {
+	if _, err := up.measure(ctx, len(fleet), func(u int) (int, map[string]any, error) { return u, fleet[u].values, nil }); err != nil {
 		return res, err
 	}
 	rng := rand.New(rand.NewPCG(1, 2)) // deterministic: the same churn every run
-	start := time.Now()
-	for u := 0; u < uploads; u++ {
-		if ctx.Err() != nil {
-			return res, ctx.Err()
-		}
+	m, err := up.measure(ctx, uploads, func(u int) (int, map[string]any, error) {
 		i := u % len(fleet)
 		c := fleet[i]
 		c.values["uptime_seconds"] = json.Number(fmt.Sprint(100000 + u))
@@ -114,52 +76,13 @@ func runChurn(ctx context.Context, f *farmTLS, nodes []*node, recorded []byte, e
 			}
 			res.UsedChanges++
 		}
-		if err := put(i); err != nil {
-			return res, err
-		}
-		if (u+1)%250 == 0 {
-			progress(fmt.Sprintf("churn: %d/%d uploads", u+1, uploads))
-		}
-	}
-	if err := waitDrained(ctx, metricsURL); err != nil {
-		return res, err
-	}
-	res.Seconds = round(time.Since(start).Seconds(), 2)
-	after, err := scrape(ctx, metricsURL)
+		return i, c.values, nil
+	})
 	if err != nil {
 		return res, err
 	}
-	for _, r := range []string{"ok", "unchanged", "failed"} {
-		k := `compilefarm_compiles_total{result="` + r + `"}`
-		res.Compiles += after[k] - before[k]
-	}
+	res.Seconds = m.seconds
+	res.Compiles = m.compiles.total()
 	res.PerThousand = round(res.Compiles*1000/float64(uploads), 2)
 	return res, nil
-}
-
-// waitDrained waits until the broker's compile queue is empty, at most 10
-// minutes.
-func waitDrained(ctx context.Context, metricsURL string) error {
-	deadline := time.Now().Add(10 * time.Minute)
-	for {
-		m, err := scrape(ctx, metricsURL)
-		if err != nil {
-			return err
-		}
-		busy := 0.0
-		for _, lane := range []string{"urgent", "bulk"} {
-			busy += m[`compilefarm_queue_depth{lane="`+lane+`"}`] + m[`compilefarm_queue_in_flight{lane="`+lane+`"}`]
-		}
-		if busy == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the compile queue did not drain in 10 minutes (%v jobs left)", busy)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }

@@ -13,12 +13,26 @@
 //   - connections phase: C clients each open a new TLS connection per
 //     request (client certificate, no keep-alive, no session resumption) and
 //     GET /status/v1/simple.
+//   - churn phase: the nodes upload the recorded agent's facts (PUT
+//     /puppet/v3/facts) round robin, --uploads times, changing volatile
+//     facts on every upload and a fact the benchmark manifests read on
+//     --used-change of them; the broker's metrics count the compiles.
+//   - corpus phase: the same on the corpus of real modules
+//     (internal/corpus): node i takes corpus node i%18's facts and role,
+//     every check-in changes the volatile facts as a real agent's next run
+//     does (corpus.Churn), --used-change of them also a fact the node's
+//     role reads (corpus.UsedChange). The target is one compile per such
+//     change. The broker must serve the corpus environment: --build-corpus
+//     DIR writes it and prints the environmentpath to start the broker with.
 //
-// Each run is bounded by --duration and --max-requests. Results: requests
-// (or connections) per second, latency percentiles, bytes per response,
-// errors; as text, --json or --markdown.
+// Each catalog or connection run is bounded by --duration and
+// --max-requests. Results: requests (or connections) per second, latency
+// percentiles, bytes per response, errors, compiles per 1,000 uploads; as
+// text, --json or --markdown.
 //
 //	go run ./scripts/loadgen --target 127.0.0.1:8140 --clients 1,16,128 --metrics http://127.0.0.1:9140/metrics
+//	go run ./scripts/loadgen --build-corpus /tmp/corpus   # prints /tmp/corpus: broker dev --environments /tmp/corpus
+//	go run ./scripts/loadgen --target 127.0.0.1:8140 --metrics http://127.0.0.1:9140/metrics --phase corpus --nodes 36 --uploads 1000
 package main
 
 import (
@@ -33,6 +47,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/compilefarm/compilefarm/internal/corpus"
 )
 
 // outFlag is a flag that works alone (--json: write to stdout) or with a
@@ -94,13 +110,16 @@ func run() error {
 		duration    = flag.Duration("duration", 10*time.Second, "length of each measured run")
 		maxReq      = flag.Int64("max-requests", 1_000_000, "at most this many requests (or connections) per run")
 		environment = flag.String("environment", "production", "Puppet environment the nodes ask for")
-		phase       = flag.String("phase", "all", "catalog, connections, all (both), or churn (compiles per fact uploads; needs --metrics)")
-		uploads     = flag.Int("uploads", 1000, "churn phase: fact uploads to send")
-		usedChange  = flag.Float64("used-change", 0.01, "churn phase: fraction of uploads that change a fact the manifests read")
-		factsMode   = flag.String("facts", "same", "catalog uploads: same (identical facts each run), fresh (a new facts timestamp per request, "+
+		phase       = flag.String("phase", "all", "catalog, connections, all (both), churn (compiles per fact uploads; needs --metrics), "+
+			"or corpus (the same on the corpus of real modules; needs --metrics and a broker serving --build-corpus's environment)")
+		uploads     = flag.Int("uploads", 1000, "churn and corpus phases: fact uploads (check-ins) to send after the baseline")
+		usedChange  = flag.Float64("used-change", 0.01, "churn and corpus phases: fraction of uploads that change a fact the catalogs read")
+		buildCorpus = flag.String("build-corpus", "", "write the corpus environment (internal/corpus, Debian's puppet modules) into DIR, "+
+			"print its environmentpath (for broker dev --environments) and exit")
+		factsMode = flag.String("facts", "same", "catalog uploads: same (identical facts each run), fresh (a new facts timestamp per request, "+
 			"as successive agent runs send), or same,fresh for both")
 		keyType     = flag.String("key", "ecdsa", "node key type: ecdsa (P-256) or rsa (2048)")
-		prefix      = flag.String("prefix", "", "certname prefix (default lg-<time>; certnames are PREFIX-NNNN.<domain>)")
+		prefix      = flag.String("prefix", "", "certname prefix (default lg-<time>; certnames are PREFIX-NNNN.<domain>, PREFIX-NNNN-<corpus node>.<domain> in the corpus phase)")
 		domain      = flag.String("domain", "loadgen.test", "certname domain of the synthetic nodes")
 		metricsURL  = flag.String("metrics", "", "the broker's /metrics URL (loopback), to report its CPU per request, catalog outcomes and compile times")
 		verifyEvery = flag.Int("verify-every", 100, "decompress and check every Nth catalog per client (and each client's first)")
@@ -123,6 +142,14 @@ func run() error {
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	if *buildCorpus != "" {
+		envpath, err := corpus.Build(*buildCorpus)
+		if err != nil {
+			return err
+		}
+		fmt.Println(envpath)
+		return nil
 	}
 
 	if err := checkLoopback("--target", *target); err != nil {
@@ -149,12 +176,12 @@ func run() error {
 		}
 	}
 	doCatalog, doConns := *phase == "catalog" || *phase == "all", *phase == "connections" || *phase == "all"
-	doChurn := *phase == "churn"
-	if !doCatalog && !doConns && !doChurn {
-		return fmt.Errorf("--phase %q: want catalog, connections, all or churn", *phase)
+	doChurn, doCorpus := *phase == "churn", *phase == "corpus"
+	if !doCatalog && !doConns && !doChurn && !doCorpus {
+		return fmt.Errorf("--phase %q: want catalog, connections, all, churn or corpus", *phase)
 	}
-	if doChurn && (*metricsURL == "" || *uploads < 1 || *uploads > 1_000_000 || *usedChange < 0 || *usedChange > 1) {
-		return fmt.Errorf("--phase churn needs --metrics, --uploads between 1 and 1000000 and --used-change between 0 and 1")
+	if (doChurn || doCorpus) && (*metricsURL == "" || *uploads < 1 || *uploads > 1_000_000 || *usedChange < 0 || *usedChange > 1) {
+		return fmt.Errorf("--phase %s needs --metrics, --uploads between 1 and 1000000 and --used-change between 0 and 1", *phase)
 	}
 	switch {
 	case *nodesN < 1 || *nodesN > 100_000:
@@ -189,9 +216,19 @@ func run() error {
 	cfg := runConfig{environment: *environment, duration: *duration, maxRequests: *maxReq, verifyEvery: *verifyEvery}
 
 	// Enrol.
+	var cnodes []corpus.Node
+	if doCorpus {
+		if cnodes, err = corpus.Nodes(); err != nil {
+			return err
+		}
+	}
 	names := make([]string, *nodesN)
 	for i := range names {
-		names[i] = fmt.Sprintf("%s-%04d.%s", *prefix, i, *domain)
+		if doCorpus {
+			names[i] = corpusName(*prefix, i, cnodes[i%len(cnodes)], *domain)
+		} else {
+			names[i] = fmt.Sprintf("%s-%04d.%s", *prefix, i, *domain)
+		}
 	}
 	t0 := time.Now()
 	progress(fmt.Sprintf("enrolling %d nodes (%s keys) at %s", len(names), *keyType, *target))
@@ -258,6 +295,22 @@ func run() error {
 		rep.Churn = &res
 		progress(fmt.Sprintf("  %v compiles for %d uploads (%d changed a used fact): %.2f per 1,000", res.Compiles, res.Uploads, res.UsedChanges, res.PerThousand))
 	}
+	var corpusErr error
+	if doCorpus {
+		progress(fmt.Sprintf("corpus: %d check-ins over %d nodes (the %d corpus nodes' facts and roles), %.1f%% changing a fact the role reads",
+			*uploads, len(nodes), len(cnodes), *usedChange*100))
+		res, err := runCorpus(ctx, farm, nodes, cnodes, *environment, *metricsURL, *uploads, *usedChange, progress)
+		if err != nil {
+			return fmt.Errorf("corpus: %w", err)
+		}
+		rep.Corpus = &res
+		progress(fmt.Sprintf("  %.0f compiles for %d check-ins (%d changed a used fact): %.2f per 1,000, target %.2f; %.0f extra, %.0f failed",
+			res.Compiles, res.Uploads, res.UsedChanges, res.PerThousand, res.Target, res.Extra, res.Failed))
+		for _, n := range res.Unexpected {
+			progress("  unexpected: " + n.String())
+		}
+		corpusErr = res.failure()
+	}
 	if doConns {
 		for _, c := range clients {
 			if ctx.Err() != nil {
@@ -272,6 +325,7 @@ func run() error {
 	}
 
 	err = errors.Join(
+		corpusErr,
 		jsonOut.write(rep.writeJSON),
 		mdOut.write(func(w io.Writer) error { rep.writeMarkdown(w); return nil }),
 		tsvOut.write(rep.writeTSV),

@@ -3,10 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -125,43 +123,14 @@ func compileDurations(ctx context.Context, metricsURL string, names []string) ([
 	if metricsURL == "" {
 		return nil, nil
 	}
-	u, err := url.Parse(metricsURL)
+	nodes, err := adminNodes(ctx, metricsURL)
 	if err != nil {
 		return nil, err
-	}
-	u.Path, u.RawQuery = "/admin/v1/nodes", ""
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", u, resp.Status)
-	}
-	var nodes []struct {
-		Certname string `json:"certname"`
-		Compile  *struct {
-			Result   string        `json:"result"`
-			Duration time.Duration `json:"duration"`
-		} `json:"compile"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&nodes); err != nil {
-		return nil, fmt.Errorf("%s: %w", u, err)
-	}
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
 	}
 	var out []time.Duration
-	for _, n := range nodes {
-		if want[n.Certname] && n.Compile != nil && n.Compile.Result == "ok" && n.Compile.Duration > 0 {
-			out = append(out, n.Compile.Duration)
+	for _, name := range names {
+		if c := nodes[name].Compile; c != nil && c.Result == "ok" && c.Duration > 0 {
+			out = append(out, c.Duration)
 		}
 	}
 	return out, nil

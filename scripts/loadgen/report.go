@@ -96,8 +96,10 @@ type Report struct {
 	Key         string    `json:"key"`
 	Nodes       int       `json:"nodes"`
 	// Churn is the churn phase's result, when it ran.
-	Churn     *ChurnResult `json:"churn,omitempty"`
-	EnrolSecs float64      `json:"enrol_seconds"`
+	Churn *ChurnResult `json:"churn,omitempty"`
+	// Corpus is the corpus phase's result, when it ran.
+	Corpus    *CorpusResult `json:"corpus,omitempty"`
+	EnrolSecs float64       `json:"enrol_seconds"`
 	// Warm-up of the catalog phase: every node's first catalog.
 	WarmupSecs      float64 `json:"warmup_seconds,omitempty"`
 	CatalogBytes    int64   `json:"catalog_bytes,omitempty"`      // decoded JSON, one node
@@ -139,6 +141,9 @@ func (r *Report) writeMarkdown(w io.Writer) {
 	if c := r.Churn; c != nil {
 		fmt.Fprintf(w, "| fact uploads | nodes | uploads changing a used fact | compiles | compiles per 1,000 uploads | seconds |\n|--:|--:|--:|--:|--:|--:|\n")
 		fmt.Fprintf(w, "| %d | %d | %d (%.1f%%) | %.0f | **%.2f** | %.1f |\n", c.Uploads, r.Nodes, c.UsedChanges, c.UsedFraction*100, c.Compiles, c.PerThousand, c.Seconds)
+	}
+	if c := r.Corpus; c != nil {
+		c.writeMarkdown(w, r.Nodes)
 	}
 	if r.CatalogBytes > 0 {
 		fmt.Fprintf(w, "Catalog served: %d resources, %.0f KB of JSON, %.1f KB gzip on the wire (%s environment, %d nodes warmed up in %.1fs",
@@ -204,6 +209,17 @@ func (r *Report) writeText(w io.Writer) {
 	if c := r.Churn; c != nil {
 		fmt.Fprintf(w, "churn: %d fact uploads (%d changed a fact the manifests read): %.0f compiles, %.2f per 1,000 uploads\n",
 			c.Uploads, c.UsedChanges, c.Compiles, c.PerThousand)
+	}
+	if c := r.Corpus; c != nil {
+		fmt.Fprintf(w, "corpus: %d check-ins (%d changed a used fact): %.0f compiles, %.2f per 1,000 (target %.2f), %.0f extra, %.0f failed; "+
+			"baseline: %.0f compiles in %.1fs\n", c.Uploads, c.UsedChanges, c.Compiles, c.PerThousand, c.Target, c.Extra, c.Failed,
+			c.BaselineCompiles.total(), c.BaselineSeconds)
+		for _, n := range c.BaselineFailed {
+			fmt.Fprintf(w, "  FAILED first compile: %s\n", n)
+		}
+		for _, n := range c.Unexpected {
+			fmt.Fprintf(w, "  unexpected: %s\n", n)
+		}
 	}
 	if r.CatalogBytes > 0 {
 		fmt.Fprintf(w, "catalog: %d resources, %d bytes JSON, %d bytes gzip; warm-up %.1fs", r.CatalogRes, r.CatalogBytes, r.CatalogGzip, r.WarmupSecs)
@@ -272,4 +288,35 @@ func (e *errorLog) list() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// writeMarkdown writes the corpus phase's table, a line on its baseline,
+// and the nodes that compiled other than for their used-fact changes.
+func (c *CorpusResult) writeMarkdown(w io.Writer, nodes int) {
+	if f := c.BaselineCompiles.Failed + c.Failed; f > 0 {
+		fmt.Fprintf(w, "**%.0f compiles FAILED: the corpus or the farm is broken, and these numbers measure nothing.**\n\n", f)
+	}
+	fmt.Fprintln(w, "| check-ins | nodes | used-fact changes | compiles | failed | extra compiles | compiles per 1,000 check-ins | target per 1,000 | seconds |")
+	fmt.Fprintln(w, "|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintf(w, "| %d | %d | %d (%.1f%%) | %.0f | %.0f | %.0f | **%.2f** | %.2f | %.1f |\n", c.Uploads, nodes, c.UsedChanges,
+		c.UsedFraction*100, c.Compiles, c.Failed, c.Extra, c.PerThousand, c.Target, c.Seconds)
+	fmt.Fprintf(w, "\n%d nodes over the %d corpus nodes (%d roles); each check-in changes %.1f fact values on average. "+
+		"Baseline (every node's first facts): %.0f compiles (%.0f unchanged, %.0f failed) in %.1fs: the first compiles, and "+
+		"collectors compiled again as new nodes export their ssh host keys.\n", nodes, c.CorpusNodes, c.Roles, c.VolatilePerCheckIn,
+		c.BaselineCompiles.total(), c.BaselineCompiles.Unchanged, c.BaselineCompiles.Failed, c.BaselineSeconds)
+	if len(c.BaselineFailed) > 0 {
+		fmt.Fprintln(w, "\nFirst compiles that failed:")
+		fmt.Fprintln(w)
+		for _, n := range c.BaselineFailed {
+			fmt.Fprintf(w, "- %s\n", n)
+		}
+	}
+	if len(c.Unexpected) > 0 {
+		fmt.Fprintln(w, "\nNodes that did not compile once per used-fact change during the check-ins, or whose last compile failed, "+
+			"with the farm's reason for their last compile (`broker explain NODE` tells more):")
+		fmt.Fprintln(w)
+		for _, n := range c.Unexpected {
+			fmt.Fprintf(w, "- `%s`\n", n)
+		}
+	}
 }

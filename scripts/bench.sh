@@ -5,17 +5,27 @@
 #  1. starts `bin/broker dev` on free loopback ports with a fresh --data and
 #     the benchmark environment (scripts/bench/environments: ~300 KB catalog);
 #  2. runs scripts/loadgen: cached catalog requests over keep-alive at 1, 16
-#     and 128 clients (identical facts, then fresh facts per request), and new
-#     mTLS connections per request at 16 clients;
-#  3. stops the broker (its process group: the Ruby workers too) and runs the
-#     warm compile benchmark of the puppet engine;
-#  4. writes docs/benchmarks.md.
+#     and 128 clients (identical facts, then fresh facts per request), new
+#     mTLS connections per request at 16 clients, and fact churn (compiles
+#     per 1,000 fact uploads on the benchmark environment);
+#  3. stops the broker (its process group: the Ruby workers too);
+#  4. builds the corpus of real modules (internal/corpus: loadgen
+#     --build-corpus) into the work directory, starts a second broker on it
+#     the same way (fresh --data), runs loadgen's corpus phase (compiles per
+#     1,000 check-ins with real agents' fact churn) and stops it; failed
+#     compiles there fail the script, after it has written the report;
+#  5. runs the warm compile benchmark of the puppet engine, the CA and the
+#     classifier benchmarks;
+#  6. writes docs/benchmarks.md.
 #
 # Knobs (environment): BENCH_DURATION (10s per run), BENCH_NODES (32),
 # BENCH_CLIENTS (1,16,128), BENCH_CONN_CLIENTS (16), BENCH_FACTS (same,fresh),
 # BENCH_WORKERS (nproc), BENCH_BENCHTIME (10x), BENCH_OUT (docs/benchmarks.md),
-# BENCH_UPLOADS (1000: churn phase fact uploads), BENCH_QUIET_WAIT (120: seconds to wait for other processes to leave the CPUs
-# alone before starting; the tables show how much CPU they took anyway).
+# BENCH_UPLOADS (1000: churn phase fact uploads), BENCH_CORPUS_NODES (36:
+# corpus phase nodes, twice the corpus's 18), BENCH_CORPUS_UPLOADS (1000:
+# corpus phase check-ins), BENCH_QUIET_WAIT (120: seconds to wait for other
+# processes to leave the CPUs alone before starting; the tables show how much
+# CPU they took anyway).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -28,6 +38,8 @@ WORKERS=${BENCH_WORKERS:-$(nproc)}
 BENCHTIME=${BENCH_BENCHTIME:-10x}
 OUT=${BENCH_OUT:-docs/benchmarks.md}
 UPLOADS=${BENCH_UPLOADS:-1000}
+CORPUS_NODES=${BENCH_CORPUS_NODES:-36}
+CORPUS_UPLOADS=${BENCH_CORPUS_UPLOADS:-1000}
 QUIET_WAIT=${BENCH_QUIET_WAIT:-120}
 BROKER=bin/broker
 ENVS=scripts/bench/environments
@@ -40,7 +52,7 @@ if [ ! -x "$BROKER" ]; then
 fi
 
 work=$(mktemp -d /tmp/cfbench.XXXXXX)
-broker_pid=""
+broker_pid="" broker_log=""
 stop_broker() {
   [ -n "$broker_pid" ] || return 0
   if kill -0 "$broker_pid" 2>/dev/null; then
@@ -61,9 +73,9 @@ stop_broker() {
 cleanup() {
   local rc=$?
   stop_broker
-  if [ $rc -ne 0 ] && [ -f "$work/broker.log" ]; then
-    say "failed (exit $rc); last lines of the broker log:"
-    tail -n 30 "$work/broker.log" >&2 || true
+  if [ $rc -ne 0 ] && [ -n "$broker_log" ] && [ -f "$broker_log" ]; then
+    say "failed (exit $rc); last lines of the broker log ($broker_log):"
+    tail -n 30 "$broker_log" >&2 || true
   fi
   rm -rf "$work"
   exit $rc
@@ -107,26 +119,35 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
 started=$(date -u +'%Y-%m-%d %H:%M UTC')
 say "CPUs busy before the start: $busy (load average $load_before)"
 
-# 1. The broker, in its own process group (setsid) so that stopping it stops
-#    its Ruby compile workers too.
-data="$work/data"
-broker_cmd=("$BROKER" dev --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0
-  --environments "$ENVS" --data "$data" --workers "$WORKERS" --autosign)
-say "starting: ${broker_cmd[*]}"
-setsid "${broker_cmd[@]}" >"$work/broker.log" 2>&1 &
-broker_pid=$!
-addr="" metrics=""
-for _ in $(seq 1 360); do
-  if line=$(grep -m1 'compilefarm dev is up' "$work/broker.log" 2>/dev/null); then
-    addr=$(sed -n 's/.*front_door=https:\/\/\([^ ]*\).*/\1/p' <<<"$line")
-    metrics=$(sed -n 's/.*metrics=\(http:\/\/[^ ]*\/metrics\).*/\1/p' <<<"$line")
-    break
-  fi
-  kill -0 "$broker_pid" 2>/dev/null || { say "the broker exited before it was up"; exit 1; }
-  sleep 0.5
-done
-[ -n "$addr" ] && [ -n "$metrics" ] || { say "the broker did not come up in 3 minutes"; exit 1; }
-say "broker up (pid $broker_pid): front door https://$addr, metrics $metrics"
+# start_broker ENVIRONMENTS DATA LOG starts `$BROKER dev` on free loopback
+# ports with a fresh DATA, in its own process group (setsid) so that
+# stopping it stops its Ruby compile workers too, and waits until it is up.
+# Sets broker_cmd, broker_pid, broker_log, addr and metrics.
+start_broker() {
+  broker_log=$3
+  broker_cmd=("$BROKER" dev --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0
+    --environments "$1" --data "$2" --workers "$WORKERS" --autosign)
+  say "starting: ${broker_cmd[*]}"
+  setsid "${broker_cmd[@]}" >"$broker_log" 2>&1 &
+  broker_pid=$!
+  addr="" metrics=""
+  local line
+  for _ in $(seq 1 360); do
+    if line=$(grep -m1 'compilefarm dev is up' "$broker_log" 2>/dev/null); then
+      addr=$(sed -n 's/.*front_door=https:\/\/\([^ ]*\).*/\1/p' <<<"$line")
+      metrics=$(sed -n 's/.*metrics=\(http:\/\/[^ ]*\/metrics\).*/\1/p' <<<"$line")
+      break
+    fi
+    kill -0 "$broker_pid" 2>/dev/null || { say "the broker exited before it was up"; exit 1; }
+    sleep 0.5
+  done
+  [ -n "$addr" ] && [ -n "$metrics" ] || { say "the broker did not come up in 3 minutes"; exit 1; }
+  say "broker up (pid $broker_pid): front door https://$addr, metrics $metrics"
+}
+
+# 1. The broker on the benchmark environment.
+start_broker "$ENVS" "$work/data" "$work/broker.log"
+bench_broker_cmd=("${broker_cmd[@]}")
 
 # 2. Catalogs, then new connections.
 lg_common=(--target "$addr" --metrics "$metrics" --environment production --duration "$DURATION")
@@ -142,6 +163,22 @@ churn_cmd=("$work/loadgen" "${lg_common[@]}" --phase churn --nodes "$NODES" --up
   --prefix churn --json="$work/churn.json" --markdown="$work/churn.md")
 say "fact churn: ${churn_cmd[*]}"
 "${churn_cmd[@]}" >&2
+stop_broker
+
+# 4. The corpus of real modules, on a second broker: compiles per 1,000
+# check-ins with real agents' fact churn. Failed compiles make loadgen exit
+# non-zero; the report is written first, then the script fails.
+build_cmd=("$work/loadgen" --build-corpus "$work/corpus")
+say "building the corpus: ${build_cmd[*]}"
+corpus_envs=$("${build_cmd[@]}")
+start_broker "$corpus_envs" "$work/corpus-data" "$work/corpus-broker.log"
+corpus_broker_cmd=("${broker_cmd[@]}")
+corpus_cmd=("$work/loadgen" --target "$addr" --metrics "$metrics" --environment production --phase corpus
+  --nodes "$CORPUS_NODES" --uploads "$CORPUS_UPLOADS" --used-change 0.01 --domain example.test --prefix corpus
+  --json="$work/corpus.json" --markdown="$work/corpus.md")
+say "corpus check-ins: ${corpus_cmd[*]}"
+corpus_rc=0
+"${corpus_cmd[@]}" >&2 || corpus_rc=$?
 stop_broker
 
 # run_bench WHAT LINES CMD...: runs a Go benchmark command, shows the lines
@@ -161,7 +198,7 @@ run_bench() {
   fi
 }
 
-# 3. Warm compile time of the puppet engine.
+# 5. Warm compile time of the puppet engine.
 bench_cmd=(go test -run '^$' -bench . -benchtime "$BENCHTIME" ./pkg/compiler/puppet)
 compile_out=""
 if grep -qs 'func BenchmarkCompileWarm' pkg/compiler/puppet/*_test.go; then
@@ -170,17 +207,17 @@ else
   say "BenchmarkCompileWarm is absent from pkg/compiler/puppet: skipping the compile benchmark"
 fi
 
-# 3b. Certificate signing: the directory CA and the DynamoDB CA (dynalite on
+# 5b. Certificate signing: the directory CA and the DynamoDB CA (dynalite on
 # loopback, so it measures the CA's round trips, not DynamoDB's latency).
 ca_cmd=(go test -run '^$' -bench 'BenchmarkSign$/rsa4096/submit|BenchmarkSignDynamoDB' -benchtime 200x ./pkg/ca ./pkg/dynamostate)
 ca_out=$(run_bench "CA benchmark" '^Benchmark' "${ca_cmd[@]}")
 
-# 3c. The external node classifier's overhead per check-in: fork, exec and
+# 5c. The external node classifier's overhead per check-in: fork, exec and
 # parse of a classifier that answers at once.
 enc_cmd=(go test -run '^$' -bench 'BenchmarkExecClassify$' -benchtime 500x ./pkg/classifier)
 enc_out=$(run_bench "classifier benchmark" '^Benchmark' "${enc_cmd[@]}")
 
-# 4. The report. loadgen --tsv lines: phase clients facts per_second p50 p90 p99 max errors
+# 6. The report. loadgen --tsv lines: phase clients facts per_second p50 p90 p99 max errors
 pick() { awk -F'\t' -v p="$1" -v c="$2" -v f="$3" -v col="$4" '$1==p && $2==c && $3==f {print $col; exit}' "$5"; }
 verdict() {
   awk -v v="$1" -v t="$2" -v op="$3" 'BEGIN {
@@ -228,10 +265,14 @@ mkdir -p "$(dirname "$OUT")"
   echo '```'
   echo "make bench   # = make deps build, then scripts/bench.sh"
   echo "# BENCH_DURATION=$DURATION BENCH_NODES=$NODES BENCH_CLIENTS=$CLIENTS BENCH_CONN_CLIENTS=$CONN_CLIENTS BENCH_FACTS=$FACTS BENCH_WORKERS=$WORKERS BENCH_BENCHTIME=$BENCHTIME"
-  echo "${broker_cmd[*]}" | nocmd
+  echo "# BENCH_UPLOADS=$UPLOADS BENCH_CORPUS_NODES=$CORPUS_NODES BENCH_CORPUS_UPLOADS=$CORPUS_UPLOADS"
+  echo "${bench_broker_cmd[*]}" | nocmd
   echo "${cat_cmd[*]}" | nocmd
   echo "${conn_cmd[*]}" | nocmd
   echo "${churn_cmd[*]}" | nocmd
+  echo "${build_cmd[*]}" | nocmd
+  echo "${corpus_broker_cmd[*]}" | nocmd
+  echo "${corpus_cmd[*]}" | nocmd
   echo "${bench_cmd[*]}"
   echo '```'
   echo
@@ -285,6 +326,36 @@ mkdir -p "$(dirname "$OUT")"
   echo "metrics after the queue drained."
   echo
   cat "$work/churn.md"
+  echo
+  echo "## Compiles per 1,000 check-ins on real modules"
+  echo
+  echo "The corpus of real Puppet code (internal/corpus, testdata/corpus/README.md): a"
+  echo "roles-and-profiles environment over Debian's puppet modules (apache, mysql, postgresql,"
+  echo "haproxy, memcached, redis, chrony, collectd, rsyslog, ssh, ...) and its nodes' facts, derived"
+  echo "from a real Puppet 7 agent's upload. A second broker serves it; $CORPUS_NODES synthetic nodes (node"
+  echo "i takes corpus node i's facts and role, modulo the corpus's nodes, under its own certname)"
+  echo "upload their facts once (the baseline: first compiles), then check in (\`PUT /puppet/v3/facts\`)"
+  echo "$CORPUS_UPLOADS times round robin. Every check-in changes the volatile facts as the node's"
+  echo "next agent run would (memory used and available, load averages, mountpoint usage, uptime:"
+  echo "\`corpus.Churn\`); 1% of check-ins (deterministic) also change a fact the node's role really"
+  echo "reads (\`corpus.UsedChange\`: \`processors.count\` for app, \`memorysize\` for cache,"
+  echo "\`networking.ip\` for the load balancers, ...), alternately to a new value and back. A node"
+  echo "checks in again after such a change only once its compile has run, as an agent half an hour"
+  echo "later would. **Target: one compile per used-fact change, nothing more** (extra compiles 0)."
+  echo "Compiles come from the broker's metrics after the queue drained; a failed compile fails"
+  echo "\`make bench\`."
+  echo
+  if [ -s "$work/corpus.md" ]; then
+    cat "$work/corpus.md"
+  else
+    echo "**The corpus phase failed (exit $corpus_rc) before it measured anything**: see the output of \`make bench\`."
+  fi
+  echo
+  echo '```'
+  echo "${build_cmd[*]}" | nocmd
+  echo "${corpus_broker_cmd[*]}" | nocmd
+  echo "${corpus_cmd[*]}" | nocmd
+  echo '```'
   echo
   echo "## Compile time"
   echo
@@ -345,4 +416,11 @@ mkdir -p "$(dirname "$OUT")"
   echo "  (\`--json\` for machine-readable results, \`--markdown\` for these tables, \`-h\` for the rest)."
 } >"$OUT"
 say "wrote $OUT"
+corpus_per1k=$(json_num compiles_per_1000_uploads "$work/corpus.json" 2>/dev/null || true)
+corpus_target=$(json_num target_per_1000_uploads "$work/corpus.json" 2>/dev/null || true)
 say "16 clients: $(fmt "$rps16" %.0f) catalog req/s, p99 $(fmt "$p99_16" %.1f) ms (fresh facts: $(fmt "$fresh16" %.0f) req/s); new connections: $(fmt "$conn_rps" %.0f)/s; other processes took up to $others_max CPUs"
+say "corpus: ${corpus_per1k:-?} compiles per 1,000 check-ins (target ${corpus_target:-?})"
+if [ "$corpus_rc" -ne 0 ]; then
+  say "the corpus phase FAILED (exit $corpus_rc): see its output above (failed compiles are in $OUT too)"
+  exit "$corpus_rc"
+fi

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/compilefarm/compilefarm/internal/corpus"
+	"github.com/compilefarm/compilefarm/pkg/facts"
 )
 
 // CorpusResult is what the corpus phase measured: how many compiles a
@@ -94,7 +95,7 @@ func newCorpusNode(certname string, c corpus.Node) (*corpusNode, error) {
 	if path == nil {
 		return nil, fmt.Errorf("corpus node %s: corpus.UsedChange knows no used fact for role %q", c.Certname, c.Role)
 	}
-	old, ok := factAt(c.Facts, path)
+	old, ok := facts.Lookup(c.Facts, path)
 	if !ok {
 		return nil, fmt.Errorf("corpus node %s lacks its used fact %s", c.Certname, strings.Join(path, "."))
 	}
@@ -330,19 +331,4 @@ func leaves(v any, path []string, out map[string]string) {
 	}
 	b, _ := json.Marshal(v)
 	out[strings.Join(path, "\x00")] = string(b)
-}
-
-// factAt returns the value at path in values.
-func factAt(values map[string]any, path []string) (any, bool) {
-	var cur any = values
-	for _, k := range path {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if cur, ok = m[k]; !ok {
-			return nil, false
-		}
-	}
-	return cur, true
 }

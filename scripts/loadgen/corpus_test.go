@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/compilefarm/compilefarm/internal/corpus"
+	"github.com/compilefarm/compilefarm/pkg/facts"
 )
 
 func TestPlanCheckIns(t *testing.T) {
@@ -87,24 +88,24 @@ func TestCorpusCheckIns(t *testing.T) {
 	usedSeen := 0
 	for u, ci := range planCheckIns(n, uploads, 0.2) {
 		node := fleet[ci.Node]
-		facts := node.facts(ci)
+		vals := node.facts(ci)
 		host, domain, _ := strings.Cut(node.name, ".")
 		for path, want := range map[string]string{"clientcert": node.name, "fqdn": node.name, "hostname": host, "domain": domain,
 			"networking.fqdn": node.name, "networking.hostname": host, "networking.domain": domain, "role": node.role} {
 			if path == strings.Join(node.usedPath, ".") {
 				continue // web's used fact is networking.domain
 			}
-			if got, _ := factAt(facts, strings.Split(path, ".")); got != want {
+			if got, _ := facts.Lookup(vals, strings.Split(path, ".")); got != want {
 				t.Fatalf("check-in %d of %s: %s = %v, want %q", u, node.name, path, got, want)
 			}
 		}
 		if prev[ci.Node] == nil {
 			// The first check-in: against the node's baseline upload.
 			prev[ci.Node] = node.base
-			orig[ci.Node], _ = factAt(node.base, node.usedPath)
+			orig[ci.Node], _ = facts.Lookup(node.base, node.usedPath)
 		}
 		usedChanged := false
-		for _, p := range changedLeaves(prev[ci.Node], facts) {
+		for _, p := range changedLeaves(prev[ci.Node], vals) {
 			switch {
 			case slices.Equal(p, node.usedPath):
 				usedChanged = true
@@ -115,14 +116,14 @@ func TestCorpusCheckIns(t *testing.T) {
 		if usedChanged != ci.Used {
 			t.Fatalf("check-in %d of %s: used fact %s changed = %v, want %v", u, node.name, strings.Join(node.usedPath, "."), usedChanged, ci.Used)
 		}
-		got, _ := factAt(facts, node.usedPath)
+		got, _ := facts.Lookup(vals, node.usedPath)
 		if isOrig := reflect.DeepEqual(got, orig[ci.Node]); isOrig == ci.Changed {
 			t.Fatalf("check-in %d of %s: %s = %v, changed = %v", u, node.name, strings.Join(node.usedPath, "."), got, ci.Changed)
 		}
 		if ci.Used {
 			usedSeen++
 		}
-		prev[ci.Node] = facts
+		prev[ci.Node] = vals
 	}
 	if usedSeen < 10 {
 		t.Errorf("only %d used-fact changes in %d check-ins: the test checks too few", usedSeen, uploads)

@@ -59,7 +59,6 @@ var Modules = []Module{
 	{"host_core", "host_core", "puppet-module-puppetlabs-host-core"},
 	{"logrotate", "logrotate", "puppet-module-rodjek-logrotate"},
 	{"memcached", "memcached", "puppet-module-saz-memcached"},
-	{"monit", "monit", "puppet-module-sbitio-monit"},
 	{"mysql", "mysql", "puppet-module-puppetlabs-mysql"},
 	{"ntp", "ntp", "puppet-module-puppetlabs-ntp"},
 	{"postgresql", "postgresql", "puppet-module-puppetlabs-postgresql"},

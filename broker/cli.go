@@ -266,19 +266,25 @@ func statusLine(st compiler.DeployStatus, done0 int, elapsed time.Duration) stri
 func runNodes(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("nodes", flag.ExitOnError)
 	addr := adminFlag(fs)
+	env := fs.String("environment", "", "list only this environment's nodes (default: every environment)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	c := &admin.Client{Base: *addr}
-	nodes, err := c.Nodes(ctx)
-	if err != nil {
-		return err
-	}
 	now := time.Now()
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tENVIRONMENT\tCATALOG AGE\tCODE_ID\tREASON\tLAST COMPILE\tDURATION\tLAST REPORT")
+	header := "NODE\tENVIRONMENT\tCATALOG AGE\tCODE_ID\tREASON\tLAST COMPILE\tDURATION\tLAST REPORT"
+	fmt.Fprintln(tw, header)
 	var failures, classifierFailures []string
-	for _, n := range nodes {
+	rows := 0
+	err := c.EachNode(ctx, *env, func(n farm.Node) error {
+		// Print as the records arrive: a block of rows at a time (columns
+		// line up within a block), so 100,000 nodes start printing at once.
+		if rows++; rows%500 == 0 {
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
 		if f := n.ClassifierFailure; f != nil {
 			classifierFailures = append(classifierFailures, fmt.Sprintf("%s (%s ago): %s", n.Certname, now.Sub(f.At).Round(time.Second), f.Error))
 		}
@@ -305,8 +311,12 @@ func runNodes(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Certname, orDash(n.Environment), age, codeID,
 			reasonLabel(n.Requested, 40), compile, dur, report)
+		return nil
+	})
+	if ferr := tw.Flush(); err == nil {
+		err = ferr
 	}
-	if err := tw.Flush(); err != nil {
+	if err != nil {
 		return err
 	}
 	for _, list := range []struct {

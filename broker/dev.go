@@ -160,7 +160,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 		// Puppet Server runs its classifier per request.
 		intake.Classifier, pool.Classifier, fd.Classifier = enc, enc, enc
 	}
-	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: store, Deployer: deployer})
+	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: store, Envs: store, Deployer: deployer})
 	// Client certificates are optional (CA bootstrap), verified against the
 	// CA when given, and refused at the handshake once revoked.
 	return listenAndServe(ctx, log, c.listen, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), ops,

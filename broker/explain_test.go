@@ -56,7 +56,7 @@ func explainFarm(t *testing.T, at time.Time) string {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	(&admin.Server{Nodes: store, Deployer: &compiler.Deployer{Content: store, Envs: store, Nodes: store}}).Register(mux)
+	(&admin.Server{Nodes: store, Envs: store, Deployer: &compiler.Deployer{Content: store, Envs: store, Nodes: store}}).Register(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv.URL

@@ -33,7 +33,7 @@ import (
 
 type serveConfig struct {
 	backend, listen, metricsListen, environments, work string
-	bucket, prefix, nodesTable, envTable               string
+	bucket, prefix, nodesTable, indexTable, envTable   string
 	urgentURL, bulkURL                                 string
 	certname, dnsAltNames, serverKey                   string
 	ca                                                 caFlags
@@ -61,6 +61,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&c.bucket, "bucket", "", "S3 bucket of the content store (required)")
 	fs.StringVar(&c.prefix, "prefix", "", "key prefix in the bucket")
 	fs.StringVar(&c.nodesTable, "nodes-table", "", "DynamoDB table of nodes (required)")
+	fs.StringVar(&c.indexTable, "node-index-table", "", "DynamoDB table of the node index, with its by-entry index (required)")
 	fs.StringVar(&c.envTable, "environments-table", "", "DynamoDB table of environments (required)")
 	fs.StringVar(&c.urgentURL, "urgent-queue-url", "", "SQS urgent compile queue (required)")
 	fs.StringVar(&c.bulkURL, "bulk-queue-url", "", "SQS bulk compile queue (required)")
@@ -81,7 +82,7 @@ func runServe(ctx context.Context, args []string) error {
 	if c.backend != "aws" {
 		return fmt.Errorf("serve: --backend %q is not supported (aws; the embedded farm is `broker dev`)", c.backend)
 	}
-	for flagName, v := range map[string]string{"bucket": c.bucket, "nodes-table": c.nodesTable, "environments-table": c.envTable,
+	for flagName, v := range map[string]string{"bucket": c.bucket, "nodes-table": c.nodesTable, "node-index-table": c.indexTable, "environments-table": c.envTable,
 		"urgent-queue-url": c.urgentURL, "bulk-queue-url": c.bulkURL} {
 		if v == "" {
 			return fmt.Errorf("serve: --%s is required", flagName)
@@ -107,7 +108,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		return err
 	}
 	content := s3store.NewFromConfig(awsCfg, c.bucket, s3store.Options{Prefix: c.prefix})
-	state := dynamostate.NewFromConfig(awsCfg, dynamostate.Options{NodesTable: c.nodesTable, EnvironmentsTable: c.envTable})
+	state := dynamostate.NewFromConfig(awsCfg, dynamostate.Options{NodesTable: c.nodesTable, IndexTable: c.indexTable, EnvironmentsTable: c.envTable})
 	queue := sqsqueue.New(sqs.NewFromConfig(awsCfg), sqsqueue.Options{UrgentURL: c.urgentURL, BulkURL: c.bulkURL, Logger: log})
 	filter, err := facts.NewFilter(facts.DefaultVolatile)
 	if err != nil {
@@ -137,7 +138,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		// (COMPILEFARM_EXTERNAL_NODES).
 		intake.Classifier, fd.Classifier = enc, enc
 	}
-	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: state, Deployer: deployer})
+	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: state, Envs: state, Deployer: deployer})
 	return listenAndServe(ctx, log, c.listen, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), ops, nil,
 		"compilefarm serve is up", "backend", c.backend, "certname", c.certname, "bucket", c.bucket)
 }

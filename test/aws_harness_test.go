@@ -73,7 +73,7 @@ func startAWS(t *testing.T, ctx context.Context) *awsFarm {
 		t.Fatal(err)
 	}
 	ddbc := dynamodb.New(dynamodb.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(ddb.URL)})
-	state := dynamostate.New(ddbc, dynamostate.Options{NodesTable: "nodes", EnvironmentsTable: "environments"})
+	state := dynamostate.New(ddbc, dynamostate.Options{NodesTable: "nodes", IndexTable: "node-index", EnvironmentsTable: "environments"})
 	if err := state.EnsureTables(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func (a *awsFarm) serveArgs(t *testing.T, envs, work string, extra ...string) []
 // backends takes: listeners, storage, queues and code.
 func (a *awsFarm) serveBackendArgs(envs, work string) []string {
 	return []string{"serve", "--backend", "aws", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-		"--bucket", "farm", "--nodes-table", "nodes", "--environments-table", "environments",
+		"--bucket", "farm", "--nodes-table", "nodes", "--node-index-table", "node-index", "--environments-table", "environments",
 		"--urgent-queue-url", a.Queues.UrgentURL, "--bulk-queue-url", a.Queues.BulkURL,
 		"--environments", envs, "--work", work}
 }
@@ -159,7 +159,7 @@ func (a *awsFarm) serveProxyArgs(envs, work, upstream string) []string {
 func (a *awsFarm) startCompileLambda(t *testing.T, ctx context.Context) (*lambdaruntime.Runtime, []*lambdaruntime.Poller) {
 	t.Helper()
 	rt, err := lambdaruntime.Start(compileFunctionBin(t), append(append(slices.Clip(a.Env),
-		"COMPILEFARM_BUCKET=farm", "COMPILEFARM_NODES_TABLE=nodes", "COMPILEFARM_ENVIRONMENTS_TABLE=environments",
+		"COMPILEFARM_BUCKET=farm", "COMPILEFARM_NODES_TABLE=nodes", "COMPILEFARM_NODE_INDEX_TABLE=node-index", "COMPILEFARM_ENVIRONMENTS_TABLE=environments",
 		"COMPILEFARM_URGENT_QUEUE_URL="+a.Queues.UrgentURL, "COMPILEFARM_BULK_QUEUE_URL="+a.Queues.BulkURL,
 		"COMPILEFARM_MAX_RECEIVES=2", "COMPILEFARM_WORKDIR="+t.TempDir(),
 	), a.LambdaEnv...), 3*time.Minute)

@@ -5,7 +5,7 @@
 // and reports the jobs to deliver again (ReportBatchItemFailures).
 //
 // Configuration (environment): COMPILEFARM_BUCKET, COMPILEFARM_PREFIX,
-// COMPILEFARM_NODES_TABLE, COMPILEFARM_ENVIRONMENTS_TABLE,
+// COMPILEFARM_NODES_TABLE, COMPILEFARM_NODE_INDEX_TABLE, COMPILEFARM_ENVIRONMENTS_TABLE,
 // COMPILEFARM_URGENT_QUEUE_URL, COMPILEFARM_BULK_QUEUE_URL (for collectors'
 // recompiles), COMPILEFARM_MAX_RECEIVES (the queues' maxReceiveCount,
 // default 3), COMPILEFARM_WORKDIR (default /tmp/compilefarm),
@@ -72,6 +72,10 @@ func setup(ctx context.Context, env func(string) string, log *slog.Logger) (*han
 	if err != nil {
 		return nil, err
 	}
+	indexTable, err := need("COMPILEFARM_NODE_INDEX_TABLE")
+	if err != nil {
+		return nil, err
+	}
 	envTable, err := need("COMPILEFARM_ENVIRONMENTS_TABLE")
 	if err != nil {
 		return nil, err
@@ -113,7 +117,7 @@ func setup(ctx context.Context, env func(string) string, log *slog.Logger) (*han
 		return nil, fmt.Errorf("load AWS configuration: %w", err)
 	}
 	content := s3store.NewFromConfig(awsCfg, bucket, s3store.Options{Prefix: env("COMPILEFARM_PREFIX")})
-	state := dynamostate.NewFromConfig(awsCfg, dynamostate.Options{NodesTable: nodesTable, EnvironmentsTable: envTable})
+	state := dynamostate.NewFromConfig(awsCfg, dynamostate.Options{NodesTable: nodesTable, IndexTable: indexTable, EnvironmentsTable: envTable})
 	queue := sqsqueue.New(sqs.NewFromConfig(awsCfg), sqsqueue.Options{
 		UrgentURL: env("COMPILEFARM_URGENT_QUEUE_URL"), BulkURL: env("COMPILEFARM_BULK_QUEUE_URL"), Logger: log,
 	})

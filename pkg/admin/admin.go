@@ -26,9 +26,14 @@ type CA interface {
 	List(ctx context.Context) ([]farm.CertStatus, error)
 }
 
-// Nodes lists node records.
+// Nodes queries node records (farm.NodeStore's query).
 type Nodes interface {
-	ListNodes(ctx context.Context) ([]farm.Node, error)
+	QueryNodes(ctx context.Context, q farm.NodeQuery) (farm.NodePage, error)
+}
+
+// Environments lists the environments the farm has code for.
+type Environments interface {
+	ListEnvironments(ctx context.Context) ([]farm.Environment, error)
 }
 
 // Deployer snapshots an environment's code and queues recompiles.
@@ -46,15 +51,13 @@ type Deployer interface {
 type Server struct {
 	CA       CA
 	Nodes    Nodes
+	Envs     Environments
 	Deployer Deployer
 }
 
 // Register adds the operator API's routes to mux.
 func (s *Server) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /admin/v1/nodes", func(w http.ResponseWriter, r *http.Request) {
-		nodes, err := s.Nodes.ListNodes(r.Context())
-		reply(w, nodes, err)
-	})
+	mux.HandleFunc("GET /admin/v1/nodes", s.listNodes)
 	mux.HandleFunc("GET /admin/v1/ca/certs", func(w http.ResponseWriter, r *http.Request) {
 		certs, err := s.CA.List(r.Context())
 		reply(w, certs, err)
@@ -135,37 +138,14 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 }
 
 func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
-	hc := c.HTTP
-	if hc == nil {
-		hc = &http.Client{Timeout: 10 * time.Minute}
-	}
-	var reqBody io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fmt.Errorf("encode request %s %s: %w", method, path, err)
-		}
-		reqBody = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, reqBody)
+	resp, err := c.send(ctx, method, path, in)
 	if err != nil {
-		return fmt.Errorf("build request %s %s: %w", method, path, err)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("call broker at %s (is `broker dev` running, and is --admin its --metrics-listen address?): %w", c.Base, err)
+		return err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return fmt.Errorf("read broker answer to %s %s: %w", method, path, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var eb errorBody
-		if json.Unmarshal(body, &eb) == nil && eb.Error != "" {
-			return fmt.Errorf("broker: %s", eb.Error)
-		}
-		return fmt.Errorf("broker answered %s to %s %s: %s", resp.Status, method, path, bytes.TrimSpace(body))
 	}
 	if out == nil {
 		return nil
@@ -176,10 +156,60 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	return nil
 }
 
-// Nodes lists all nodes.
-func (c *Client) Nodes(ctx context.Context) ([]farm.Node, error) {
-	var out []farm.Node
-	return out, c.do(ctx, http.MethodGet, "/admin/v1/nodes", &out)
+// stream GETs path, whose answer is a JSON array, and calls each with a
+// decoder positioned inside the array.
+func (c *Client) stream(ctx context.Context, path string, each func(*json.Decoder) error) error {
+	resp, err := c.send(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return fmt.Errorf("broker answer to GET %s is not a JSON array (%v)", path, err)
+	}
+	if err := each(dec); err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	if _, err := dec.Token(); err != nil {
+		return fmt.Errorf("GET %s: the list ended early: %w", path, err)
+	}
+	return nil
+}
+
+// send makes the request and returns the response when its status is 200
+// OK; otherwise the broker's error.
+func (c *Client) send(ctx context.Context, method, path string, in any) (*http.Response, error) {
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: 10 * time.Minute}
+	}
+	var reqBody io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("encode request %s %s: %w", method, path, err)
+		}
+		reqBody = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, reqBody)
+	if err != nil {
+		return nil, fmt.Errorf("build request %s %s: %w", method, path, err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("call broker at %s (is `broker dev` running, and is --admin its --metrics-listen address?): %w", c.Base, err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var eb errorBody
+	if json.Unmarshal(body, &eb) == nil && eb.Error != "" {
+		return nil, fmt.Errorf("broker: %s", eb.Error)
+	}
+	return nil, fmt.Errorf("broker answered %s to %s %s: %s", resp.Status, method, path, bytes.TrimSpace(body))
 }
 
 // Certs lists the CA's certificates and requests.

@@ -202,12 +202,9 @@ func (d *Deployer) Status(ctx context.Context, environment string) (DeployStatus
 	if err != nil {
 		return DeployStatus{}, fmt.Errorf("read environment %s: %w", environment, err)
 	}
-	nodes, err := d.requestedNodes(ctx, environment)
-	if err != nil {
-		return DeployStatus{}, err
-	}
-	st := DeployStatus{Environment: environment, CodeID: env.CodeID, DeployedAt: env.DeployedAt, Nodes: len(nodes)}
-	for _, n := range nodes {
+	st := DeployStatus{Environment: environment, CodeID: env.CodeID, DeployedAt: env.DeployedAt}
+	err = d.eachRequested(ctx, environment, func(n farm.Node) error {
+		st.Nodes++
 		// A node a held release keeps on the stable code counts by its
 		// precompiled candidate of the new code.
 		slot := ""
@@ -228,22 +225,23 @@ func (d *Deployer) Status(ctx context.Context, environment string) (DeployStatus
 		default:
 			st.Compiled++
 		}
-	}
-	return st, nil
+		return nil
+	})
+	return st, err
 }
 
-// requestedNodes lists the nodes of environment that have asked for a
-// compile: the ones deploy and release counts are about.
-func (d *Deployer) requestedNodes(ctx context.Context, environment string) ([]farm.Node, error) {
-	nodes, err := d.Nodes.ListNodes(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
-	}
-	var out []farm.Node
-	for _, n := range nodes {
-		if n.Environment == environment && n.Requested != nil {
-			out = append(out, n)
+// eachRequested calls fn on each node of environment that has asked for a
+// compile (the ones deploy and release counts are about), a page at a
+// time through the node store's environment index.
+func (d *Deployer) eachRequested(ctx context.Context, environment string, fn func(farm.Node) error) error {
+	err := farm.EachNode(ctx, d.Nodes, farm.NodeQuery{Environment: environment, Limit: farm.MaxNodePage}, func(n farm.Node) error {
+		if n.Requested == nil {
+			return nil
 		}
+		return fn(n)
+	})
+	if err != nil {
+		return fmt.Errorf("nodes of %s: %w", environment, err)
 	}
-	return out, nil
+	return nil
 }

@@ -18,47 +18,64 @@ type Collectors interface {
 	RecompileCollectors(ctx context.Context, environment, exporter string, types []string) (int, error)
 }
 
-// compileWithExports compiles req, giving it the environment's exported
-// resources only when the node may collect some: gathering them lists every
-// node, which no compile of a node without collectors should pay. A node
-// whose last compile ran collectors gets them at once; a compile that turns
-// out to run collectors without having had them is compiled again with
-// them (once, when a node starts collecting).
+// compileWithExports compiles req, giving it the exported resources of
+// the types the node collects, found through the node store's index of
+// exporters (never by reading every node). The types come from the node's
+// last compile; a compile that turns out to collect a type it was not
+// given (the node starts collecting, or collects something new) is
+// compiled again with those too, a bounded number of times.
 func (p *Pool) compileWithExports(ctx context.Context, node *farm.Node, req Request) (Result, error) {
-	withExports := len(node.Collects) > 0
-	for {
-		if withExports {
-			exported, err := p.exportedBy(ctx, req.Environment, req.Certname)
+	given := slices.Clone(node.Collects)
+	for round := 0; ; round++ {
+		if len(given) > 0 {
+			exported, err := p.exportedBy(ctx, req.Environment, req.Certname, given)
 			if err != nil {
 				return Result{}, err
 			}
 			req.Exported = exported
 		}
 		res, err := p.Engine.Compile(ctx, req)
-		if err != nil || withExports || len(res.Collects) == 0 {
+		if err != nil {
 			return res, err
 		}
-		withExports = true
+		var missing []string
+		for _, c := range res.Collects {
+			if !slices.Contains(given, c.Type) && !slices.Contains(missing, c.Type) {
+				missing = append(missing, c.Type)
+			}
+		}
+		if len(missing) == 0 || round == 2 {
+			return res, nil
+		}
+		given = append(given, missing...)
 	}
 }
 
-// exportedBy returns the resources every node of the environment but
-// certname exports, from their stored export lists.
-func (p *Pool) exportedBy(ctx context.Context, environment, certname string) ([]ExportedResource, error) {
-	nodes, err := p.Nodes.ListNodes(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list nodes for exported resources: %w", err)
-	}
+// exportedBy returns the resources of types that the environment's nodes
+// but certname export: one index query per type (in pages) and the
+// exporters' stored lists, which are cached by digest.
+func (p *Pool) exportedBy(ctx context.Context, environment, certname string, types []string) ([]ExportedResource, error) {
 	var out []ExportedResource
-	for _, n := range nodes {
-		if n.Certname == certname || n.Environment != environment || n.ExportsDigest == "" {
-			continue
-		}
-		list, err := p.loadExports(ctx, n.ExportsDigest)
+	for _, t := range types {
+		q := farm.NodeQuery{Environment: environment, Exports: t, Limit: farm.MaxNodePage}
+		err := farm.EachNode(ctx, p.Nodes, q, func(n farm.Node) error {
+			if n.Certname == certname || n.ExportsDigest == "" {
+				return nil
+			}
+			list, err := p.loadExports(ctx, n.ExportsDigest)
+			if err != nil {
+				return fmt.Errorf("exports of %s: %w", n.Certname, err)
+			}
+			for _, r := range list {
+				if r.Type == t {
+					out = append(out, r)
+				}
+			}
+			return nil
+		})
 		if err != nil {
-			return nil, fmt.Errorf("exports of %s: %w", n.Certname, err)
+			return nil, fmt.Errorf("find exporters of %s in %s: %w", t, environment, err)
 		}
-		out = append(out, list...)
 	}
 	return out, nil
 }
@@ -126,40 +143,45 @@ func (in *Intake) RecompileCollectors(ctx context.Context, environment, exporter
 	if err != nil {
 		return 0, fmt.Errorf("read environment %s: %w", environment, err)
 	}
-	nodes, err := in.Nodes.ListNodes(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("list nodes: %w", err)
-	}
 	queued := 0
-	for _, n := range nodes {
-		if n.Certname == exporter || n.Environment != environment || n.Requested == nil || !overlaps(n.Collects, types) {
-			continue
-		}
-		node, err := in.Nodes.UpdateNode(ctx, n.Certname, func(n *farm.Node) error {
-			n.RequestSeq++
-			f := storedInputs(n)
-			w := why{reason: farm.ReasonExports, cause: &farm.RequestCause{
-				Note: fmt.Sprintf("exported %s of %s changed", strings.Join(types, ", "), exporter)}}
-			n.Requested = in.request(n, n.Catalog, environment, env.TargetCode(n.Certname), f, w, farm.LaneUrgent)
+	done := map[string]bool{}
+	for _, t := range types {
+		q := farm.NodeQuery{Environment: environment, Collects: t, Limit: farm.MaxNodePage}
+		err := farm.EachNode(ctx, in.Nodes, q, func(n farm.Node) error {
+			if n.Certname == exporter || n.Requested == nil || done[n.Certname] {
+				return nil
+			}
+			done[n.Certname] = true
+			if err := in.recompileCollector(ctx, n.Certname, environment, env, exporter, types); err != nil {
+				return err
+			}
+			queued++
 			return nil
 		})
 		if err != nil {
-			return queued, fmt.Errorf("recompile collector %s: %w", n.Certname, err)
-		}
-		if err := in.enqueue(ctx, node, ""); err != nil {
 			return queued, err
 		}
-		queued++
-		in.log().Info("compile queued", "node", n.Certname, "reason", farm.ReasonExports, "exporter", exporter, "types", types)
 	}
 	return queued, nil
 }
 
-func overlaps(a, b []string) bool {
-	for _, x := range a {
-		if slices.Contains(b, x) {
-			return true
-		}
+// recompileCollector queues an urgent compile of collector, with the
+// facts and code it has, because exporter's exports of types changed.
+func (in *Intake) recompileCollector(ctx context.Context, collector, environment string, env farm.Environment, exporter string, types []string) error {
+	node, err := in.Nodes.UpdateNode(ctx, collector, func(n *farm.Node) error {
+		n.RequestSeq++
+		f := storedInputs(n)
+		w := why{reason: farm.ReasonExports, cause: &farm.RequestCause{
+			Note: fmt.Sprintf("exported %s of %s changed", strings.Join(types, ", "), exporter)}}
+		n.Requested = in.request(n, n.Catalog, environment, env.TargetCode(n.Certname), f, w, farm.LaneUrgent)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("recompile collector %s: %w", collector, err)
 	}
-	return false
+	if err := in.enqueue(ctx, node, ""); err != nil {
+		return err
+	}
+	in.log().Info("compile queued", "node", collector, "reason", farm.ReasonExports, "exporter", exporter, "types", types)
+	return nil
 }

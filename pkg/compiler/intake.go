@@ -48,6 +48,10 @@ type Intake struct {
 	// with the time of every run; a catalog this old is what it would have
 	// compiled that long before the run. Default 1h.
 	ClockMaxAge time.Duration
+	// Progress, when set, is called every 1,000 nodes while an
+	// environment is replanned (a deploy or release going through its
+	// nodes), so a long deploy shows how far it got.
+	Progress func(environment string, sofar ReplanResult)
 
 	// recent remembers, per node, the digests of the last fact upload seen
 	// by this process, keyed by the digest of its raw (still encoded) form,
@@ -608,13 +612,9 @@ func (in *Intake) replan(ctx context.Context, environment string, lane farm.Lane
 	if err != nil {
 		return res, fmt.Errorf("read environment %s: %w", environment, err)
 	}
-	nodes, err := in.Nodes.ListNodes(ctx)
-	if err != nil {
-		return res, fmt.Errorf("list nodes: %w", err)
-	}
-	for _, n := range nodes {
-		if n.Environment != environment || n.FactsDigest == "" {
-			continue
+	err = farm.EachNode(ctx, in.Nodes, farm.NodeQuery{Environment: environment, Limit: farm.MaxNodePage}, func(n farm.Node) error {
+		if n.FactsDigest == "" {
+			return nil
 		}
 		res.Nodes++
 		var jobs []plannedJob
@@ -628,19 +628,26 @@ func (in *Intake) replan(ctx context.Context, environment string, lane farm.Lane
 			return nil
 		})
 		if err != nil {
-			return res, fmt.Errorf("replan %s: %w", n.Certname, err)
+			return fmt.Errorf("replan %s: %w", n.Certname, err)
 		}
 		if promoted {
 			res.Promoted++
 		}
 		for _, j := range jobs {
 			if err := in.enqueue(ctx, node, j.slot); err != nil {
-				return res, err
+				return err
 			}
 		}
 		if len(jobs) > 0 {
 			res.Queued++
 		}
+		if in.Progress != nil && res.Nodes%1000 == 0 {
+			in.Progress(environment, res)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("replan %s: %w", environment, err)
 	}
 	return res, nil
 }
@@ -651,20 +658,26 @@ func (in *Intake) replan(ctx context.Context, environment string, lane farm.Lane
 // its job was queued; a queue that collapses jobs merges the duplicates,
 // and the pool skips any job a newer catalog already answers.
 func (in *Intake) RequeuePending(ctx context.Context) (int, error) {
-	nodes, err := in.Nodes.ListNodes(ctx)
+	envs, err := in.Envs.ListEnvironments(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("list nodes: %w", err)
+		return 0, fmt.Errorf("list environments: %w", err)
 	}
 	n := 0
-	for _, node := range nodes {
-		for _, slot := range []string{"", farm.SlotCandidate} {
-			if !node.SlotPending(slot) {
-				continue
+	for _, env := range envs {
+		err := farm.EachNode(ctx, in.Nodes, farm.NodeQuery{Environment: env.Name, Limit: farm.MaxNodePage}, func(node farm.Node) error {
+			for _, slot := range []string{"", farm.SlotCandidate} {
+				if !node.SlotPending(slot) {
+					continue
+				}
+				if err := in.enqueue(ctx, node, slot); err != nil {
+					return err
+				}
+				n++
 			}
-			if err := in.enqueue(ctx, node, slot); err != nil {
-				return n, err
-			}
-			n++
+			return nil
+		})
+		if err != nil {
+			return n, fmt.Errorf("requeue pending compiles of %s: %w", env.Name, err)
 		}
 	}
 	if n > 0 {

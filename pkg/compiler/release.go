@@ -106,29 +106,26 @@ func (d *Deployer) Release(ctx context.Context, environment string, ch ReleaseCh
 // releases to the new code, and sums, over those with a precompiled
 // candidate, what changes in their catalogs per resource type.
 func (d *Deployer) releaseChanges(ctx context.Context, before, after farm.Environment) (map[string]int, int, error) {
-	nodes, err := d.requestedNodes(ctx, after.Name)
-	if err != nil {
-		return nil, 0, err
-	}
 	changes := map[string]int{}
 	released := 0
-	for _, n := range nodes {
+	err := d.eachRequested(ctx, after.Name, func(n farm.Node) error {
 		if before.TargetCode(n.Certname) == after.CodeID || after.TargetCode(n.Certname) != after.CodeID {
-			continue
+			return nil
 		}
 		released++
 		if n.Catalog == nil || n.Candidate == nil {
-			continue
+			return nil
 		}
 		diff, err := d.compare(ctx, n.Catalog.Digest, n.Candidate.Digest)
 		if err != nil {
-			return nil, 0, fmt.Errorf("diff catalogs of %s: %w", n.Certname, err)
+			return fmt.Errorf("diff catalogs of %s: %w", n.Certname, err)
 		}
 		for typ, count := range diff.ByType() {
 			changes[typ] += count
 		}
-	}
-	return changes, released, nil
+		return nil
+	})
+	return changes, released, err
 }
 
 func (d *Deployer) compare(ctx context.Context, from, to farm.Digest) (catalog.Diff, error) {
@@ -213,16 +210,13 @@ func (d *Deployer) ReleaseStatus(ctx context.Context, environment string) (Relea
 	if err != nil {
 		return ReleaseStatus{}, fmt.Errorf("read environment %s: %w", environment, err)
 	}
-	nodes, err := d.requestedNodes(ctx, environment)
-	if err != nil {
-		return ReleaseStatus{}, err
-	}
-	st := ReleaseStatus{Environment: environment, CodeID: env.CodeID, Release: env.Release, Nodes: len(nodes)}
+	st := ReleaseStatus{Environment: environment, CodeID: env.CodeID, Release: env.Release}
 	codes := []*CodeRelease{{CodeID: env.CodeID, Role: "new"}}
 	if r := env.Release; r != nil && r.Stable != "" && r.Stable != env.CodeID {
 		codes = append(codes, &CodeRelease{CodeID: r.Stable, Role: "stable"})
 	}
-	for _, n := range nodes {
+	err = d.eachRequested(ctx, environment, func(n farm.Node) error {
+		st.Nodes++
 		target := env.TargetCode(n.Certname)
 		for _, c := range codes {
 			servedThis := n.Requested.CodeID == c.CodeID && !n.Pending() && n.Catalog != nil && n.Catalog.Seq == n.Requested.Seq
@@ -258,6 +252,10 @@ func (d *Deployer) ReleaseStatus(ctx context.Context, environment string) (Relea
 				}
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return ReleaseStatus{}, err
 	}
 	for _, c := range codes {
 		st.Codes = append(st.Codes, *c)

@@ -66,7 +66,7 @@ func NewCAStore(client *dynamodb.Client, table string) *CAStore {
 // and waits until it is active. For tests and development; in AWS the
 // infra stack owns the table.
 func (s *CAStore) EnsureTable(ctx context.Context) error {
-	return ensureTable(ctx, s.client, s.table, AttrKey)
+	return ensureTable(ctx, s.client, s.table, TableSpecFor(RoleCA))
 }
 
 func (s *CAStore) key(k string) map[string]types.AttributeValue {

@@ -65,6 +65,7 @@ func newStore(t *testing.T, adjust ...func(*Options)) *Store {
 	n := tableSeq.Add(1)
 	opts := Options{
 		NodesTable:        fmt.Sprintf("t%04d-nodes", n),
+		IndexTable:        fmt.Sprintf("t%04d-node-index", n),
 		EnvironmentsTable: fmt.Sprintf("t%04d-environments", n),
 	}
 	for _, f := range adjust {
@@ -80,7 +81,7 @@ func newStore(t *testing.T, adjust ...func(*Options)) *Store {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		for _, tb := range []string{opts.NodesTable, opts.EnvironmentsTable} {
+		for _, tb := range []string{opts.NodesTable, opts.IndexTable, opts.EnvironmentsTable} {
 			if _, err := client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(tb)}); err != nil {
 				t.Logf("delete table %s: %v", tb, err)
 			}

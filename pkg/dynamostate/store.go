@@ -4,11 +4,20 @@
 //
 // # Tables
 //
-// Store uses two tables, both with on-demand billing and a single string
-// partition key (CAStore's table is described on CAStore):
+// Store uses three tables with on-demand billing, defined once in Tables
+// (CAStore's table is described on CAStore):
 //
 //	nodes:        certname (S, partition key), version (N), record (S)
+//	node-index:   certname (S, partition key), entry (S, sort key), at (N)
+//	              global secondary index by-entry: entry, certname (keys only)
 //	environments: name     (S, partition key), record (S)
+//
+// node-index holds one item per index entry of a node (farm.Node.IndexEntries:
+// its environment, each type it exports, each type it collects). QueryNodes
+// reads a page of certnames from by-entry and their records with
+// BatchGetItem: no Scan on any path. A write whose entries stay the same (a
+// check-in, a compile that exports what it did) is one UpdateItem; see
+// putRecord for how entries change without a transaction.
 //
 // record is the farm record (farm.Node, farm.Environment) as JSON, the same
 // encoding the embedded driver stores: every field the farm types have or
@@ -64,11 +73,14 @@ const (
 	AttrName     = "name"     // environments table partition key
 	AttrVersion  = "version"  // node write counter, the concurrency token
 	AttrRecord   = "record"   // the farm record as JSON
+	AttrEntry    = "entry"    // node-index table sort key: a farm index entry
+	AttrAt       = "at"       // node-index item: when it was written (Unix seconds)
 )
 
 // Options configure a Store.
 type Options struct {
 	NodesTable        string // required
+	IndexTable        string // required: the node-index table (see Tables)
 	EnvironmentsTable string // required
 	// MaxAttempts bounds how often UpdateNode reads, calls fn and tries its
 	// conditional write before giving up with farm.ErrConflict (default
@@ -117,34 +129,16 @@ func NewFromConfig(cfg aws.Config, opts Options, optFns ...func(*dynamodb.Option
 	return New(dynamodb.NewFromConfig(cfg, optFns...), opts)
 }
 
-// EnsureTables creates the two tables (on-demand billing) unless they exist
+// EnsureTables creates the three tables (on-demand billing, see Tables) unless they exist
 // and waits until they are active. For tests and development; in AWS the
 // infra stack owns the tables.
 func (s *Store) EnsureTables(ctx context.Context) error {
-	if err := ensureTable(ctx, s.client, s.opts.NodesTable, AttrCertname); err != nil {
-		return err
-	}
-	return ensureTable(ctx, s.client, s.opts.EnvironmentsTable, AttrName)
-}
-
-// ensureTable creates table with string partition key key (on-demand
-// billing) unless it exists, and waits until it is active.
-func ensureTable(ctx context.Context, client *dynamodb.Client, table, key string) error {
-	_, err := client.CreateTable(ctx, &dynamodb.CreateTableInput{
-		TableName:            aws.String(table),
-		BillingMode:          types.BillingModePayPerRequest,
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(key), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(key), KeyType: types.KeyTypeHash}},
-	})
-	var inUse *types.ResourceInUseException
-	if err != nil && !errors.As(err, &inUse) {
-		return fmt.Errorf("create dynamodb table %s: %w", table, translate(err, table))
-	}
-	w := dynamodb.NewTableExistsWaiter(client, func(o *dynamodb.TableExistsWaiterOptions) {
-		o.MinDelay, o.MaxDelay = 100*time.Millisecond, 2*time.Second
-	})
-	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 5*time.Minute); err != nil {
-		return fmt.Errorf("wait for dynamodb table %s: %w", table, translate(err, table))
+	for _, t := range []struct{ name, role string }{
+		{s.opts.NodesTable, RoleNodes}, {s.opts.IndexTable, RoleNodeIndex}, {s.opts.EnvironmentsTable, RoleEnvironments},
+	} {
+		if err := ensureTable(ctx, s.client, t.name, TableSpecFor(t.role)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -220,25 +214,6 @@ func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error)
 	return sn.node, nil
 }
 
-// ListNodes returns every node record, sorted by certname. It scans the
-// table with consistent reads, page by page.
-func (s *Store) ListNodes(ctx context.Context) ([]farm.Node, error) {
-	out := []farm.Node{}
-	err := s.scan(ctx, s.opts.NodesTable, func(item map[string]types.AttributeValue) error {
-		sn, err := decodeNode(item)
-		if err != nil {
-			return err
-		}
-		out = append(out, sn.node)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
-	}
-	slices.SortFunc(out, func(a, b farm.Node) int { return strings.Compare(a.Certname, b.Certname) })
-	return out, nil
-}
-
 // scan calls each on every item of table, with consistent reads.
 func (s *Store) scan(ctx context.Context, table string, each func(map[string]types.AttributeValue) error) error {
 	in := &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)}
@@ -296,13 +271,15 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 		if found {
 			n = cur.node // decoded for this attempt alone: fn's changes reach nothing else
 		}
+		was := n
+		was.ExportTypes, was.Collects = slices.Clone(n.ExportTypes), slices.Clone(n.Collects)
 		if err := fn(&n); err != nil {
 			return farm.Node{}, err
 		}
 		if n.Certname != certname {
 			return farm.Node{}, fmt.Errorf("update node %s: fn renamed it to %q: %w", certname, n.Certname, farm.ErrInvalid)
 		}
-		out, err := s.writeNode(ctx, n, cur.version, found)
+		out, err := s.writeNode(ctx, n, cur.version, found, &was)
 		if errors.Is(err, errLost) {
 			took = time.Since(start)
 			if attempt+1 >= s.opts.MaxAttempts {
@@ -318,30 +295,16 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 }
 
 // writeNode stores n as version prev+1 if the item is still at version prev
-// (or still absent when !exists); errLost when it is not. It returns the
-// record decoded from what it wrote, a copy no caller can reach.
-func (s *Store) writeNode(ctx context.Context, n farm.Node, prev uint64, exists bool) (farm.Node, error) {
+// (or still absent when !exists), moving its index entries from was's;
+// errLost when it is not. It returns the record decoded from what it
+// wrote, a copy no caller can reach.
+func (s *Store) writeNode(ctx context.Context, n farm.Node, prev uint64, exists bool, was *farm.Node) (farm.Node, error) {
 	rec, err := json.Marshal(n)
 	if err != nil {
 		return farm.Node{}, fmt.Errorf("encode: %v: %w", err, farm.ErrInvalid)
 	}
-	in := &dynamodb.PutItemInput{
-		TableName: aws.String(s.opts.NodesTable),
-		Item: map[string]types.AttributeValue{
-			AttrCertname: &types.AttributeValueMemberS{Value: n.Certname},
-			AttrVersion:  &types.AttributeValueMemberN{Value: strconv.FormatUint(prev+1, 10)},
-			AttrRecord:   &types.AttributeValueMemberS{Value: string(rec)},
-		},
-		ExpressionAttributeNames: map[string]string{"#k": AttrCertname},
-		ConditionExpression:      aws.String("attribute_not_exists(#k)"),
-	}
-	if exists {
-		in.ExpressionAttributeNames = map[string]string{"#v": AttrVersion}
-		in.ExpressionAttributeValues = map[string]types.AttributeValue{":v": &types.AttributeValueMemberN{Value: strconv.FormatUint(prev, 10)}}
-		in.ConditionExpression = aws.String("#v = :v")
-	}
-	if _, err := s.client.PutItem(ctx, in); err != nil {
-		return farm.Node{}, translate(err, s.opts.NodesTable)
+	if err := s.putRecord(ctx, n.Certname, rec, prev, exists, was.IndexEntries(), n.IndexEntries()); err != nil {
+		return farm.Node{}, err
 	}
 	var out farm.Node
 	if err := json.Unmarshal(rec, &out); err != nil {

@@ -63,10 +63,24 @@ type ContentStore interface {
 // Drivers with optimistic concurrency may call fn more than once, so fn must
 // not have side effects. This is how the farm moves a catalog pointer only
 // forward: fn returns ErrConflict when the stored sequence is newer.
-// GetNode returns ErrNotFound for an unknown node. Safe for concurrent use.
+// GetNode returns ErrNotFound for an unknown node.
+//
+// QueryNodes answers a NodeQuery (ErrInvalid for a malformed one) from an
+// index the driver keeps beside the records (see Node.IndexEntries): the
+// nodes of an environment, or those of them that export or collect a
+// type, in certname order, at most q.PageSize() per page, and NodePage.Next
+// to continue from. No driver reads every record to answer it. Every record
+// returned matches the query as it was read; a page may hold fewer nodes
+// than the limit (even none) while Next is set, when the driver skipped
+// index entries that no longer match. A record written by an UpdateNode
+// that returned is found under its new entries and no longer under its old
+// ones: at once in the embedded drivers, after the index catches up (well
+// under a second) in drivers with eventually consistent indexes (DynamoDB
+// global secondary indexes). Records without an environment are in no index.
+// Safe for concurrent use.
 type NodeStore interface {
 	GetNode(ctx context.Context, certname string) (Node, error)
-	ListNodes(ctx context.Context) ([]Node, error)
+	QueryNodes(ctx context.Context, q NodeQuery) (NodePage, error)
 	UpdateNode(ctx context.Context, certname string, fn func(*Node) error) (Node, error)
 }
 

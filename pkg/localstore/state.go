@@ -1,9 +1,11 @@
 package localstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -67,16 +69,87 @@ func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error)
 	return n, nil
 }
 
-// ListNodes returns every node record, sorted by certname.
-func (s *Store) ListNodes(ctx context.Context) ([]farm.Node, error) {
+// QueryNodes answers q from the node_index bucket: a cursor seek to the
+// entry and one record read per node returned, in one read transaction.
+func (s *Store) QueryNodes(ctx context.Context, q farm.NodeQuery) (farm.NodePage, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
+		return farm.NodePage{}, fmt.Errorf("query nodes: %w", err)
 	}
-	out, err := listRecords[farm.Node](s.db, bucketNodes, "node")
+	if err := q.Validate(); err != nil {
+		return farm.NodePage{}, err
+	}
+	page := farm.NodePage{Nodes: []farm.Node{}}
+	prefix := append([]byte(q.Entry()), 0)
+	err := s.db.View(func(tx *bolt.Tx) error {
+		nodes := tx.Bucket(bucketNodes)
+		c := tx.Bucket(bucketNodeIndex).Cursor()
+		k, _ := c.Seek(append(slices.Clone(prefix), q.After...))
+		for ; k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			certname := string(k[len(prefix):])
+			if certname <= q.After {
+				continue
+			}
+			if len(page.Nodes) == q.PageSize() {
+				page.Next = page.Nodes[len(page.Nodes)-1].Certname
+				return nil
+			}
+			v := nodes.Get([]byte(certname))
+			if v == nil {
+				return fmt.Errorf("index entry %q names node %s, which has no record: %w", q.Entry(), certname, farm.ErrInvalid)
+			}
+			n, err := decode[farm.Node]("node "+certname, v)
+			if err != nil {
+				return err
+			}
+			page.Nodes = append(page.Nodes, n)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", s.storageErr(err))
+		return farm.NodePage{}, fmt.Errorf("query nodes %s: %w", q.Entry(), s.storageErr(err))
 	}
-	return out, nil
+	return page, nil
+}
+
+func indexKey(entry, certname string) []byte {
+	return append(append([]byte(entry), 0), certname...)
+}
+
+// reindex moves the node from the index entries of old to those of n,
+// inside the write transaction that stores n.
+func reindex(tx *bolt.Tx, old, n *farm.Node) error {
+	b := tx.Bucket(bucketNodeIndex)
+	was, is := old.IndexEntries(), n.IndexEntries()
+	for _, e := range was {
+		if !slices.Contains(is, e) {
+			if err := b.Delete(indexKey(e, old.Certname)); err != nil {
+				return err
+			}
+		}
+	}
+	for _, e := range is {
+		if !slices.Contains(was, e) {
+			if err := b.Put(indexKey(e, n.Certname), nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// buildNodeIndex indexes every node record: the one-time upgrade of a
+// state.db written before the index existed.
+func buildNodeIndex(tx *bolt.Tx) (int, error) {
+	count := 0
+	err := tx.Bucket(bucketNodes).ForEach(func(k, v []byte) error {
+		n, err := decode[farm.Node]("node "+string(k), v)
+		if err != nil {
+			return err
+		}
+		count++
+		return reindex(tx, &farm.Node{Certname: n.Certname}, &n)
+	})
+	return count, err
 }
 
 // UpdateNode runs fn on certname's record inside one bbolt write
@@ -105,6 +178,8 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 				return err
 			}
 		}
+		old := n
+		old.ExportTypes, old.Collects = slices.Clone(n.ExportTypes), slices.Clone(n.Collects)
 		if fnErr = fn(&n); fnErr != nil {
 			return fnErr
 		}
@@ -116,6 +191,9 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 			return fmt.Errorf("encode: %v: %w", err, farm.ErrInvalid)
 		}
 		if err := b.Put(key, v); err != nil {
+			return err
+		}
+		if err := reindex(tx, &old, &n); err != nil {
 			return err
 		}
 		out, err = decode[farm.Node]("node "+certname, v) // a copy fn cannot reach

@@ -13,7 +13,10 @@
 //	                                         (8-byte big-endian job ID → JSON
 //	                                         job record), "names"
 //	                                         ("<space>/<name>" → digest, see
-//	                                         farm.NameStore) and "meta"
+//	                                         farm.NameStore), "node_index"
+//	                                         ("<entry>\x00<certname>" → "",
+//	                                         see farm.Node.IndexEntries) and
+//	                                         "meta"
 //
 // Content files are written atomically (a temporary file in the same
 // directory, fsync, rename, fsync of the directory) and verified on every
@@ -57,7 +60,8 @@ var ErrClosed = jobqueue.ErrClosed
 const DefaultLockTimeout = 5 * time.Second
 
 // schemaVersion is the layout of state.db this code reads and writes.
-const schemaVersion = 1
+// Version 1 had no node index; Open builds it and moves such a file to 2.
+const schemaVersion = 2
 
 var (
 	bucketMeta         = []byte("meta")
@@ -65,6 +69,7 @@ var (
 	bucketEnvironments = []byte("environments")
 	bucketQueue        = []byte("queue")
 	bucketNames        = []byte("names")
+	bucketNodeIndex    = []byte("node_index")
 	keySchema          = []byte("schema")
 )
 
@@ -134,17 +139,25 @@ func (s *Store) init() error {
 		if err != nil {
 			return err
 		}
-		if v := meta.Get(keySchema); v != nil {
-			if len(v) != 8 || binary.BigEndian.Uint64(v) != schemaVersion {
-				return fmt.Errorf("state.db has schema %x, this program reads %d", v, schemaVersion)
-			}
-		} else if err := meta.Put(keySchema, binary.BigEndian.AppendUint64(nil, schemaVersion)); err != nil {
-			return err
+		v := meta.Get(keySchema)
+		upgrade := len(v) == 8 && binary.BigEndian.Uint64(v) == 1
+		if v != nil && !upgrade && (len(v) != 8 || binary.BigEndian.Uint64(v) != schemaVersion) {
+			return fmt.Errorf("state.db has schema %x, this program reads %d", v, schemaVersion)
 		}
-		for _, name := range [][]byte{bucketNodes, bucketEnvironments, bucketQueue, bucketNames} {
+		for _, name := range [][]byte{bucketNodes, bucketEnvironments, bucketQueue, bucketNames, bucketNodeIndex} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
+		}
+		if upgrade {
+			n, err := buildNodeIndex(tx)
+			if err != nil {
+				return fmt.Errorf("build the node index of schema 1: %w", err)
+			}
+			s.log.Info("localstore: built the node index (schema 1 to 2)", "nodes", n)
+		}
+		if err := meta.Put(keySchema, binary.BigEndian.AppendUint64(nil, schemaVersion)); err != nil {
+			return err
 		}
 		return tx.Bucket(bucketQueue).ForEach(func(k, v []byte) error {
 			var j jobqueue.Stored

@@ -1,0 +1,136 @@
+package dynamostate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// KeyAttr is a key attribute of a table or index: its name and DynamoDB
+// scalar type ("S" or "N").
+type KeyAttr struct {
+	Name string
+	Type types.ScalarAttributeType
+}
+
+// IndexSpec is a global secondary index of a table.
+type IndexSpec struct {
+	Name         string
+	PartitionKey KeyAttr
+	SortKey      *KeyAttr
+	Projection   types.ProjectionType
+}
+
+// TableSpec is what the drivers need of a table: its keys and global
+// secondary indexes. It is the one definition of the farm's tables:
+// EnsureTables creates them from it for tests and development, and the CDK
+// stack (infra/) declares its tables from it, so the two cannot drift.
+type TableSpec struct {
+	// Role names the table's purpose ("nodes"); the table's name is
+	// chosen by whoever deploys it (Options, the stack's stage).
+	Role         string
+	PartitionKey KeyAttr
+	SortKey      *KeyAttr
+	Indexes      []IndexSpec
+}
+
+// Table roles.
+const (
+	RoleNodes        = "nodes"
+	RoleNodeIndex    = "node-index"
+	RoleEnvironments = "environments"
+	RoleCA           = "ca"
+)
+
+// IndexByEntry is the node-index table's global secondary index: from an
+// index entry (farm.Node.IndexEntries) to the certnames under it, in order.
+const IndexByEntry = "by-entry"
+
+// Tables returns the specs of every table the package's drivers use.
+func Tables() []TableSpec {
+	s := func(name string) KeyAttr { return KeyAttr{Name: name, Type: types.ScalarAttributeTypeS} }
+	certname, entry := s(AttrCertname), s(AttrEntry)
+	return []TableSpec{
+		{Role: RoleNodes, PartitionKey: certname},
+		{
+			// One item per (node, index entry), written with the node
+			// when its entries change; queried through IndexByEntry.
+			Role: RoleNodeIndex, PartitionKey: certname, SortKey: &entry,
+			Indexes: []IndexSpec{{Name: IndexByEntry, PartitionKey: entry, SortKey: &certname, Projection: types.ProjectionTypeKeysOnly}},
+		},
+		{Role: RoleEnvironments, PartitionKey: s(AttrName)},
+		{Role: RoleCA, PartitionKey: s(AttrKey)},
+	}
+}
+
+// TableSpecFor returns the spec of role; it panics for an unknown role (a
+// programming error).
+func TableSpecFor(role string) TableSpec {
+	for _, t := range Tables() {
+		if t.Role == role {
+			return t
+		}
+	}
+	panic("dynamostate: no table role " + role)
+}
+
+func keySchema(pk KeyAttr, sk *KeyAttr) []types.KeySchemaElement {
+	ks := []types.KeySchemaElement{{AttributeName: aws.String(pk.Name), KeyType: types.KeyTypeHash}}
+	if sk != nil {
+		ks = append(ks, types.KeySchemaElement{AttributeName: aws.String(sk.Name), KeyType: types.KeyTypeRange})
+	}
+	return ks
+}
+
+// createTableInput is the CreateTable request of spec named table
+// (on-demand billing).
+func (spec TableSpec) createTableInput(table string) *dynamodb.CreateTableInput {
+	attrs := map[string]types.ScalarAttributeType{}
+	add := func(k *KeyAttr) {
+		if k != nil {
+			attrs[k.Name] = k.Type
+		}
+	}
+	add(&spec.PartitionKey)
+	add(spec.SortKey)
+	in := &dynamodb.CreateTableInput{
+		TableName:   aws.String(table),
+		BillingMode: types.BillingModePayPerRequest,
+		KeySchema:   keySchema(spec.PartitionKey, spec.SortKey),
+	}
+	for _, ix := range spec.Indexes {
+		add(&ix.PartitionKey)
+		add(ix.SortKey)
+		in.GlobalSecondaryIndexes = append(in.GlobalSecondaryIndexes, types.GlobalSecondaryIndex{
+			IndexName:  aws.String(ix.Name),
+			KeySchema:  keySchema(ix.PartitionKey, ix.SortKey),
+			Projection: &types.Projection{ProjectionType: ix.Projection},
+		})
+	}
+	for name, typ := range attrs {
+		in.AttributeDefinitions = append(in.AttributeDefinitions, types.AttributeDefinition{AttributeName: aws.String(name), AttributeType: typ})
+	}
+	return in
+}
+
+// ensureTable creates table from spec unless it exists, and waits until it
+// is active.
+func ensureTable(ctx context.Context, client *dynamodb.Client, table string, spec TableSpec) error {
+	_, err := client.CreateTable(ctx, spec.createTableInput(table))
+	var inUse *types.ResourceInUseException
+	if err != nil && !errors.As(err, &inUse) {
+		return fmt.Errorf("create dynamodb table %s: %w", table, translate(err, table))
+	}
+	w := dynamodb.NewTableExistsWaiter(client, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 100*time.Millisecond, 2*time.Second
+	})
+	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 5*time.Minute); err != nil {
+		return fmt.Errorf("wait for dynamodb table %s: %w", table, translate(err, table))
+	}
+	return nil
+}

@@ -246,61 +246,25 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	var exportsChanged []string // types whose exports changed, to tell collectors
-	at := p.now()
-	_, curp, _ := node.Slot(d.Slot)
-	var ref farm.CatalogRef
-	if *curp == nil || (*curp).ContentDigest != content {
-		if ref, err = p.store(ctx, sealed); err != nil {
+	c := compiled{
+		Slot: d.Slot, Seq: d.Seq, CodeID: d.CodeID, FactsDigest: d.FactsDigest, NodeInfo: infoDigest,
+		ReadsDigest: readsDigest, Content: content,
+		ExportsDigest: exportsDigest, ExportTypes: exportTypes, Collects: collects,
+		At: p.now(), Duration: dur,
+	}
+	if _, curp, _ := node.Slot(d.Slot); *curp == nil || (*curp).ContentDigest != content {
+		if c.Stored, err = p.store(ctx, sealed); err != nil {
 			return err
 		}
 	}
-	unchanged := false
-	move := func(n *farm.Node) error {
-		_, catp, stp := n.Slot(d.Slot)
-		cur := *catp
-		if cur != nil && cur.Seq >= d.Seq {
-			return fmt.Errorf("catalog seq %d is not newer than stored %d: %w", d.Seq, cur.Seq, farm.ErrConflict)
-		}
-		exportsChanged = nil
-		if d.Slot == "" {
-			// Only the served catalog publishes exports.
-			if n.ExportsDigest != exportsDigest {
-				exportsChanged = union(n.ExportTypes, exportTypes)
-			}
-			n.ExportsDigest, n.ExportTypes, n.Collects = exportsDigest, exportTypes, collects
-		}
-		status := &farm.CompileStatus{Result: farm.ResultOK, Seq: d.Seq, CodeID: d.CodeID, At: at, Duration: dur}
-		unchanged = cur != nil && cur.ContentDigest == content
-		if unchanged {
-			// The same catalog: it answers this request too, and keeps its
-			// bytes (and code_id, whose snapshot stays in the store).
-			c := *cur
-			c.Seq, c.FactsDigest, c.ReadsDigest, c.NodeInfo = d.Seq, d.FactsDigest, readsDigest, infoDigest
-			*catp = &c
-			status.Result = farm.ResultUnchanged
-			*stp = status
-			return nil
-		}
-		if ref.Digest == "" {
-			return errNeedStore // another catalog moved in since we looked
-		}
-		c := ref
-		c.CodeID, c.FactsDigest, c.Seq, c.ContentDigest, c.ReadsDigest = d.CodeID, d.FactsDigest, d.Seq, content, readsDigest
-		c.NodeInfo = infoDigest
-		c.UUID = catalog.UUIDOf(content)
-		c.CompiledAt, c.Duration = at, dur
-		if d.Slot == farm.SlotCandidate {
-			n.Candidate = &c
-		} else {
-			n.SetCatalog(c)
-		}
-		*stp = status
-		return nil
+	var out moved
+	move := func(n *farm.Node) (err error) {
+		out, err = movePointer(n, c)
+		return err
 	}
 	_, err = p.Nodes.UpdateNode(ctx, d.Certname, move)
 	if errors.Is(err, errNeedStore) {
-		if ref, err = p.store(ctx, sealed); err != nil {
+		if c.Stored, err = p.store(ctx, sealed); err != nil {
 			return err
 		}
 		_, err = p.Nodes.UpdateNode(ctx, d.Certname, move)
@@ -313,8 +277,8 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	if err != nil {
 		return fmt.Errorf("move catalog pointer of %s: %w", d.Certname, err)
 	}
-	p.tellCollectors(ctx, d, exportsChanged, log)
-	if unchanged {
+	p.tellCollectors(ctx, d, out.ExportsChanged, log)
+	if out.Unchanged {
 		p.Metrics.ObserveCompile(metrics.CompileUnchanged, dur)
 		log.Info("catalog recompiled unchanged", "duration", dur.Round(time.Millisecond), "reason", d.Reason)
 		return nil

@@ -65,6 +65,21 @@ type ContentStore interface {
 // forward: fn returns ErrConflict when the stored sequence is newer.
 // GetNode returns ErrNotFound for an unknown node.
 //
+// RecordReport keeps sum as the node's latest report summary in a place of
+// its own beside the record, with one write that reads nothing first:
+// RecordReport neither reads nor rewrites the record, and UpdateNode
+// neither reads nor rewrites the recorded summary, so the two never
+// conflict. The newer report wins: a sum older (by At) than the summary
+// RecordReport last kept for the node is not kept (ErrConflict); one as
+// old replaces it. It returns the summary it replaced (nil for the node's
+// first) and keeps nothing for a node without a record (ErrNotFound) or
+// for a sum without a time (ErrInvalid, as for an invalid certname).
+// Every read of a record (GetNode, QueryNodes) returns as Report the newer
+// of the record's own Report (as UpdateNode last wrote it) and the recorded
+// summary, the recorded one when they are as old; what UpdateNode's fn
+// sees as Report may be either (drivers differ), and whatever fn leaves
+// there is written to the record as any other field.
+//
 // QueryNodes answers a NodeQuery (ErrInvalid for a malformed one) from an
 // index the driver keeps beside the records (see Node.IndexEntries): the
 // nodes of an environment, or those of them that export or collect a
@@ -82,6 +97,7 @@ type NodeStore interface {
 	GetNode(ctx context.Context, certname string) (Node, error)
 	QueryNodes(ctx context.Context, q NodeQuery) (NodePage, error)
 	UpdateNode(ctx context.Context, certname string, fn func(*Node) error) (Node, error)
+	RecordReport(ctx context.Context, certname string, sum ReportSummary) (*ReportSummary, error)
 }
 
 // EnvironmentStore records which code snapshot each environment runs.

@@ -183,7 +183,11 @@ type CompileStatus struct {
 	Duration time.Duration `json:"duration"`
 }
 
-// ReportSummary is what the farm keeps of a node's latest report.
+// ReportSummary is what the farm keeps of a node's latest report
+// (NodeStore.RecordReport). The full report is kept only when it is worth
+// keeping (see pkg/frontdoor's ReportPolicy): Digest names it in
+// SpaceReports then, and is empty for a run of which the farm kept only
+// this summary.
 type ReportSummary struct {
 	Digest          Digest    `json:"digest"`
 	Status          string    `json:"status"` // changed, unchanged, failed
@@ -191,6 +195,8 @@ type ReportSummary struct {
 	ConfigVersion   string    `json:"configuration_version,omitempty"`
 	CatalogUUID     string    `json:"catalog_uuid,omitempty"`
 	TransactionUUID string    `json:"transaction_uuid,omitempty"`
+	// Metrics digests the report's metrics; nil when the report had none.
+	Metrics *ReportMetrics `json:"metrics,omitempty"`
 }
 
 // Node is everything the farm knows about one certname.

@@ -63,6 +63,9 @@ func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error)
 		return farm.Node{}, fmt.Errorf("get node: %w", err)
 	}
 	n, err := getRecord[farm.Node](s.db, bucketNodes, "node", certname)
+	if err == nil {
+		err = s.db.View(func(tx *bolt.Tx) error { return overlayReport(tx, &n) })
+	}
 	if err != nil {
 		return farm.Node{}, fmt.Errorf("get node %s: %w", certname, s.storageErr(err))
 	}
@@ -98,6 +101,9 @@ func (s *Store) QueryNodes(ctx context.Context, q farm.NodeQuery) (farm.NodePage
 				return fmt.Errorf("index entry %q names node %s, which has no record: %w", q.Entry(), certname, farm.ErrInvalid)
 			}
 			n, err := decode[farm.Node]("node "+certname, v)
+			if err == nil {
+				err = overlayReport(tx, &n)
+			}
 			if err != nil {
 				return err
 			}

@@ -33,6 +33,8 @@ type Store struct {
 	nodeMu sync.RWMutex
 	nodes  map[string][]byte              // JSON
 	index  map[string]map[string]struct{} // farm index entry -> certnames
+	// reports are RecordReport's summaries (report.go), under their own lock.
+	reports reportStore
 
 	envMu sync.RWMutex
 	envs  map[string][]byte // JSON
@@ -137,7 +139,7 @@ func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error)
 	if !ok {
 		return farm.Node{}, fmt.Errorf("get node %s: %w", certname, farm.ErrNotFound)
 	}
-	return decode[farm.Node](b), nil
+	return s.reports.overlay(decode[farm.Node](b)), nil
 }
 
 // QueryNodes answers q from the store's index of entries to certnames. It
@@ -166,7 +168,7 @@ func (s *Store) QueryNodes(ctx context.Context, q farm.NodeQuery) (farm.NodePage
 	}
 	page.Nodes = make([]farm.Node, 0, len(names))
 	for _, c := range names {
-		page.Nodes = append(page.Nodes, decode[farm.Node](s.nodes[c]))
+		page.Nodes = append(page.Nodes, s.reports.overlay(decode[farm.Node](s.nodes[c])))
 	}
 	return page, nil
 }

@@ -1,0 +1,81 @@
+package localstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+// bucketReports holds the summaries RecordReport records beside the node
+// records (certname → farm.ReportSummary JSON). It is made by the first
+// RecordReport; a state.db without it has recorded none, and a program
+// that does not know it leaves it alone.
+var bucketReports = []byte("reports")
+
+// overlayReport lays the summary recorded for n over its Report, inside a
+// read or write transaction.
+func overlayReport(tx *bolt.Tx, n *farm.Node) error {
+	b := tx.Bucket(bucketReports)
+	if b == nil {
+		return nil
+	}
+	v := b.Get([]byte(n.Certname))
+	if v == nil {
+		return nil
+	}
+	rec, err := decode[farm.ReportSummary]("report summary of node "+n.Certname, v)
+	if err != nil {
+		return err
+	}
+	n.OverlayReport(&rec)
+	return nil
+}
+
+// RecordReport keeps sum as certname's latest report summary unless the
+// one kept is newer (farm.ErrConflict), and returns the one it replaced.
+// It writes the reports bucket only: the node's record is not rewritten.
+func (s *Store) RecordReport(ctx context.Context, certname string, sum farm.ReportSummary) (*farm.ReportSummary, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("record report of %s: %w", certname, err)
+	}
+	if err := farm.ValidateCertname(certname); err != nil {
+		return nil, fmt.Errorf("record report: %w", err)
+	}
+	if err := sum.Validate(); err != nil {
+		return nil, fmt.Errorf("record report of %s: %w", certname, err)
+	}
+	v, err := json.Marshal(sum)
+	if err != nil {
+		return nil, fmt.Errorf("record report of %s: encode: %v: %w", certname, err, farm.ErrInvalid)
+	}
+	var prev *farm.ReportSummary
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		key := []byte(certname)
+		if tx.Bucket(bucketNodes).Get(key) == nil {
+			return farm.ErrNotFound
+		}
+		b, err := tx.CreateBucketIfNotExists(bucketReports)
+		if err != nil {
+			return err
+		}
+		if old := b.Get(key); old != nil {
+			p, err := decode[farm.ReportSummary]("report summary of node "+certname, old)
+			if err != nil {
+				return err
+			}
+			if sum.At.Before(p.At) {
+				return farm.ReportOlder(p, sum)
+			}
+			prev = &p
+		}
+		return b.Put(key, v)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record report of %s: %w", certname, s.storageErr(err))
+	}
+	return prev, nil
+}

@@ -89,6 +89,12 @@ type Upload struct {
 	// TrustedExtensions are the extensions of the certificate the node
 	// presented ($trusted['extensions'], pkg/trusted).
 	TrustedExtensions map[string]string
+	// Node, when set, is the node's record as read moments ago for the
+	// same agent run (the front door's node request): Submit decides from
+	// it instead of reading the record again. It may be seconds old:
+	// Submit only compares it, and writes through UpdateNode, which reads
+	// the record afresh.
+	Node *farm.Node
 }
 
 // Outcome says what an upload did.
@@ -144,7 +150,12 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, fmt.Errorf("read environment %s: %w", up.Environment, err)
 	}
-	node, err := in.Nodes.GetNode(ctx, up.Certname)
+	var node farm.Node
+	if up.Node != nil && up.Node.Certname == up.Certname {
+		node = *up.Node
+	} else {
+		node, err = in.Nodes.GetNode(ctx, up.Certname)
+	}
 	known := err == nil
 	if err != nil && !errors.Is(err, farm.ErrNotFound) {
 		return Outcome{}, fmt.Errorf("read node %s: %w", up.Certname, err)
@@ -176,6 +187,15 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 	if node.NodeInfo != info && infoDoc != nil {
 		if _, err := in.Content.Put(ctx, farm.SpaceNodeInfo, infoDoc); err != nil {
 			return Outcome{}, fmt.Errorf("store node information of %s: %w", up.Certname, err)
+		}
+	}
+	if f, ok := in.Envs.(interface {
+		FreshEnvironment(context.Context, string) (farm.Environment, error)
+	}); ok {
+		// The decision to write may have been made with a cached record
+		// (pkg/envcache); what is written is planned with the current one.
+		if env, err = f.FreshEnvironment(ctx, up.Environment); err != nil {
+			return Outcome{}, fmt.Errorf("read environment %s: %w", up.Environment, err)
 		}
 	}
 	var jobs []plannedJob

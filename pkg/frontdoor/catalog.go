@@ -36,6 +36,7 @@ func (s *Server) postCatalog(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := s.Intake.Submit(r.Context(), compiler.Upload{
 		Certname: name, Environment: env, RawKey: farm.DigestOf(raw), TrustedExtensions: trustedExtensions(r),
+		Node: s.runs.takeNode(name), // read by this run's node request, if any (runs.go)
 		Document: func() ([]byte, error) {
 			req, err := facts.ParseCatalogForm(body)
 			if err != nil {

@@ -2,11 +2,9 @@ package frontdoor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/classifier"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
@@ -59,11 +57,12 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 	n, err := s.Nodes.GetNode(r.Context(), name)
 	switch {
 	case err == nil:
+		s.runs.keepNode(n) // for the catalog request of this run (runs.go)
 		if env == "" {
 			env = n.Environment
 		}
 		if n.FactsDigest != "" {
-			doc, err := s.Content.Get(r.Context(), farm.SpaceFacts, n.FactsDigest)
+			doc, err := s.factsDoc(r.Context(), n.FactsDigest)
 			if err != nil {
 				s.apiError(w, r, fmt.Errorf("read facts of %s: %w", name, err))
 				return
@@ -139,70 +138,6 @@ func (s *Server) putFacts(w http.ResponseWriter, r *http.Request) {
 	}
 	s.Metrics.ObserveFactUpload(out.Queued)
 	writeJSON(w, map[string]any{"queued": out.Queued, "reason": out.Reason})
-}
-
-// reportHeader is the part of a Puppet report (format 12) the farm reads.
-type reportHeader struct {
-	Host            string `json:"host"`
-	Time            string `json:"time"`
-	Status          string `json:"status"`
-	ConfigVersion   any    `json:"configuration_version"`
-	CatalogUUID     string `json:"catalog_uuid"`
-	TransactionUUID string `json:"transaction_uuid"`
-	Environment     string `json:"environment"`
-}
-
-// putReport stores a report and keeps its summary on the node.
-func (s *Server) putReport(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	body, err := readBody(r, s.MaxReport)
-	if err != nil {
-		s.apiError(w, r, err)
-		return
-	}
-	var h reportHeader
-	if err := json.Unmarshal(body, &h); err != nil {
-		s.apiError(w, r, fmt.Errorf("report from %s is not JSON: %v: %w", name, err, farm.ErrInvalid))
-		return
-	}
-	if h.Host != name {
-		s.apiError(w, r, fmt.Errorf("report host %q does not match node %q: %w", h.Host, name, farm.ErrInvalid))
-		return
-	}
-	switch h.Status {
-	case "changed", "unchanged", "failed":
-	default:
-		s.apiError(w, r, fmt.Errorf("report status %q is not changed, unchanged or failed: %w", h.Status, farm.ErrInvalid))
-		return
-	}
-	d, err := s.Content.Put(r.Context(), farm.SpaceReports, body)
-	if err != nil {
-		s.apiError(w, r, fmt.Errorf("store report of %s: %w", name, err))
-		return
-	}
-	at, err := time.Parse(time.RFC3339Nano, h.Time)
-	if err != nil {
-		at = time.Now()
-	}
-	sum := farm.ReportSummary{Digest: d, Status: h.Status, At: at, CatalogUUID: h.CatalogUUID,
-		TransactionUUID: h.TransactionUUID}
-	if h.ConfigVersion != nil {
-		sum.ConfigVersion = fmt.Sprint(h.ConfigVersion)
-	}
-	if _, err := s.Nodes.UpdateNode(r.Context(), name, func(n *farm.Node) error {
-		if n.Report != nil && n.Report.At.After(sum.At) {
-			return nil // an older report arriving late keeps the newer summary
-		}
-		c := sum
-		n.Report = &c
-		return nil
-	}); err != nil {
-		s.apiError(w, r, fmt.Errorf("record report of %s: %w", name, err))
-		return
-	}
-	s.log().Info("report stored", "node", name, "status", h.Status, "digest", d)
-	w.Header().Set("Content-Type", "application/json;charset=utf-8")
-	w.Write([]byte(`["store"]`))
 }
 
 // getEnvironments lists the environments the farm has code for.

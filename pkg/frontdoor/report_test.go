@@ -1,0 +1,265 @@
+package frontdoor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/compiler"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+func TestKeepBefore(t *testing.T) {
+	never := ReportPolicy{Every: -1}
+	at := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name string
+		h    reportHeader
+		want string
+	}{
+		{"changed", reportHeader{Status: "changed"}, KeepChanged},
+		{"failed", reportHeader{Status: "failed"}, KeepFailed},
+		{"noop with pending changes", reportHeader{Status: "unchanged", NoopPending: true}, KeepNoop},
+		{"cached catalog after a failure", reportHeader{Status: "unchanged", CachedCatalogStatus: "on_failure"}, KeepCached},
+		{"cached catalog asked for", reportHeader{Status: "unchanged", CachedCatalogStatus: "explicitly_requested"}, ""},
+		{"unchanged", reportHeader{Status: "unchanged", CachedCatalogStatus: "not_used"}, ""},
+	}
+	for _, tt := range tests {
+		if got := never.keepBefore("web01.example.com", tt.h, at); got != tt.want {
+			t.Errorf("%s: keepBefore = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	// The node's slot keeps an unchanged run.
+	p := ReportPolicy{}
+	for i := 0; ; i++ {
+		at := at.Add(time.Duration(i) * 10 * time.Minute)
+		if p.InSlot("web01.example.com", at) {
+			if got := p.keepBefore("web01.example.com", reportHeader{Status: "unchanged"}, at); got != KeepPeriodic {
+				t.Errorf("unchanged run in its slot: keepBefore = %q, want %q", got, KeepPeriodic)
+			}
+			break
+		}
+		if i > 24*6 {
+			t.Fatal("no time of a day is in the node's slot")
+		}
+	}
+}
+
+func TestKeepAfter(t *testing.T) {
+	sum := farm.ReportSummary{Status: "unchanged", CatalogUUID: "cat-2"}
+	tests := []struct {
+		name string
+		prev *farm.ReportSummary
+		want string
+	}{
+		{"first report", nil, KeepFirst},
+		{"another catalog", &farm.ReportSummary{Status: "changed", CatalogUUID: "cat-1"}, KeepCatalog},
+		{"after a failure", &farm.ReportSummary{Status: "failed", CatalogUUID: "cat-2"}, KeepRecovered},
+		{"steady state", &farm.ReportSummary{Status: "unchanged", CatalogUUID: "cat-2"}, ""},
+		{"after a change of the same catalog", &farm.ReportSummary{Status: "changed", CatalogUUID: "cat-2"}, ""},
+	}
+	for _, tt := range tests {
+		if got := keepAfter(tt.prev, sum); got != tt.want {
+			t.Errorf("%s: keepAfter = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestInSlotOncePerPeriod: an agent running every Slot has exactly one run
+// a period in its slot, whatever its name and start; nodes' slots spread
+// over the period.
+func TestInSlotOncePerPeriod(t *testing.T) {
+	p := ReportPolicy{Every: 24 * time.Hour, Slot: 30 * time.Minute}
+	start := time.Date(2026, 11, 25, 10, 7, 13, 0, time.UTC)
+	hours := map[int]int{}
+	for i := range 500 {
+		name := fmt.Sprintf("node%03d.example.com", i)
+		first := start.Add(time.Duration(i) * 7 * time.Second)
+		in := 0
+		for k := range 48 {
+			if at := first.Add(time.Duration(k) * 30 * time.Minute); p.InSlot(name, at) {
+				in++
+				hours[at.Hour()]++
+			}
+		}
+		if in != 1 {
+			t.Fatalf("%s: %d of a day's 48 runs in its slot, want 1", name, in)
+		}
+	}
+	if len(hours) < 20 {
+		t.Errorf("500 nodes' slots fall in %d hours of the day, want them spread: %v", len(hours), hours)
+	}
+	if (ReportPolicy{Every: -1}).InSlot("web01.example.com", start) {
+		t.Error("a negative Every has a slot")
+	}
+}
+
+// TestReportSummaryOfRecording reads the summary of a report Puppet 7
+// sent (shared/puppet-protocol).
+func TestReportSummaryOfRecording(t *testing.T) {
+	b, err := os.ReadFile("../../testdata/puppet-protocol/report-request-agent1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h reportHeader
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatal(err)
+	}
+	sum := h.summary()
+	want := farm.ReportMetrics{Resources: 16, Changed: 1, OutOfSync: 1, Seconds: 17.276839273}
+	if sum.Status != "changed" || sum.Metrics == nil || *sum.Metrics != want || sum.CatalogUUID == "" || sum.TransactionUUID == "" ||
+		sum.ConfigVersion == "" || sum.At.IsZero() {
+		t.Errorf("summary %+v metrics %+v; want status changed, metrics %+v", sum, sum.Metrics, want)
+	}
+}
+
+func reportBody(name, status, catalogUUID string, at time.Time) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"host": name, "time": at.Format(time.RFC3339Nano), "status": status, "configuration_version": 1700000000,
+		"catalog_uuid": catalogUUID, "transaction_uuid": fmt.Sprintf("tx-%d", at.UnixNano()), "cached_catalog_status": "not_used",
+		"metrics": map[string]any{
+			"resources": map[string]any{"values": [][]any{{"total", "Total", 7}, {"changed", "Changed", 0}, {"failed", "Failed", 0}}},
+			"time":      map[string]any{"values": [][]any{{"total", "Total", 1.5}}},
+		},
+		"resource_statuses": map[string]any{}, "logs": []any{},
+	})
+	return b
+}
+
+// TestReportsKept: which runs' reports are stored whole, and that every
+// run's summary is on the node.
+func TestReportsKept(t *testing.T) {
+	r := newRig(t)
+	r.fd.Reports = ReportPolicy{Every: -1} // the periodic rule has its own test
+	const name = "agent1.example.test"
+	a1 := r.client(name)
+	t0 := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	steps := []struct {
+		status, catalog string
+		at              time.Duration
+		stored          bool
+		want            string // the node's report status after
+	}{
+		{"changed", "cat-1", 0, true, "changed"},       // a node with no record yet: kept, and recorded
+		{"unchanged", "cat-1", 30, false, "unchanged"}, // steady state
+		{"unchanged", "cat-1", 60, false, "unchanged"},
+		{"unchanged", "cat-2", 90, true, "unchanged"},  // another catalog
+		{"unchanged", "cat-2", 15, false, "unchanged"}, // older, arriving late: not recorded
+		{"failed", "cat-2", 120, true, "failed"},
+		{"unchanged", "cat-2", 150, true, "unchanged"}, // recovered
+		{"unchanged", "cat-2", 180, false, "unchanged"},
+	}
+	var last time.Time
+	for i, s := range steps {
+		at := t0.Add(s.at * time.Minute)
+		body := reportBody(name, s.status, s.catalog, at)
+		resp := r.do(a1, "PUT", "/puppet/v3/report/"+name+"?environment=production", body, map[string]string{"Content-Type": "application/json"})
+		if resp.status != 200 || resp.body != `["store"]` {
+			t.Fatalf("step %d: report: %d %s", i, resp.status, resp.body)
+		}
+		stored, err := r.store.Has(context.Background(), farm.SpaceReports, farm.DigestOf(body))
+		if err != nil || stored != s.stored {
+			t.Errorf("step %d (%s, %s): full report stored %v (%v), want %v", i, s.status, s.catalog, stored, err, s.stored)
+		}
+		n, err := r.store.GetNode(context.Background(), name)
+		if err != nil || n.Report == nil {
+			t.Fatalf("step %d: node %+v %v", i, n.Report, err)
+		}
+		if at.After(last) {
+			last = at
+			wantDigest := farm.Digest("")
+			if s.stored {
+				wantDigest = farm.DigestOf(body)
+			}
+			if n.Report.Status != s.want || !n.Report.At.Equal(at) || n.Report.Digest != wantDigest || n.Report.CatalogUUID != s.catalog ||
+				n.Report.Metrics == nil || n.Report.Metrics.Resources != 7 || n.Report.Metrics.Seconds != 1.5 {
+				t.Errorf("step %d: node's report %+v (metrics %+v), want status %s at %s, digest %q", i, n.Report, n.Report.Metrics, s.want, at, wantDigest)
+			}
+		} else if !n.Report.At.Equal(last) {
+			t.Errorf("step %d: a late report replaced the newer summary: %+v", i, n.Report)
+		}
+	}
+
+	// The node's slot keeps an unchanged run whole.
+	r.fd.Reports = ReportPolicy{}
+	at := t0.Add(4 * time.Hour)
+	for !r.fd.Reports.InSlot(name, at) {
+		at = at.Add(10 * time.Minute)
+	}
+	body := reportBody(name, "unchanged", "cat-2", at)
+	r.do(a1, "PUT", "/puppet/v3/report/"+name+"?environment=production", body, map[string]string{"Content-Type": "application/json"})
+	if ok, _ := r.store.Has(context.Background(), farm.SpaceReports, farm.DigestOf(body)); !ok {
+		t.Error("an unchanged run in the node's slot: full report not stored")
+	}
+}
+
+// countingNodes counts the node reads of a node store.
+type countingNodes struct {
+	farm.NodeStore
+	reads atomic.Int64
+}
+
+func (c *countingNodes) GetNode(ctx context.Context, certname string) (farm.Node, error) {
+	c.reads.Add(1)
+	return c.NodeStore.GetNode(ctx, certname)
+}
+
+// countingFacts counts the facts documents read from a content store.
+type countingFacts struct {
+	Content
+	reads atomic.Int64
+}
+
+func (c *countingFacts) Get(ctx context.Context, space farm.Space, d farm.Digest) ([]byte, error) {
+	if space == farm.SpaceFacts {
+		c.reads.Add(1)
+	}
+	return c.Content.Get(ctx, space, d)
+}
+
+// TestRunReadsNodeOnce: an agent run with a node request reads the node's
+// record once; the node request's facts come from memory once read.
+func TestRunReadsNodeOnce(t *testing.T) {
+	r := newRig(t)
+	const name = "agent1.example.test"
+	a1 := r.client(name)
+	post := func() response {
+		return r.do(a1, "POST", "/puppet/v3/catalog/"+name+"?environment=production", catalogForm(name, "web"), agentHeaders)
+	}
+	post()
+	r.compile(name, "")
+	if resp := post(); resp.status != 200 {
+		t.Fatalf("catalog: %d %s", resp.status, resp.body)
+	}
+	nodes := &countingNodes{NodeStore: r.store}
+	facts := &countingFacts{Content: r.store}
+	r.fd.Nodes, r.fd.Content = nodes, facts
+	r.fd.Intake.(*compiler.Intake).Nodes = nodes
+
+	for run := range 3 {
+		before := nodes.reads.Load()
+		if resp := r.do(a1, "GET", "/puppet/v3/node/"+name+"?environment=production", nil, nil); resp.status != 200 {
+			t.Fatalf("run %d: node: %d %s", run, resp.status, resp.body)
+		}
+		if resp := post(); resp.status != 200 {
+			t.Fatalf("run %d: catalog: %d %s", run, resp.status, resp.body)
+		}
+		if got := nodes.reads.Load() - before; got != 1 {
+			t.Errorf("run %d: node and catalog requests read the node %d times, want 1", run, got)
+		}
+	}
+	if got := facts.reads.Load(); got != 1 {
+		t.Errorf("three node requests read the node's facts %d times, want 1", got)
+	}
+	// A catalog request without a node request reads the record itself,
+	// and a node request's record is used once.
+	before := nodes.reads.Load()
+	post()
+	if got := nodes.reads.Load() - before; got != 1 {
+		t.Errorf("a catalog request alone read the node %d times, want 1", got)
+	}
+}

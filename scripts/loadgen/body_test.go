@@ -5,29 +5,9 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-)
 
-// The agent's double encoding, applied to the decoded recording, must give
-// back the recorded bytes exactly.
-func TestAgentEscapeRoundTrip(t *testing.T) {
-	doc, err := decodeFacts(recordedRequest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fields, err := splitForm(string(recordedRequest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fields {
-		if f.name == "facts" {
-			if got := agentEscape(agentEscape(doc)); got != f.value {
-				t.Fatalf("re-encoded facts differ from the recording (len %d vs %d)", len(got), len(f.value))
-			}
-			return
-		}
-	}
-	t.Fatal("no facts field")
-}
+	"github.com/compilefarm/compilefarm/internal/agentwire"
+)
 
 // serverFacts decodes a body the way the front door does.
 func serverFacts(t *testing.T, body []byte) (url.Values, map[string]any) {
@@ -48,7 +28,7 @@ func serverFacts(t *testing.T, body []byte) (url.Values, map[string]any) {
 }
 
 func TestBodyTemplate(t *testing.T) {
-	tpl, err := newBodyTemplate(recordedRequest, "lg-0007.bench.test", "bench")
+	tpl, err := newBodyTemplate(agentwire.RecordedCatalogRequest, "lg-0007.bench.test", "bench")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,14 +17,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-)
 
-// What puppet agent 7.23.0 sends with a catalog request.
-const (
-	agentVersion   = "7.23.0"
-	agentUA        = "Puppet/7.23.0 Ruby/3.1.2-p20 (x86_64-linux-gnu)"
-	agentAccept    = "application/vnd.puppet.rich+json, application/json, text/pson"
-	agentAcceptEnc = "gzip;q=1.0,deflate;q=0.6,identity;q=0.3"
+	"github.com/compilefarm/compilefarm/internal/agentcert"
+	"github.com/compilefarm/compilefarm/internal/agentwire"
 )
 
 // catalogClient is one agent: its own keep-alive connection to the front
@@ -42,9 +37,9 @@ type catalogClient struct {
 	reused bool   // whether the last request reused a connection
 }
 
-func newCatalogClient(f *farmTLS, n *node, env string, id int, timeout time.Duration) *catalogClient {
+func newCatalogClient(f *agentcert.Farm, n *node, env string, id int, timeout time.Duration) *catalogClient {
 	tr := &http.Transport{
-		TLSClientConfig:     f.tlsConfig(n),
+		TLSClientConfig:     f.TLSConfig(n.cert),
 		MaxIdleConnsPerHost: 1,
 		MaxConnsPerHost:     1,
 		IdleConnTimeout:     90 * time.Second,
@@ -53,7 +48,7 @@ func newCatalogClient(f *farmTLS, n *node, env string, id int, timeout time.Dura
 	}
 	return &catalogClient{
 		n: n, env: env, id: uint64(id) << 40,
-		url:  "https://" + f.target + "/puppet/v3/catalog/" + n.name + "?environment=" + url.QueryEscape(env),
+		url:  "https://" + f.Target + "/puppet/v3/catalog/" + n.name + "?environment=" + url.QueryEscape(env),
 		http: &http.Client{Timeout: timeout, Transport: tr},
 	}
 }
@@ -81,11 +76,11 @@ func (c *catalogClient) do(ctx context.Context) (int, bool, error) {
 		return 0, false, err
 	}
 	h := req.Header
-	h["Accept"] = []string{agentAccept}
-	h["Accept-Encoding"] = []string{agentAcceptEnc}
+	h["Accept"] = []string{agentwire.AcceptCatalog}
+	h["Accept-Encoding"] = []string{agentwire.AcceptEncoding}
 	h["Content-Type"] = []string{"application/x-www-form-urlencoded"}
-	h["User-Agent"] = []string{agentUA}
-	h["X-Puppet-Version"] = []string{agentVersion}
+	h["User-Agent"] = []string{agentwire.UserAgent}
+	h["X-Puppet-Version"] = []string{agentwire.Version}
 	c.reused = true
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) { c.reused = info.Reused },
@@ -151,7 +146,7 @@ func (c *catalogClient) verify(gz bool) (catalogInfo, error) {
 
 // warmUp gets every node its first catalog: the first request waits for
 // the compile (or 503 + Retry-After, then retries), bounded by limit.
-func warmUp(ctx context.Context, f *farmTLS, nodes []*node, env string, limit time.Duration, progress func(string)) (catalogInfo, int64, error) {
+func warmUp(ctx context.Context, f *agentcert.Farm, nodes []*node, env string, limit time.Duration, progress func(string)) (catalogInfo, int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	var (
@@ -210,7 +205,7 @@ func warmUp(ctx context.Context, f *farmTLS, nodes []*node, env string, limit ti
 }
 
 // runCatalogs measures C keep-alive clients for at most d or maxReq requests.
-func runCatalogs(ctx context.Context, f *farmTLS, nodes []*node, cfg runConfig, clients int, fresh bool) Result {
+func runCatalogs(ctx context.Context, f *agentcert.Farm, nodes []*node, cfg runConfig, clients int, fresh bool) Result {
 	res := Result{Phase: "catalog", Clients: clients, Nodes: min(len(nodes), clients), Facts: map[bool]string{false: "same", true: "fresh"}[fresh]}
 	cs := make([]*catalogClient, clients)
 	for i := range cs {

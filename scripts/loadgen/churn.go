@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+
+	"github.com/compilefarm/compilefarm/internal/agentcert"
+	"github.com/compilefarm/compilefarm/internal/agentwire"
 )
 
 // ChurnResult is what the churn phase measured: how many compiles a stream
@@ -32,16 +35,16 @@ type churnFacts struct {
 // load) and a fact no manifest reads; with probability usedFraction it also
 // changes networking.fqdn, which the benchmark manifests read. Then it waits
 // for the queue to drain and counts compiles from the broker's metrics.
-func runChurn(ctx context.Context, f *farmTLS, nodes []*node, recorded []byte, env, metricsURL string,
+func runChurn(ctx context.Context, f *agentcert.Farm, nodes []*node, recorded []byte, env, metricsURL string,
 	uploads int, usedFraction float64, progress func(string)) (ChurnResult, error) {
 	res := ChurnResult{Uploads: uploads, UsedFraction: usedFraction}
-	doc, err := decodeFacts(recorded)
+	doc, err := agentwire.DecodeFacts(recorded)
 	if err != nil {
 		return res, err
 	}
 	fleet := make([]*churnFacts, len(nodes))
 	for i, n := range nodes {
-		renamed, err := renameFacts(doc, n.name)
+		renamed, err := agentwire.RenameFacts(doc, n.name)
 		if err != nil {
 			return res, err
 		}
@@ -82,7 +85,7 @@ func runChurn(ctx context.Context, f *farmTLS, nodes []*node, recorded []byte, e
 		return res, err
 	}
 	res.Seconds = m.seconds
-	res.Compiles = m.compiles.total()
+	res.Compiles = m.compiles.Total()
 	res.PerThousand = round(res.Compiles*1000/float64(uploads), 2)
 	return res, nil
 }

@@ -12,6 +12,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/compilefarm/compilefarm/internal/agentcert"
+	"github.com/compilefarm/compilefarm/internal/agentwire"
+	"github.com/compilefarm/compilefarm/internal/latency"
 )
 
 // statusRequest is what an agent-like client sends on a fresh connection
@@ -19,10 +23,10 @@ import (
 func statusRequest(target string) []byte {
 	return []byte("GET /status/v1/simple HTTP/1.1\r\n" +
 		"Host: " + target + "\r\n" +
-		"User-Agent: " + agentUA + "\r\n" +
-		"X-Puppet-Version: " + agentVersion + "\r\n" +
+		"User-Agent: " + agentwire.UserAgent + "\r\n" +
+		"X-Puppet-Version: " + agentwire.Version + "\r\n" +
 		"Accept: */*\r\n" +
-		"Accept-Encoding: " + agentAcceptEnc + "\r\n" +
+		"Accept-Encoding: " + agentwire.AcceptEncoding + "\r\n" +
 		"Connection: close\r\n\r\n")
 }
 
@@ -74,9 +78,9 @@ func oneConnection(ctx context.Context, cfg *tls.Config, target string, req []by
 
 // runConnections measures C clients that each open a new mTLS connection
 // per request, for at most d or maxReq connections.
-func runConnections(ctx context.Context, f *farmTLS, nodes []*node, cfg runConfig, clients int) Result {
+func runConnections(ctx context.Context, f *agentcert.Farm, nodes []*node, cfg runConfig, clients int) Result {
 	res := Result{Phase: "connections", Clients: clients, Nodes: min(len(nodes), clients)}
-	req := statusRequest(f.target)
+	req := statusRequest(f.Target)
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -95,7 +99,7 @@ func runConnections(ctx context.Context, f *farmTLS, nodes []*node, cfg runConfi
 	budget.Store(cfg.maxRequests)
 	stopped.Store("duration")
 	for i := range clients {
-		conf := f.tlsConfig(nodes[i%len(nodes)])
+		conf := f.TLSConfig(nodes[i%len(nodes)].cert)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -113,7 +117,7 @@ func runConnections(ctx context.Context, f *farmTLS, nodes []*node, cfg runConfi
 					break
 				}
 				t0 := time.Now()
-				h, v, err := oneConnection(runCtx, conf, f.target, req)
+				h, v, err := oneConnection(runCtx, conf, f.Target, req)
 				d := time.Since(t0)
 				if err != nil {
 					myErr++
@@ -136,7 +140,7 @@ func runConnections(ctx context.Context, f *farmTLS, nodes []*node, cfg runConfi
 	wg.Wait()
 	res.finish(time.Since(start), lat, stopped.Load().(string), &elog)
 	res.NewConns = res.Requests
-	p := percentiles(hs)
+	p := latency.Summarize(hs)
 	res.Handshake = &p
 	if v, ok := version.Load().(string); ok {
 		res.TLSVersion = v

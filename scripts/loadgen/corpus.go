@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/compilefarm/compilefarm/internal/agentcert"
+	"github.com/compilefarm/compilefarm/internal/brokermetrics"
 	"github.com/compilefarm/compilefarm/internal/corpus"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 )
@@ -27,22 +29,22 @@ type CorpusResult struct {
 
 	// The baseline: every node's first facts, and the compiles they caused
 	// (the first compiles, and collectors compiled again for new exports).
-	BaselineCompiles compileCounts `json:"baseline_compiles"`
-	BaselineSeconds  float64       `json:"baseline_seconds"`
+	BaselineCompiles brokermetrics.CompileCounts `json:"baseline_compiles"`
+	BaselineSeconds  float64                     `json:"baseline_seconds"`
 	// BaselineFailed lists the nodes whose first compile failed, with the
 	// first line of its error.
 	BaselineFailed []string `json:"baseline_failed,omitempty"`
 
-	Uploads      int           `json:"uploads"`
-	UsedFraction float64       `json:"used_change_fraction"`
-	UsedChanges  int           `json:"used_fact_changes"`
-	Counts       compileCounts `json:"compile_results"`
-	Compiles     float64       `json:"compiles"` // ok + unchanged + failed
-	Failed       float64       `json:"failed_compiles"`
-	Extra        float64       `json:"extra_compiles"` // compiles - used-fact changes
-	PerThousand  float64       `json:"compiles_per_1000_uploads"`
-	Target       float64       `json:"target_per_1000_uploads"` // used-fact changes per 1,000 uploads
-	Seconds      float64       `json:"seconds"`
+	Uploads      int                         `json:"uploads"`
+	UsedFraction float64                     `json:"used_change_fraction"`
+	UsedChanges  int                         `json:"used_fact_changes"`
+	Counts       brokermetrics.CompileCounts `json:"compile_results"`
+	Compiles     float64                     `json:"compiles"` // ok + unchanged + failed
+	Failed       float64                     `json:"failed_compiles"`
+	Extra        float64                     `json:"extra_compiles"` // compiles - used-fact changes
+	PerThousand  float64                     `json:"compiles_per_1000_uploads"`
+	Target       float64                     `json:"target_per_1000_uploads"` // used-fact changes per 1,000 uploads
+	Seconds      float64                     `json:"seconds"`
 
 	// Unexpected lists the nodes whose compiles queued during the
 	// check-ins differ from their used-fact changes, or whose compile
@@ -171,7 +173,7 @@ func planCheckIns(nodes, uploads int, usedFraction float64) []checkIn {
 // agent half an hour later would. It counts the compiles from the broker's metrics once
 // the queue has drained, and lists the nodes that compiled other than for
 // their used-fact changes, from the operator API (next to /metrics).
-func runCorpus(ctx context.Context, f *farmTLS, nodes []*node, cnodes []corpus.Node, env, metricsURL string,
+func runCorpus(ctx context.Context, f *agentcert.Farm, nodes []*node, cnodes []corpus.Node, env, metricsURL string,
 	uploads int, usedFraction float64, progress func(string)) (CorpusResult, error) {
 	res := CorpusResult{CorpusNodes: len(cnodes), Uploads: uploads, UsedFraction: usedFraction}
 	fleet := make([]*corpusNode, len(nodes))
@@ -196,7 +198,7 @@ func runCorpus(ctx context.Context, f *farmTLS, nodes []*node, cnodes []corpus.N
 		return res, err
 	}
 	res.BaselineCompiles, res.BaselineSeconds = base.compiles, base.seconds
-	progress(fmt.Sprintf("corpus: baseline: %.0f compiles (%.0f failed) in %.1fs", base.compiles.total(), base.compiles.Failed, base.seconds))
+	progress(fmt.Sprintf("corpus: baseline: %.0f compiles (%.0f failed) in %.1fs", base.compiles.Total(), base.compiles.Failed, base.seconds))
 	before, err := adminNodes(ctx, metricsURL)
 	if err != nil {
 		return res, fmt.Errorf("read the nodes from the operator API: %w", err)
@@ -224,7 +226,7 @@ func runCorpus(ctx context.Context, f *farmTLS, nodes []*node, cnodes []corpus.N
 			// used-fact changes of one node, a second apart here, would be
 			// answered by one compile (the farm compiles a node's latest
 			// facts), and the count would fall short of the target.
-			if err := waitDrained(ctx, metricsURL); err != nil {
+			if err := brokermetrics.WaitDrained(ctx, metricsURL); err != nil {
 				return 0, nil, err
 			}
 		}
@@ -235,7 +237,7 @@ func runCorpus(ctx context.Context, f *farmTLS, nodes []*node, cnodes []corpus.N
 		return res, err
 	}
 	res.Seconds, res.Counts = m.seconds, m.compiles
-	res.Compiles, res.Failed = m.compiles.total(), m.compiles.Failed
+	res.Compiles, res.Failed = m.compiles.Total(), m.compiles.Failed
 	res.Extra = res.Compiles - float64(res.UsedChanges)
 	res.PerThousand = round(res.Compiles*1000/float64(uploads), 2)
 	res.Target = round(float64(res.UsedChanges)*1000/float64(uploads), 2)

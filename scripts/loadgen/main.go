@@ -48,7 +48,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/compilefarm/compilefarm/internal/agentcert"
+	"github.com/compilefarm/compilefarm/internal/agentwire"
+	"github.com/compilefarm/compilefarm/internal/brokermetrics"
 	"github.com/compilefarm/compilefarm/internal/corpus"
+	"github.com/compilefarm/compilefarm/internal/latency"
+	"github.com/compilefarm/compilefarm/internal/loopback"
 )
 
 // outFlag is a flag that works alone (--json: write to stdout) or with a
@@ -152,11 +157,11 @@ func run() error {
 		return nil
 	}
 
-	if err := checkLoopback("--target", *target); err != nil {
+	if err := loopback.Check("--target", *target); err != nil {
 		return err
 	}
 	if *metricsURL != "" {
-		if err := checkLoopbackURL("--metrics", *metricsURL); err != nil {
+		if err := loopback.CheckURL("--metrics", *metricsURL); err != nil {
 			return err
 		}
 	}
@@ -198,7 +203,7 @@ func run() error {
 	if *prefix == "" {
 		*prefix = "lg-" + strconv.FormatInt(time.Now().Unix(), 36)
 	}
-	recorded := recordedRequest
+	recorded := agentwire.RecordedCatalogRequest
 	if *bodyFile != "" {
 		if recorded, err = os.ReadFile(*bodyFile); err != nil {
 			return err
@@ -232,11 +237,11 @@ func run() error {
 	}
 	t0 := time.Now()
 	progress(fmt.Sprintf("enrolling %d nodes (%s keys) at %s", len(names), *keyType, *target))
-	farm, err := fetchCA(ctx, *target)
+	farm, err := agentcert.FetchCA(ctx, *target)
 	if err != nil {
 		return err
 	}
-	farm.goGroups = *goGroups
+	farm.GoGroups = *goGroups
 	nodes, err := enrolAll(ctx, farm, names, *keyType, 8)
 	if err != nil {
 		return err
@@ -250,7 +255,7 @@ func run() error {
 				return fmt.Errorf("catalog request for %s: %w", n.name, err)
 			}
 		}
-		before, _ := scrape(ctx, *metricsURL)
+		before, _ := brokermetrics.Scrape(ctx, *metricsURL)
 		t0 = time.Now()
 		progress(fmt.Sprintf("warm-up: asking for %d first catalogs (each waits for its compile)", len(nodes)))
 		info, wire, err := warmUp(ctx, farm, nodes, *environment, *warmupLimit, progress)
@@ -259,7 +264,7 @@ func run() error {
 		}
 		rep.WarmupSecs = round(time.Since(t0).Seconds(), 1)
 		rep.CatalogBytes, rep.CatalogGzip, rep.CatalogRes = info.decoded, wire, info.resources
-		if after, err := scrape(ctx, *metricsURL); err == nil && after != nil {
+		if after, err := brokermetrics.Scrape(ctx, *metricsURL); err == nil && after != nil {
 			n := after["compilefarm_compile_duration_seconds_count"] - before["compilefarm_compile_duration_seconds_count"]
 			if n > 0 {
 				rep.Compiles = n
@@ -269,7 +274,7 @@ func run() error {
 		if ds, err := compileDurations(ctx, *metricsURL, names); err != nil {
 			progress(fmt.Sprintf("compile durations from the operator API: %v", err))
 		} else if len(ds) > 0 {
-			p := percentiles(ds)
+			p := latency.Summarize(ds)
 			rep.CompileMs = &p
 		}
 		progress(fmt.Sprintf("catalog: %d resources, %d bytes JSON, %d bytes gzip on the wire", info.resources, info.decoded, wire))

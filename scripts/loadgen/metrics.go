@@ -1,75 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/compilefarm/compilefarm/internal/brokermetrics"
 )
-
-// scrape reads the broker's Prometheus text exposition into sample → value
-// (only the compilefarm_* and process_cpu_seconds_total samples).
-func scrape(ctx context.Context, metricsURL string) (map[string]float64, error) {
-	if metricsURL == "" {
-		return nil, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", metricsURL, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape %s: %s", metricsURL, resp.Status)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "compilefarm_") && !strings.HasPrefix(line, "process_cpu_seconds_total") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			out[line[:i]] = v
-		}
-	}
-	return out, sc.Err()
-}
-
-// counterDelta returns the catalog outcome and fact upload counters that
-// moved between two scrapes.
-func counterDelta(before, after map[string]float64) map[string]float64 {
-	if before == nil || after == nil {
-		return nil
-	}
-	out := map[string]float64{}
-	for k, v := range after {
-		if !strings.HasPrefix(k, "compilefarm_catalog_requests_total") && !strings.HasPrefix(k, "compilefarm_fact_uploads_total") &&
-			!strings.HasPrefix(k, "compilefarm_compiles_total") {
-			continue
-		}
-		if d := v - before[k]; d != 0 {
-			k = strings.TrimPrefix(k, "compilefarm_")
-			out[k] = d
-		}
-	}
-	return out
-}
 
 // cpuSeconds is this process's user+system CPU time so far.
 func cpuSeconds() float64 {
@@ -84,7 +24,7 @@ func cpuSeconds() float64 {
 // measureAround records loadgen and broker CPU and the broker's counters
 // across fn.
 func measureAround(ctx context.Context, metricsURL string, res *Result, fn func()) {
-	before, _ := scrape(ctx, metricsURL)
+	before, _ := brokermetrics.Scrape(ctx, metricsURL)
 	c0 := cpuSeconds()
 	m0, _, mok := machineCPU()
 	fn()
@@ -93,11 +33,11 @@ func measureAround(ctx context.Context, metricsURL string, res *Result, fn func(
 	if mok && mok2 && res.Seconds > 0 {
 		res.MachineCores = round((m1-m0)/res.Seconds, 2)
 	}
-	after, err := scrape(ctx, metricsURL)
+	after, err := brokermetrics.Scrape(ctx, metricsURL)
 	if err != nil || before == nil {
 		return
 	}
-	res.Outcomes = counterDelta(before, after)
+	res.Outcomes = brokermetrics.CounterDeltas(before, after)
 	if cpu := after["process_cpu_seconds_total"] - before["process_cpu_seconds_total"]; cpu > 0 {
 		res.BrokerCPU = round(cpu, 2)
 		if res.MachineCores > 0 {

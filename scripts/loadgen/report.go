@@ -4,11 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/compilefarm/compilefarm/internal/latency"
 )
 
 // Result is one measured run (one phase at one client count).
@@ -25,9 +26,9 @@ type Result struct {
 	PerSecond  float64  `json:"per_second"` // requests (catalog) or new connections (connections) per second
 	StoppedBy  string   `json:"stopped_by"` // "duration" or "max-requests"
 
-	Latency Percentiles `json:"latency_ms"`
+	Latency latency.Summary `json:"latency_ms"`
 	// Handshake is the TLS handshake part of Latency (connections phase).
-	Handshake *Percentiles `json:"handshake_ms,omitempty"`
+	Handshake *latency.Summary `json:"handshake_ms,omitempty"`
 
 	// Catalog phase: bytes of each response as sent (gzip) and decoded.
 	WireBytes    float64 `json:"wire_bytes_per_response,omitempty"`
@@ -48,15 +49,6 @@ type Result struct {
 	Outcomes map[string]float64 `json:"broker_counters,omitempty"`
 }
 
-// Percentiles of a latency sample, in milliseconds.
-type Percentiles struct {
-	P50  float64 `json:"p50"`
-	P90  float64 `json:"p90"`
-	P99  float64 `json:"p99"`
-	Max  float64 `json:"max"`
-	Mean float64 `json:"mean"`
-}
-
 // finish fills in what every measured run reports: its length, the
 // requests that succeeded (their latencies lat), the rate, why it stopped
 // and its kinds of errors.
@@ -65,27 +57,9 @@ func (res *Result) finish(elapsed time.Duration, lat []time.Duration, stoppedBy 
 	res.Requests = int64(len(lat))
 	res.PerSecond = round(float64(len(lat))/elapsed.Seconds(), 1)
 	res.StoppedBy = stoppedBy
-	res.Latency = percentiles(lat)
+	res.Latency = latency.Summarize(lat)
 	res.ErrorKinds = elog.list()
 }
-
-func percentiles(d []time.Duration) Percentiles {
-	if len(d) == 0 {
-		return Percentiles{}
-	}
-	slices.Sort(d)
-	at := func(q float64) float64 {
-		i := int(math.Ceil(q*float64(len(d)))) - 1
-		return ms(d[min(max(i, 0), len(d)-1)])
-	}
-	var sum time.Duration
-	for _, x := range d {
-		sum += x
-	}
-	return Percentiles{P50: at(.50), P90: at(.90), P99: at(.99), Max: ms(d[len(d)-1]), Mean: ms(sum / time.Duration(len(d)))}
-}
-
-func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
 
 // Report is everything one loadgen invocation measured.
 type Report struct {
@@ -110,8 +84,8 @@ type Report struct {
 	// CompileMs: the warm-up compiles of these nodes, from the operator
 	// API, in milliseconds (the first compile on each worker also loads the
 	// environment; the median is a warm compile).
-	CompileMs *Percentiles `json:"compile_ms,omitempty"`
-	Runs      []Result     `json:"runs"`
+	CompileMs *latency.Summary `json:"compile_ms,omitempty"`
+	Runs      []Result         `json:"runs"`
 }
 
 func (r *Report) writeJSON(w io.Writer) error {
@@ -213,7 +187,7 @@ func (r *Report) writeText(w io.Writer) {
 	if c := r.Corpus; c != nil {
 		fmt.Fprintf(w, "corpus: %d check-ins (%d changed a used fact): %.0f compiles, %.2f per 1,000 (target %.2f), %.0f extra, %.0f failed; "+
 			"baseline: %.0f compiles in %.1fs\n", c.Uploads, c.UsedChanges, c.Compiles, c.PerThousand, c.Target, c.Extra, c.Failed,
-			c.BaselineCompiles.total(), c.BaselineSeconds)
+			c.BaselineCompiles.Total(), c.BaselineSeconds)
 		for _, n := range c.BaselineFailed {
 			fmt.Fprintf(w, "  FAILED first compile: %s\n", n)
 		}
@@ -303,7 +277,7 @@ func (c *CorpusResult) writeMarkdown(w io.Writer, nodes int) {
 	fmt.Fprintf(w, "\n%d nodes over the %d corpus nodes (%d roles); each check-in changes %.1f fact values on average. "+
 		"Baseline (every node's first facts): %.0f compiles (%.0f unchanged, %.0f failed) in %.1fs: the first compiles, and "+
 		"collectors compiled again as new nodes export their ssh host keys.\n", nodes, c.CorpusNodes, c.Roles, c.VolatilePerCheckIn,
-		c.BaselineCompiles.total(), c.BaselineCompiles.Unchanged, c.BaselineCompiles.Failed, c.BaselineSeconds)
+		c.BaselineCompiles.Total(), c.BaselineCompiles.Unchanged, c.BaselineCompiles.Failed, c.BaselineSeconds)
 	if len(c.BaselineFailed) > 0 {
 		fmt.Fprintln(w, "\nFirst compiles that failed:")
 		fmt.Fprintln(w)

@@ -9,6 +9,9 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/compilefarm/compilefarm/internal/agentcert"
+	"github.com/compilefarm/compilefarm/internal/brokermetrics"
 )
 
 // uploader uploads nodes' facts as their agents do (PUT
@@ -24,11 +27,11 @@ type uploader struct {
 	progress                func(string)
 }
 
-func newUploader(f *farmTLS, nodes []*node, env, metricsURL, label string, progress func(string)) *uploader {
-	up := &uploader{target: f.target, env: env, metricsURL: metricsURL, nodes: nodes, label: label, progress: progress,
+func newUploader(f *agentcert.Farm, nodes []*node, env, metricsURL, label string, progress func(string)) *uploader {
+	up := &uploader{target: f.Target, env: env, metricsURL: metricsURL, nodes: nodes, label: label, progress: progress,
 		clients: make([]*http.Client, len(nodes))}
 	for i, n := range nodes {
-		up.clients[i] = &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: f.tlsConfig(n)}}
+		up.clients[i] = &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: f.TLSConfig(n.cert)}}
 	}
 	return up
 }
@@ -61,7 +64,7 @@ func (up *uploader) put(ctx context.Context, i int, values map[string]any) error
 
 // uploadStats is what one stream of uploads caused.
 type uploadStats struct {
-	compiles compileCounts
+	compiles brokermetrics.CompileCounts
 	seconds  float64 // from the first upload to the drained queue
 }
 
@@ -70,10 +73,10 @@ type uploadStats struct {
 // compiles counted in between. It reports progress every 250 uploads.
 func (up *uploader) measure(ctx context.Context, n int, next func(u int) (int, map[string]any, error)) (uploadStats, error) {
 	var st uploadStats
-	if err := waitDrained(ctx, up.metricsURL); err != nil {
+	if err := brokermetrics.WaitDrained(ctx, up.metricsURL); err != nil {
 		return st, err
 	}
-	before, err := scrape(ctx, up.metricsURL)
+	before, err := brokermetrics.Scrape(ctx, up.metricsURL)
 	if err != nil {
 		return st, err
 	}
@@ -93,62 +96,14 @@ func (up *uploader) measure(ctx context.Context, n int, next func(u int) (int, m
 			up.progress(fmt.Sprintf("%s: %d/%d uploads", up.label, u+1, n))
 		}
 	}
-	if err := waitDrained(ctx, up.metricsURL); err != nil {
+	if err := brokermetrics.WaitDrained(ctx, up.metricsURL); err != nil {
 		return st, err
 	}
 	st.seconds = round(time.Since(start).Seconds(), 2)
-	after, err := scrape(ctx, up.metricsURL)
+	after, err := brokermetrics.Scrape(ctx, up.metricsURL)
 	if err != nil {
 		return st, err
 	}
-	st.compiles = compilesBetween(before, after)
+	st.compiles = brokermetrics.CompilesBetween(before, after)
 	return st, nil
-}
-
-// compileCounts are the broker's compile outcomes
-// (compilefarm_compiles_total by result) between two scrapes.
-type compileCounts struct {
-	OK        float64 `json:"ok"`
-	Unchanged float64 `json:"unchanged"` // compiled again to the same catalog
-	Failed    float64 `json:"failed"`
-	Transient float64 `json:"transient,omitempty"` // failed, retried
-	Stale     float64 `json:"stale,omitempty"`     // discarded: a newer compile won
-}
-
-// total is the compiles that answered a request: ok, unchanged and failed.
-func (c compileCounts) total() float64 { return c.OK + c.Unchanged + c.Failed }
-
-func compilesBetween(before, after map[string]float64) compileCounts {
-	d := func(r string) float64 {
-		k := `compilefarm_compiles_total{result="` + r + `"}`
-		return after[k] - before[k]
-	}
-	return compileCounts{OK: d("ok"), Unchanged: d("unchanged"), Failed: d("failed"), Transient: d("transient"), Stale: d("stale")}
-}
-
-// waitDrained waits until the broker's compile queue is empty, at most 10
-// minutes.
-func waitDrained(ctx context.Context, metricsURL string) error {
-	deadline := time.Now().Add(10 * time.Minute)
-	for {
-		m, err := scrape(ctx, metricsURL)
-		if err != nil {
-			return err
-		}
-		busy := 0.0
-		for _, lane := range []string{"urgent", "bulk"} {
-			busy += m[`compilefarm_queue_depth{lane="`+lane+`"}`] + m[`compilefarm_queue_in_flight{lane="`+lane+`"}`]
-		}
-		if busy == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the compile queue did not drain in 10 minutes (%v jobs left)", busy)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }

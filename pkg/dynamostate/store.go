@@ -7,7 +7,8 @@
 // Store uses three tables with on-demand billing, defined once in Tables
 // (CAStore's table is described on CAStore):
 //
-//	nodes:        certname (S, partition key), version (N), record (S)
+//	nodes:        certname (S, partition key), version (N), record (S),
+//	              report (M: RecordReport's summary, kept beside the record)
 //	node-index:   certname (S, partition key), entry (S, sort key), at (N)
 //	              global secondary index by-entry: entry, certname (keys only)
 //	environments: name     (S, partition key), record (S)
@@ -178,6 +179,9 @@ func decodeNode(item map[string]types.AttributeValue) (storedNode, error) {
 		return storedNode{}, fmt.Errorf("item of node %s has version %q: %w", key.Value, ver.Value, farm.ErrInvalid)
 	}
 	sn.version = v
+	if err := overlayReport(item, &sn.node); err != nil {
+		return storedNode{}, err
+	}
 	return sn, nil
 }
 

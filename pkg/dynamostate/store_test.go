@@ -29,6 +29,7 @@ func TestNodeStoreContract(t *testing.T) {
 		t.Skip("needs the DynamoDB emulator; skipped with -short")
 	}
 	farmtest.TestNodeStore(t, func(t *testing.T) farm.NodeStore { return newStore(t) })
+	farmtest.TestNodeReports(t, func(t *testing.T) farm.NodeStore { return newStore(t) })
 }
 
 func TestEnvironmentStoreContract(t *testing.T) {

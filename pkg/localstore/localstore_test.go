@@ -41,6 +41,7 @@ func TestContentStore(t *testing.T) {
 
 func TestNodeStore(t *testing.T) {
 	farmtest.TestNodeStore(t, func(t *testing.T) farm.NodeStore { return open(t, t.TempDir()) })
+	farmtest.TestNodeReports(t, func(t *testing.T) farm.NodeStore { return open(t, t.TempDir()) })
 }
 
 func TestEnvironmentStore(t *testing.T) {

@@ -15,8 +15,10 @@
 //	                                         ("<space>/<name>" → digest, see
 //	                                         farm.NameStore), "node_index"
 //	                                         ("<entry>\x00<certname>" → "",
-//	                                         see farm.Node.IndexEntries) and
-//	                                         "meta"
+//	                                         see farm.Node.IndexEntries),
+//	                                         "reports" (certname → JSON
+//	                                         farm.ReportSummary, RecordReport's)
+//	                                         and "meta"
 //
 // Content files are written atomically (a temporary file in the same
 // directory, fsync, rename, fsync of the directory) and verified on every

@@ -17,6 +17,7 @@ func TestContentStore(t *testing.T) {
 
 func TestNodeStore(t *testing.T) {
 	farmtest.TestNodeStore(t, func(t *testing.T) farm.NodeStore { return memstore.New() })
+	farmtest.TestNodeReports(t, func(t *testing.T) farm.NodeStore { return memstore.New() })
 }
 
 func TestEnvironmentStore(t *testing.T) {

@@ -207,7 +207,7 @@ func (d *Deployer) Status(ctx context.Context, environment string) (DeployStatus
 		st.Nodes++
 		// A node a held release keeps on the stable code counts by its
 		// precompiled candidate of the new code.
-		slot := ""
+		slot := farm.SlotServed
 		if env.TargetCode(n.Certname) != env.CodeID {
 			slot = farm.SlotCandidate
 		}

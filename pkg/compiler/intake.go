@@ -287,7 +287,8 @@ var errRecorded = errors.New("already recorded")
 
 // plannedJob is a compile plan decided to queue for a node's slot.
 type plannedJob struct {
-	slot, reason, codeID string
+	slot           farm.Slot
+	reason, codeID string
 }
 
 // plan brings the node's compile requests in line with its inputs: the
@@ -392,7 +393,7 @@ type why struct {
 // catalog read, only a change to one of those counts; without one, any
 // change outside the volatile facts does. Facts with nil values repeat the
 // node's last upload.
-func (in *Intake) decide(n *farm.Node, slot, environment, code string, f recentFacts) why {
+func (in *Intake) decide(n *farm.Node, slot farm.Slot, environment, code string, f recentFacts) why {
 	reqp, catp, stp := n.Slot(slot)
 	r := *reqp
 	switch {
@@ -523,7 +524,7 @@ func (in *Intake) loadRecord(ctx context.Context, n *farm.Node, d farm.Digest) e
 	return nil
 }
 
-func (in *Intake) enqueue(ctx context.Context, n farm.Node, slot string) error {
+func (in *Intake) enqueue(ctx context.Context, n farm.Node, slot farm.Slot) error {
 	reqp, _, _ := n.Slot(slot)
 	r := *reqp
 	job := farm.Job{
@@ -685,7 +686,7 @@ func (in *Intake) RequeuePending(ctx context.Context) (int, error) {
 	n := 0
 	for _, env := range envs {
 		err := farm.EachNode(ctx, in.Nodes, farm.NodeQuery{Environment: env.Name, Limit: farm.MaxNodePage}, func(node farm.Node) error {
-			for _, slot := range []string{"", farm.SlotCandidate} {
+			for _, slot := range farm.Slots {
 				if !node.SlotPending(slot) {
 					continue
 				}

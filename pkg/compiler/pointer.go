@@ -10,7 +10,7 @@ import (
 
 // compiled is what a finished compile hands to its node's record.
 type compiled struct {
-	Slot        string // "" (served) or farm.SlotCandidate
+	Slot        farm.Slot
 	Seq         uint64 // the request the compile answers
 	CodeID      string
 	FactsDigest farm.Digest
@@ -57,7 +57,7 @@ func movePointer(n *farm.Node, c compiled) (moved, error) {
 		return moved{}, errNeedStore // another catalog moved in since the compile looked
 	}
 	var out moved
-	if c.Slot == "" {
+	if c.Slot == farm.SlotServed {
 		// Only the served catalog publishes exports.
 		if n.ExportsDigest != c.ExportsDigest {
 			out.ExportsChanged = union(n.ExportTypes, c.ExportTypes)

@@ -20,7 +20,7 @@ func TestMovePointer(t *testing.T) {
 		r.Seq, r.ContentDigest, r.CodeID = seq, farm.DigestOf([]byte(content)), "code-"+content
 		return &r
 	}
-	job := func(slot string, seq uint64, content string, store bool) compiled {
+	job := func(slot farm.Slot, seq uint64, content string, store bool) compiled {
 		c := compiled{Slot: slot, Seq: seq, CodeID: "code-new", Content: farm.DigestOf([]byte(content)), At: at,
 			FactsDigest: farm.DigestOf([]byte("facts")), ExportsDigest: farm.DigestOf([]byte("exports " + content)),
 			ExportTypes: []string{"Sshkey"}, Collects: []string{"Host"}}

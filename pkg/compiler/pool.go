@@ -322,7 +322,7 @@ func (p *Pool) nodeInfo(ctx context.Context, d farm.Delivery, log *slog.Logger) 
 // superseded reports whether a compile with sequence seq for a slot can no
 // longer matter: the slot has a catalog at least as new, or a newer compile
 // (or none: a release promoted or dropped the candidate) is requested.
-func superseded(n *farm.Node, slot string, seq uint64) bool {
+func superseded(n *farm.Node, slot farm.Slot, seq uint64) bool {
 	reqp, catp, _ := n.Slot(slot)
 	if cat := *catp; cat != nil && cat.Seq >= seq {
 		return true

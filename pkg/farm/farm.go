@@ -114,13 +114,25 @@ type Job struct {
 	Seq        uint64    `json:"seq"` // the node's request sequence; newer compiles win
 	Lane       Lane      `json:"lane"`
 	EnqueuedAt time.Time `json:"enqueued_at"`
-	// Slot is "" for the catalog the node is served, SlotCandidate for a
-	// precompile of code a staged release still holds back from it.
-	Slot string `json:"slot,omitempty"`
+	// Slot is SlotServed for the catalog the node is served, SlotCandidate
+	// for a precompile of code a staged release still holds back from it.
+	Slot Slot `json:"slot,omitempty"`
 }
 
-// SlotCandidate marks a job compiling a release's held-back code.
-const SlotCandidate = "candidate"
+// Slot names which of a node's two catalogs a job compiles.
+type Slot string
+
+const (
+	// SlotServed is the catalog the node is served (the empty name, so
+	// jobs and records written before slots existed read as served).
+	SlotServed Slot = ""
+	// SlotCandidate is a precompile of a release's held-back code, which
+	// becomes the served catalog when the release reaches the node.
+	SlotCandidate Slot = "candidate"
+)
+
+// Slots are both slots, served first.
+var Slots = []Slot{SlotServed, SlotCandidate}
 
 // Key identifies the catalog a job is for: queues that collapse jobs and
 // run one job at a time do so per key (node and slot).
@@ -140,7 +152,7 @@ func (j Job) Key() string {
 	if j.Slot == "" {
 		return j.Certname
 	}
-	return j.Certname + "#" + j.Slot
+	return j.Certname + "#" + string(j.Slot)
 }
 
 // CatalogRef points at one stored catalog of a node.
@@ -255,7 +267,7 @@ const HistoryLen = 5
 
 // Slot returns pointers to the node's fields for a job slot: the latest
 // request, the catalog that answers it, and the latest compile status.
-func (n *Node) Slot(slot string) (req **CompileRequest, cat **CatalogRef, status **CompileStatus) {
+func (n *Node) Slot(slot Slot) (req **CompileRequest, cat **CatalogRef, status **CompileStatus) {
 	if slot == SlotCandidate {
 		return &n.CandidateRequested, &n.Candidate, &n.CandidateCompile
 	}
@@ -346,7 +358,7 @@ type RequestCause struct {
 func (n *Node) Pending() bool { return n.SlotPending("") }
 
 // SlotPending is Pending for a job slot.
-func (n *Node) SlotPending(slot string) bool {
+func (n *Node) SlotPending(slot Slot) bool {
 	reqp, catp, stp := n.Slot(slot)
 	req, cat, st := *reqp, *catp, *stp
 	if req == nil {

@@ -67,7 +67,7 @@ func encodeJob(j farm.Job) (string, map[string]types.MessageAttributeValue, erro
 		CodeID:      j.CodeID,
 		Seq:         j.Seq,
 		Lane:        j.Lane,
-		Slot:        j.Slot,
+		Slot:        string(j.Slot),
 		EnqueuedAt:  j.EnqueuedAt.UTC(),
 	}
 	b, err := json.Marshal(m)
@@ -89,7 +89,7 @@ func encodeJob(j farm.Job) (string, map[string]types.MessageAttributeValue, erro
 	str(AttrLane, string(j.Lane))
 	num(AttrSeq, j.Seq)
 	str(AttrCodeID, j.CodeID)
-	str(AttrSlot, j.Slot)
+	str(AttrSlot, string(j.Slot))
 	num(AttrVersion, MessageVersion)
 	return string(b), attrs, nil
 }
@@ -111,7 +111,7 @@ func decodeJob(body string) (farm.Job, error) {
 		CodeID:      m.CodeID,
 		Seq:         m.Seq,
 		Lane:        m.Lane,
-		Slot:        m.Slot,
+		Slot:        farm.Slot(m.Slot),
 		EnqueuedAt:  m.EnqueuedAt,
 	}
 	if err := j.Validate(); err != nil {

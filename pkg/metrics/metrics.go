@@ -1,5 +1,6 @@
 // Package metrics holds the farm's Prometheus metrics: compiles by result,
-// compile durations, catalog requests by outcome, and the queue backlog.
+// compile durations, catalog requests by outcome, the queue backlog, and
+// the front door's admission (requests in progress, waits, refusals).
 package metrics
 
 import (
@@ -37,6 +38,18 @@ const (
 	UploadUnchanged = "unchanged" // nothing that matters changed: no compile
 )
 
+// Front door admission lanes (the lane label of compilefarm_frontdoor_*).
+const (
+	LaneHeavy = "heavy" // requests with a body, catalogs and node classification
+	LaneLight = "light" // CA certificate and CRL, file metadata and content, status
+)
+
+// Why the front door refused a request (compilefarm_frontdoor_refused_total).
+const (
+	RefusedQueueFull = "queue_full" // every slot busy and the wait queue full
+	RefusedQueueWait = "queue_wait" // no slot within the queue wait
+)
+
 // Farm is the set of metrics one process exports.
 type Farm struct {
 	Registry        *prometheus.Registry
@@ -44,6 +57,9 @@ type Farm struct {
 	CompileDuration prometheus.Histogram
 	CatalogRequests *prometheus.CounterVec
 	FactUploads     *prometheus.CounterVec
+	InFlight        *prometheus.GaugeVec
+	QueueWait       *prometheus.HistogramVec
+	Refused         *prometheus.CounterVec
 }
 
 // QueueStatser is the part of a queue the backlog gauges read.
@@ -74,6 +90,19 @@ func New(queue QueueStatser) *Farm {
 			Name: "compilefarm_fact_uploads_total",
 			Help: "Fact uploads received, by whether they queued a compile (queued, unchanged).",
 		}, []string{"result"}),
+		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "compilefarm_frontdoor_in_flight",
+			Help: "Front door requests in progress, by admission lane (heavy, light).",
+		}, []string{"lane"}),
+		QueueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "compilefarm_frontdoor_queue_wait_seconds",
+			Help:    "Time a front door request waited for a slot, by lane; only requests that found every slot busy (admitted or refused).",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"lane"}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "compilefarm_frontdoor_refused_total",
+			Help: "Front door requests answered 503 + Retry-After for want of capacity, by lane and reason (queue_full, queue_wait).",
+		}, []string{"lane", "reason"}),
 	}
 	for _, r := range []string{CompileOK, CompileFailed, CompileTransient, CompileStale, CompileUnchanged} {
 		m.Compiles.WithLabelValues(r)
@@ -81,7 +110,14 @@ func New(queue QueueStatser) *Farm {
 	for _, o := range []string{CatalogFresh, CatalogStale, CatalogWaited, CatalogFailed, CatalogPending} {
 		m.CatalogRequests.WithLabelValues(o)
 	}
-	reg.MustRegister(m.Compiles, m.CompileDuration, m.CatalogRequests, m.FactUploads,
+	for _, l := range []string{LaneHeavy, LaneLight} {
+		m.InFlight.WithLabelValues(l)
+		m.QueueWait.WithLabelValues(l)
+		for _, r := range []string{RefusedQueueFull, RefusedQueueWait} {
+			m.Refused.WithLabelValues(l, r)
+		}
+	}
+	reg.MustRegister(m.Compiles, m.CompileDuration, m.CatalogRequests, m.FactUploads, m.InFlight, m.QueueWait, m.Refused,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	if queue != nil {
 		reg.MustRegister(&queueCollector{q: queue})
@@ -125,6 +161,27 @@ func (m *Farm) ObserveFactUpload(queued bool) {
 		result = UploadQueued
 	}
 	m.FactUploads.WithLabelValues(result).Inc()
+}
+
+// AddInFlight moves the count of a lane's requests in progress by delta.
+func (m *Farm) AddInFlight(lane string, delta int) {
+	if m != nil {
+		m.InFlight.WithLabelValues(lane).Add(float64(delta))
+	}
+}
+
+// ObserveQueueWait records how long a request waited for a slot in lane.
+func (m *Farm) ObserveQueueWait(lane string, d time.Duration) {
+	if m != nil {
+		m.QueueWait.WithLabelValues(lane).Observe(d.Seconds())
+	}
+}
+
+// ObserveRefused counts one request of lane refused for reason (Refused*).
+func (m *Farm) ObserveRefused(lane, reason string) {
+	if m != nil {
+		m.Refused.WithLabelValues(lane, reason).Inc()
+	}
 }
 
 var (

@@ -39,6 +39,7 @@ type devConfig struct {
 	classifier                                classifierFlags
 	basemodulepath                            basemodulepathFlag
 	eyamlKeys                                 string
+	admission                                 admissionFlags
 }
 
 func runDev(ctx context.Context, args []string) error {
@@ -66,11 +67,15 @@ func runDev(ctx context.Context, args []string) error {
 	fs.StringVar(&c.eyamlKeys, "eyaml-keys", "", "directory with the keys of encrypted Hiera data (hiera-eyaml's private_key.pkcs7.pem and public_key.pkcs7.pem; "+
 		"key paths a hiera.yaml names that do not exist here are looked up by file name in it); keep it outside --environments")
 	c.classifier.register(fs)
+	c.admission.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("dev: unexpected arguments %q", fs.Args())
+	}
+	if err := c.admission.validate(); err != nil {
+		return fmt.Errorf("dev: %w", err)
 	}
 	log, err := newLogger(c.logLevel)
 	if err != nil {
@@ -153,7 +158,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	fd := &frontdoor.Server{
 		CA: authority, Revocations: authority, Intake: intake, Nodes: store, Envs: store,
 		Content: store, Files: lib, Bucket: store, Metrics: m, Log: log, PuppetVersion: engine.PuppetVersion(),
-		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait,
+		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait, Admission: c.admission.limits,
 	}
 	if enc != nil {
 		// At check-in (intake, node endpoint) and for each compile, as
@@ -163,7 +168,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: store, Envs: store, Deployer: deployer})
 	// Client certificates are optional (CA bootstrap), verified against the
 	// CA when given, and refused at the handshake once revoked.
-	return listenAndServe(ctx, log, c.listen, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), ops,
+	return listenAndServe(ctx, log, c.listen, c.admission.maxConns, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), ops,
 		func(ctx context.Context) { pool.Run(ctx, c.workers) },
 		"compilefarm dev is up", "certname", c.certname, "environments", envRoot,
 		"basemodulepath", strings.Join(baseModulepath, string(filepath.ListSeparator)), "data", c.data, "autosign", c.autosign)

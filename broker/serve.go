@@ -20,10 +20,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/compilefarm/compilefarm/pkg/admin"
+	"github.com/compilefarm/compilefarm/pkg/awscalls"
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/code"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/dynamostate"
+	"github.com/compilefarm/compilefarm/pkg/envcache"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/frontdoor"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
@@ -40,9 +42,11 @@ type serveConfig struct {
 	autosign, allowSANs                                bool
 	firstWait, changedWait                             time.Duration
 	clockMaxAge                                        time.Duration
+	envCache, fullReportEvery, factsRefresh            time.Duration
 	logLevel                                           string
 	classifier                                         classifierFlags
 	basemodulepath                                     basemodulepathFlag
+	admission                                          admissionFlags
 }
 
 // runServe runs the fleet's front door (and operator API) on the AWS
@@ -74,10 +78,20 @@ func runServe(ctx context.Context, args []string) error {
 	fs.DurationVar(&c.firstWait, "first-compile-wait", 60*time.Second, "how long a first catalog request waits for its compile")
 	fs.DurationVar(&c.changedWait, "changed-compile-wait", 10*time.Second, "how long a catalog request waits for a recompile")
 	fs.DurationVar(&c.clockMaxAge, "clock-max-age", time.Hour, clockMaxAgeUsage)
+	fs.DurationVar(&c.envCache, "environment-cache", envcache.DefaultTTL,
+		"how long an environment record read from DynamoDB is reused (changes made through this task are seen at once; negative: never)")
+	fs.DurationVar(&c.fullReportEvery, "full-report-every", 24*time.Hour,
+		"keep the full report of one unchanged agent run per node this often; changed, failed and new-catalog runs are always kept (negative: never)")
+	fs.DurationVar(&c.factsRefresh, "facts-refresh", 24*time.Hour,
+		"how often a node's stored facts are rewritten when only facts no catalog reads changed (an S3 PUT and a DynamoDB write; keep it well above the agents' run interval)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	c.classifier.register(fs)
+	c.admission.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if err := c.admission.validate(); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
 	if c.backend != "aws" {
 		return fmt.Errorf("serve: --backend %q is not supported (aws; the embedded farm is `broker dev`)", c.backend)
@@ -107,6 +121,8 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	calls := awscalls.New() // every AWS call of this task, on /metrics
+	calls.Instrument(&awsCfg)
 	content := s3store.NewFromConfig(awsCfg, c.bucket, s3store.Options{Prefix: c.prefix})
 	state := dynamostate.NewFromConfig(awsCfg, dynamostate.Options{NodesTable: c.nodesTable, IndexTable: c.indexTable, EnvironmentsTable: c.envTable})
 	queue := sqsqueue.New(sqs.NewFromConfig(awsCfg), sqsqueue.Options{UrgentURL: c.urgentURL, BulkURL: c.bulkURL, Logger: log})
@@ -125,13 +141,17 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	}
 	defer closeCA()
 	m := metrics.New(queue)
+	m.Registry.MustRegister(calls)
 	lib := code.NewLibrary(content, filepath.Join(c.work, "code"))
-	intake := &compiler.Intake{Content: content, Nodes: state, Envs: state, Queue: queue, Filter: filter, Log: log, ClockMaxAge: c.clockMaxAge}
-	deployer := &compiler.Deployer{Content: content, Envs: state, Nodes: state, Intake: intake, Root: c.environments, BaseModulepath: baseModulepath, Log: log}
+	envs := envcache.New(state, c.envCache) // operators' read-modify-writes read through it
+	intake := &compiler.Intake{Content: content, Nodes: state, Envs: envs, Queue: queue, Filter: filter, Log: log, ClockMaxAge: c.clockMaxAge,
+		FactsRefresh: c.factsRefresh}
+	deployer := &compiler.Deployer{Content: content, Envs: envs.ReadThrough(), Nodes: state, Intake: intake, Root: c.environments, BaseModulepath: baseModulepath, Log: log}
 	fd := &frontdoor.Server{
-		CA: authority, Revocations: authority, Intake: intake, Nodes: state, Envs: state,
+		CA: authority, Revocations: authority, Intake: intake, Nodes: state, Envs: envs,
+		Reports: frontdoor.ReportPolicy{Every: c.fullReportEvery},
 		Content: content, Files: lib, Bucket: content, Metrics: m, Log: log,
-		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait,
+		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait, Admission: c.admission.limits,
 	}
 	if enc != nil {
 		// At check-in; the compile function classifies again per compile
@@ -139,7 +159,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		intake.Classifier, fd.Classifier = enc, enc
 	}
 	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: state, Envs: state, Deployer: deployer})
-	return listenAndServe(ctx, log, c.listen, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), ops, nil,
+	return listenAndServe(ctx, log, c.listen, c.admission.maxConns, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), ops, nil,
 		"compilefarm serve is up", "backend", c.backend, "certname", c.certname, "bucket", c.bucket)
 }
 
@@ -173,15 +193,17 @@ func loadAWSConfig(ctx context.Context) (aws.Config, error) {
 	return cfg, nil
 }
 
-// listenAndServe runs the front door (TLS) and the metrics/operator
-// listener, plus background (if any), until ctx ends; it logs upMsg with
-// the addresses once both listen.
-func listenAndServe(ctx context.Context, log *slog.Logger, listen, metricsListen string, front http.Handler,
+// listenAndServe runs the front door (TLS, at most maxConns connections
+// open when maxConns > 0) and the metrics/operator listener, plus
+// background (if any), until ctx ends; it logs upMsg with the addresses
+// once both listen.
+func listenAndServe(ctx context.Context, log *slog.Logger, listen string, maxConns int, metricsListen string, front http.Handler,
 	tlsConf *tls.Config, ops http.Handler, background func(context.Context), upMsg string, upArgs ...any) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
+	ln = limitConns(ln, maxConns)
 	mln, err := net.Listen("tcp", metricsListen)
 	if err != nil {
 		ln.Close()

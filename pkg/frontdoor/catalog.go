@@ -101,7 +101,10 @@ func (s *Server) serveCatalog(w http.ResponseWriter, r *http.Request, n farm.Nod
 		if n.Catalog == nil {
 			wait = s.FirstCompileWait
 		}
-		waited, err := s.waitCompile(r.Context(), n.Certname, wait)
+		var waited farm.Node
+		var err error
+		// A compile wait holds no body: the slot serves others meanwhile.
+		withoutSlot(r, func() { waited, err = s.waitCompile(r.Context(), n.Certname, wait) })
 		if err != nil && r.Context().Err() != nil {
 			return
 		}

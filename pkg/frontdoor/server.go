@@ -50,6 +50,7 @@ type Intake interface {
 type Nodes interface {
 	GetNode(ctx context.Context, certname string) (farm.Node, error)
 	UpdateNode(ctx context.Context, certname string, fn func(*farm.Node) error) (farm.Node, error)
+	RecordReport(ctx context.Context, certname string, sum farm.ReportSummary) (*farm.ReportSummary, error)
 }
 
 // Environments reads environment records.
@@ -94,8 +95,15 @@ type Server struct {
 	MaxBody       int64
 	MaxReport     int64
 	MaxBucketFile int64
+	// Admission bounds the requests in progress at once; the zero value is
+	// DefaultAdmission(). Each Handler has its own slots.
+	Admission Admission
+
+	// Reports says which reports are kept whole (report.go).
+	Reports ReportPolicy
 
 	catalogs *blobCache
+	runs     *runState // what agent runs' requests share (runs.go)
 }
 
 func (s *Server) log() *slog.Logger {
@@ -124,8 +132,14 @@ func (s *Server) defaults() {
 	if s.MaxBucketFile == 0 {
 		s.MaxBucketFile = DefaultMaxBucketFile
 	}
+	if s.Admission == (Admission{}) {
+		s.Admission = DefaultAdmission()
+	}
 	if s.catalogs == nil {
 		s.catalogs = newBlobCache(512 << 20)
+	}
+	if s.runs == nil {
+		s.runs = &runState{facts: newBlobCache(factsCacheBytes)}
 	}
 }
 
@@ -135,34 +149,38 @@ func (s *Server) defaults() {
 // (Puppet Server's auth.conf ends in "deny all"), and any other path is 404
 // with Puppet's JSON error. Paths are taken as sent, never cleaned or
 // redirected: a "//" reaches the filebucket's <sum>//<path> intact.
+// Every endpoint but the health check goes through an admission lane
+// (Admission): the heavy one for requests with a body, catalogs and node
+// classification, the light one for the rest.
 func (s *Server) Handler() http.Handler {
 	s.defaults()
+	heavy, light := s.newLanes()
 	var rt router
 	// CA bootstrap: open.
-	rt.handle("GET /puppet-ca/v1/certificate/{name}", s.getCertificate)
-	rt.handle("GET /puppet-ca/v1/certificate_revocation_list/ca", s.getCRL)
-	rt.handle("PUT /puppet-ca/v1/certificate_request/{name}", s.putCSR)
-	rt.handle("GET /puppet-ca/v1/certificate_request/{name}", s.getCSR)
-	// Status: open.
+	rt.handle("GET /puppet-ca/v1/certificate/{name}", light.admit(s.getCertificate))
+	rt.handle("GET /puppet-ca/v1/certificate_revocation_list/ca", light.admit(s.getCRL))
+	rt.handle("PUT /puppet-ca/v1/certificate_request/{name}", heavy.admit(s.putCSR))
+	rt.handle("GET /puppet-ca/v1/certificate_request/{name}", light.admit(s.getCSR))
+	// Status: open; the health check is never refused.
 	rt.handle("GET /status/v1/simple", s.statusSimple)
 	rt.handle("GET /status/v1/simple/{service}", s.statusSimple)
-	rt.handle("GET /status/v1/services", s.statusServices)
+	rt.handle("GET /status/v1/services", light.admit(s.statusServices))
 	// A node's own resources.
-	rt.handle("GET /puppet/v3/node/{name}", s.ownNode(s.getNode))
-	rt.handle("POST /puppet/v3/catalog/{name}", s.ownNode(s.postCatalog))
-	rt.handle("GET /puppet/v3/catalog/{name}", s.ownNode(s.getCatalog))
-	rt.handle("PUT /puppet/v3/facts/{name}", s.ownNode(s.putFacts))
-	rt.handle("PUT /puppet/v3/report/{name}", s.ownNode(s.putReport))
+	rt.handle("GET /puppet/v3/node/{name}", heavy.admit(s.ownNode(s.getNode)))
+	rt.handle("POST /puppet/v3/catalog/{name}", heavy.admit(s.ownNode(s.postCatalog)))
+	rt.handle("GET /puppet/v3/catalog/{name}", heavy.admit(s.ownNode(s.getCatalog)))
+	rt.handle("PUT /puppet/v3/facts/{name}", heavy.admit(s.ownNode(s.putFacts)))
+	rt.handle("PUT /puppet/v3/report/{name}", heavy.admit(s.ownNode(s.putReport)))
 	// Any valid certificate.
-	rt.handle("GET /puppet/v3/environments", s.anyCert(s.getEnvironments))
-	rt.handle("GET /puppet/v3/file_metadatas/{path...}", s.anyCert(s.fileMetadatas))
-	rt.handle("GET /puppet/v3/file_metadata/{path...}", s.anyCert(s.fileMetadata))
-	rt.handle("GET /puppet/v3/file_content/{path...}", s.anyCert(s.fileContent))
-	rt.handle("GET /puppet/v3/static_file_content/{path...}", s.anyCert(s.staticFileContent))
+	rt.handle("GET /puppet/v3/environments", light.admit(s.anyCert(s.getEnvironments)))
+	rt.handle("GET /puppet/v3/file_metadatas/{path...}", light.admit(s.anyCert(s.fileMetadatas)))
+	rt.handle("GET /puppet/v3/file_metadata/{path...}", light.admit(s.anyCert(s.fileMetadata)))
+	rt.handle("GET /puppet/v3/file_content/{path...}", light.admit(s.anyCert(s.fileContent)))
+	rt.handle("GET /puppet/v3/static_file_content/{path...}", light.admit(s.anyCert(s.staticFileContent)))
 	if s.Bucket != nil {
-		rt.handle("GET /puppet/v3/file_bucket_file/{key...}", s.anyCert(s.getBucketFile))
-		rt.handle("HEAD /puppet/v3/file_bucket_file/{key...}", s.anyCert(s.headBucketFile))
-		rt.handle("PUT /puppet/v3/file_bucket_file/{key...}", s.anyCert(s.putBucketFile))
+		rt.handle("GET /puppet/v3/file_bucket_file/{key...}", light.admit(s.anyCert(s.getBucketFile)))
+		rt.handle("HEAD /puppet/v3/file_bucket_file/{key...}", light.admit(s.anyCert(s.headBucketFile)))
+		rt.handle("PUT /puppet/v3/file_bucket_file/{key...}", heavy.admit(s.anyCert(s.putBucketFile)))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Puppet-Version", s.PuppetVersion)

@@ -7,8 +7,10 @@
 #  2. runs scripts/loadgen: cached catalog requests over keep-alive at 1, 16
 #     and 128 clients (identical facts, then fresh facts per request), new
 #     mTLS connections per request at 16 clients, and fact churn (compiles
-#     per 1,000 fact uploads on the benchmark environment);
-#  3. stops the broker (its process group: the Ruby workers too);
+#     per 1,000 fact uploads on the benchmark environment); then
+#     scripts/agentsim: a herd of whole agent runs (its warm-up round
+#     compiles each agent first); then stops the broker (its process group:
+#     the Ruby workers too);
 #  4. builds the corpus of real modules (internal/corpus: loadgen
 #     --build-corpus) into the work directory, starts a second broker on it
 #     the same way (fresh --data), runs loadgen's corpus phase (compiles per
@@ -25,7 +27,8 @@
 # corpus phase nodes, twice the corpus's 18), BENCH_CORPUS_UPLOADS (1000:
 # corpus phase check-ins), BENCH_QUIET_WAIT (120: seconds to wait for other
 # processes to leave the CPUs alone before starting; the tables show how much
-# CPU they took anyway).
+# CPU they took anyway), BENCH_AGENTS (200: agentsim's herd), BENCH_AGENT_WINDOW
+# (10s: the herd's window).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -41,6 +44,8 @@ UPLOADS=${BENCH_UPLOADS:-1000}
 CORPUS_NODES=${BENCH_CORPUS_NODES:-36}
 CORPUS_UPLOADS=${BENCH_CORPUS_UPLOADS:-1000}
 QUIET_WAIT=${BENCH_QUIET_WAIT:-120}
+AGENTS=${BENCH_AGENTS:-200}
+AGENT_WINDOW=${BENCH_AGENT_WINDOW:-10s}
 BROKER=bin/broker
 ENVS=scripts/bench/environments
 
@@ -106,6 +111,7 @@ kernel=$(uname -sr)
 
 say "building the load generator"
 go build -o "$work/loadgen" ./scripts/loadgen
+go build -o "$work/agentsim" ./scripts/agentsim
 
 waited=0
 busy=$(busy_cores)
@@ -163,6 +169,15 @@ churn_cmd=("$work/loadgen" "${lg_common[@]}" --phase churn --nodes "$NODES" --up
   --prefix churn --json="$work/churn.json" --markdown="$work/churn.md")
 say "fact churn: ${churn_cmd[*]}"
 "${churn_cmd[@]}" >&2
+# 3. Whole agent runs (scripts/agentsim): a herd of agents, each with its own
+# certificate, each run a new TLS connection, pluginsync, the catalog with
+# fresh volatile facts and a report; the warm-up round compiles every agent.
+agents_cmd=("$work/agentsim" --target "$addr" --metrics "$metrics" --broker-pid "$broker_pid"
+  --mode herd --agents "$AGENTS" --window "$AGENT_WINDOW" --state "$work/agentsim-state"
+  --json="$work/agents.json" --markdown="$work/agents.md")
+say "agent runs: ${agents_cmd[*]}"
+agents_rc=0
+"${agents_cmd[@]}" >&2 || agents_rc=$?
 stop_broker
 
 # 4. The corpus of real modules, on a second broker: compiles per 1,000
@@ -265,7 +280,7 @@ mkdir -p "$(dirname "$OUT")"
   echo '```'
   echo "make bench   # = make deps build, then scripts/bench.sh"
   echo "# BENCH_DURATION=$DURATION BENCH_NODES=$NODES BENCH_CLIENTS=$CLIENTS BENCH_CONN_CLIENTS=$CONN_CLIENTS BENCH_FACTS=$FACTS BENCH_WORKERS=$WORKERS BENCH_BENCHTIME=$BENCHTIME"
-  echo "# BENCH_UPLOADS=$UPLOADS BENCH_CORPUS_NODES=$CORPUS_NODES BENCH_CORPUS_UPLOADS=$CORPUS_UPLOADS"
+  echo "# BENCH_UPLOADS=$UPLOADS BENCH_CORPUS_NODES=$CORPUS_NODES BENCH_CORPUS_UPLOADS=$CORPUS_UPLOADS BENCH_AGENTS=$AGENTS BENCH_AGENT_WINDOW=$AGENT_WINDOW"
   echo "${bench_broker_cmd[*]}" | nocmd
   echo "${cat_cmd[*]}" | nocmd
   echo "${conn_cmd[*]}" | nocmd
@@ -326,6 +341,25 @@ mkdir -p "$(dirname "$OUT")"
   echo "metrics after the queue drained."
   echo
   cat "$work/churn.md"
+  echo
+  echo "## Whole agent runs"
+  echo
+  echo "What users live with: $AGENTS simulated Puppet 7 agents (scripts/agentsim), each with its own"
+  echo "certificate, run once within $AGENT_WINDOW against the benchmark broker: a new mTLS connection,"
+  echo "pluginsync (file_metadatas), the catalog request with fresh facts (volatile facts changed,"
+  echo "nothing else), and a report of real size. A warm-up round first compiled every agent's"
+  echo "catalog; the measured round should compile nothing. Broker CPU is its process's user+system"
+  echo "time (/proc) over the round, divided by runs (compile workers counted apart)."
+  echo
+  if [ -s "$work/agents.md" ]; then
+    cat "$work/agents.md"
+  else
+    echo "**agentsim failed (exit $agents_rc) before it measured anything**: see the output of \`make bench\`."
+  fi
+  echo
+  echo '```'
+  echo "${agents_cmd[*]}" | sed "s#$work/agentsim#agentsim#g; s#--broker-pid [^ ]*#--broker-pid PID#" | nocmd
+  echo '```'
   echo
   echo "## Compiles per 1,000 check-ins on real modules"
   echo

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/admin"
-	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/release"
 )
 
 const defaultAdmin = "http://127.0.0.1:9140"
@@ -152,7 +152,7 @@ func runCode(ctx context.Context, args []string) error {
 
 // printDeployed prints what a deploy did to an environment and reports
 // whether it has recompiles to follow.
-func printDeployed(out io.Writer, res compiler.DeployResult) bool {
+func printDeployed(out io.Writer, res release.DeployResult) bool {
 	if !res.Changed && res.Queued == 0 {
 		fmt.Fprintf(out, "%s: code unchanged (code_id %s, %d files); nothing queued\n", res.Environment, short(res.CodeID), res.Files)
 		return false
@@ -239,13 +239,13 @@ func followDeploy(ctx context.Context, c *admin.Client, env string, out io.Write
 	}
 }
 
-func countsOf(st compiler.DeployStatus) string {
+func countsOf(st release.DeployStatus) string {
 	return fmt.Sprint(st.Queued, st.Compiled, st.Unchanged, st.Failed, st.Other)
 }
 
 // statusLine is one progress line: counts, the rate of compiles finished
 // since done0 were, over elapsed, and the ETA at that rate.
-func statusLine(st compiler.DeployStatus, done0 int, elapsed time.Duration) string {
+func statusLine(st release.DeployStatus, done0 int, elapsed time.Duration) string {
 	done := st.Compiled + st.Unchanged + st.Failed
 	waiting := st.Queued + st.Other
 	rate := 0.0

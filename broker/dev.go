@@ -20,8 +20,10 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/compiler/puppet"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/frontdoor"
+	"github.com/compilefarm/compilefarm/pkg/intake"
 	"github.com/compilefarm/compilefarm/pkg/localstore"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
+	"github.com/compilefarm/compilefarm/pkg/release"
 )
 
 type devConfig struct {
@@ -142,13 +144,13 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 
 	m := metrics.New(queue)
 	lib := code.NewLibrary(store, filepath.Join(c.data, "code"))
-	intake := &compiler.Intake{Content: store, Nodes: store, Envs: store, Queue: queue, Filter: filter, Log: log, ClockMaxAge: c.clockMaxAge}
-	deployer := &compiler.Deployer{Content: store, Envs: store, Nodes: store, Intake: intake, Root: envRoot, BaseModulepath: baseModulepath, Log: log}
-	pool := &compiler.Pool{Queue: queue, Nodes: store, Content: store, Engine: engine, Code: lib, Metrics: m, Log: log, Collectors: intake}
+	in := &intake.Intake{Content: store, Nodes: store, Envs: store, Queue: queue, Filter: filter, Log: log, ClockMaxAge: c.clockMaxAge}
+	deployer := &release.Deployer{Content: store, Envs: store, Nodes: store, Intake: in, Root: envRoot, BaseModulepath: baseModulepath, Log: log}
+	pool := &compiler.Pool{Queue: queue, Nodes: store, Content: store, Engine: engine, Code: lib, Metrics: m, Log: log, Collectors: in}
 
 	// Compiles requested just before a crash, and code changed on disk
 	// while the farm was down, are queued again.
-	if _, err := intake.RequeuePending(ctx); err != nil {
+	if _, err := in.RequeuePending(ctx); err != nil {
 		return err
 	}
 	if err := deployer.DeployAll(ctx); err != nil {
@@ -156,16 +158,16 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	}
 
 	fd := &frontdoor.Server{
-		CA: authority, Revocations: authority, Intake: intake, Nodes: store, Envs: store,
+		CA: authority, Revocations: authority, Intake: in, Nodes: store, Envs: store,
 		Content: store, Files: lib, Bucket: store, Metrics: m, Log: log, PuppetVersion: engine.PuppetVersion(),
 		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait, Admission: c.admission.limits,
 	}
 	if enc != nil {
 		// At check-in (intake, node endpoint) and for each compile, as
 		// Puppet Server runs its classifier per request.
-		intake.Classifier, pool.Classifier, fd.Classifier = enc, enc, enc
+		in.Classifier, pool.Classifier, fd.Classifier = enc, enc, enc
 	}
-	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: store, Envs: store, Deployer: deployer})
+	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: store, Envs: store, Deployer: deployer, Explainer: in})
 	// Client certificates are optional (CA bootstrap), verified against the
 	// CA when given, and refused at the handshake once revoked.
 	return listenAndServe(ctx, log, c.listen, c.admission.maxConns, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), ops,

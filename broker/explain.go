@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/admin"
-	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/intake"
 )
 
 func runExplain(ctx context.Context, args []string) error {
@@ -48,7 +48,7 @@ func explainCmd(ctx context.Context, out io.Writer, args []string) error {
 }
 
 // printExplanation prints ex for an operator, times relative to now.
-func printExplanation(w io.Writer, ex compiler.Explanation, now time.Time) {
+func printExplanation(w io.Writer, ex intake.Explanation, now time.Time) {
 	line := func(label, format string, a ...any) {
 		fmt.Fprintf(w, "%-12s %s\n", label, fmt.Sprintf(format, a...))
 	}

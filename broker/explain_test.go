@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/admin"
-	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/intake"
 	"github.com/compilefarm/compilefarm/pkg/memstore"
 )
 
@@ -27,7 +27,7 @@ func explainFarm(t *testing.T, at time.Time) string {
 	read := func(kind facts.ReadKind, v string, path ...string) facts.Read {
 		return facts.Read{Path: path, Kind: kind, Value: json.RawMessage(v)}
 	}
-	rec, _ := json.Marshal(compiler.FactReads{Reads: []facts.Read{
+	rec, _ := json.Marshal(facts.ReadRecord{Reads: []facts.Read{
 		read(facts.ReadValue, `"web"`, "cf_role"),
 		read(facts.ReadValue, `"12.11"`, "os", "release", "full"),
 		read(facts.ReadValue, `"Debian"`, "os", "family"),
@@ -56,7 +56,7 @@ func explainFarm(t *testing.T, at time.Time) string {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	(&admin.Server{Nodes: store, Envs: store, Deployer: &compiler.Deployer{Content: store, Envs: store, Nodes: store}}).Register(mux)
+	(&admin.Server{Nodes: store, Envs: store, Explainer: &intake.Intake{Content: store, Nodes: store}}).Register(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv.URL
@@ -91,11 +91,11 @@ func TestExplain(t *testing.T) {
 	if err := explainCmd(context.Background(), &out, []string{"--json", "web01", "--admin", url}); err != nil {
 		t.Fatal(err)
 	}
-	var ex compiler.Explanation
+	var ex intake.Explanation
 	if err := json.Unmarshal(out.Bytes(), &ex); err != nil {
 		t.Fatalf("explain --json is not an explanation: %v\n%s", err, out.String())
 	}
-	if ex.State != compiler.RequestCompiled || ex.Request == nil || len(ex.Request.Changes) != 3 ||
+	if ex.State != intake.RequestCompiled || ex.Request == nil || len(ex.Request.Changes) != 3 ||
 		string(ex.Request.Changes[0].New) != `"12.11"` || ex.Reads == nil || ex.Reads.Reads != 5 {
 		t.Errorf("explain --json = %s", out.String())
 	}
@@ -117,29 +117,29 @@ func TestPrintExplanation(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		ex   compiler.Explanation
+		ex   intake.Explanation
 		want []string
 	}{
 		{"code changed, pending, no read record",
-			compiler.Explanation{Node: "n1", Environment: "production", CodeID: "aaaaaaaaaaaaaaaa",
+			intake.Explanation{Node: "n1", Environment: "production", CodeID: "aaaaaaaaaaaaaaaa",
 				Request: req(farm.ReasonCodeChanged, &farm.RequestCause{Input: farm.CauseCodeID, Old: "aaaaaaaaaaaaaaaa", New: "bbbbbbbbbbbbbbbb"}),
-				State:   compiler.RequestPending},
+				State:   intake.RequestPending},
 			[]string{"seq 2, code-changed, bulk lane, at 2026-11-23T11:00:00Z (1h0m0s ago): pending\n",
 				"  code_id: aaaaaaaaaaaa -> bbbbbbbbbbbb\n",
 				"reads        none recorded: any change outside the volatile facts recompiles the catalog\n"}},
 		{"facts without a read record, failed",
-			compiler.Explanation{Node: "n1", CodeID: "c",
+			intake.Explanation{Node: "n1", CodeID: "c",
 				Request: req(farm.ReasonFactsChanged, &farm.RequestCause{Input: farm.CauseRelevant, Old: "1111111111111111", New: "2222222222222222",
 					Note: "no read record; relevant facts digest changed"}),
-				State: compiler.RequestFailed, Error: "Evaluation Error: boom\n  at line 3"},
+				State: intake.RequestFailed, Error: "Evaluation Error: boom\n  at line 3"},
 			[]string{"(1h0m0s ago): failed: Evaluation Error: boom\n",
 				"  relevant_digest: 111111111111 -> 222222222222\n",
 				"  (no read record; relevant facts digest changed)\n"}},
 		{"always recompiles",
-			compiler.Explanation{Node: "n1", CodeID: "c", Reads: &compiler.ReadSummary{Reads: 1, AlwaysRecompile: true, Why: "generate() called",
-				Facts: []compiler.FactReadCount{{Fact: "", Reads: 1}}}},
+			intake.Explanation{Node: "n1", CodeID: "c", Reads: &intake.ReadSummary{Reads: 1, AlwaysRecompile: true, Why: "generate() called",
+				Facts: []intake.FactReadCount{{Fact: "", Reads: 1}}}},
 			[]string{"request      none queued\n", "  always recompiles, at every fact upload: generate() called\n", "  all facts (1)\n"}},
-		{"no catalog", compiler.Explanation{Node: "n1"}, []string{"code_id      -\n", "reads        no catalog yet\n"}},
+		{"no catalog", intake.Explanation{Node: "n1"}, []string{"code_id      -\n", "reads        no catalog yet\n"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

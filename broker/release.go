@@ -12,7 +12,7 @@ import (
 
 	"github.com/compilefarm/compilefarm/pkg/admin"
 	"github.com/compilefarm/compilefarm/pkg/catalog"
-	"github.com/compilefarm/compilefarm/pkg/compiler"
+	"github.com/compilefarm/compilefarm/pkg/release"
 )
 
 func runRelease(ctx context.Context, args []string) error {
@@ -49,7 +49,7 @@ node and makes it the stable code.`)
 		fs.Usage()
 		return fmt.Errorf("release: expected ENV and one of --hold, --no-hold, --percent, --nodes, --all, or status ENV")
 	}
-	var ch compiler.ReleaseChange
+	var ch release.ReleaseChange
 	set := 0
 	if *hold {
 		ch.Hold, set = hold, set+1
@@ -79,7 +79,7 @@ node and makes it the stable code.`)
 	return nil
 }
 
-func printReleaseResult(w io.Writer, res compiler.ReleaseResult) {
+func printReleaseResult(w io.Writer, res release.ReleaseResult) {
 	r := res.Release
 	switch {
 	case r == nil:
@@ -113,7 +113,7 @@ func typeCounts(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-func printReleaseStatus(w io.Writer, st compiler.ReleaseStatus) {
+func printReleaseStatus(w io.Writer, st release.ReleaseStatus) {
 	hold := "not holding"
 	if r := st.Release; r != nil && r.Hold {
 		hold = fmt.Sprintf("holding (released to %d%%, %d named)", r.Percent, len(r.Nodes))

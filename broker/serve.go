@@ -23,12 +23,13 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/awscalls"
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/code"
-	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/dynamostate"
 	"github.com/compilefarm/compilefarm/pkg/envcache"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/frontdoor"
+	"github.com/compilefarm/compilefarm/pkg/intake"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
+	"github.com/compilefarm/compilefarm/pkg/release"
 	"github.com/compilefarm/compilefarm/pkg/s3store"
 	"github.com/compilefarm/compilefarm/pkg/sqsqueue"
 )
@@ -144,11 +145,11 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	m.Registry.MustRegister(calls)
 	lib := code.NewLibrary(content, filepath.Join(c.work, "code"))
 	envs := envcache.New(state, c.envCache) // operators' read-modify-writes read through it
-	intake := &compiler.Intake{Content: content, Nodes: state, Envs: envs, Queue: queue, Filter: filter, Log: log, ClockMaxAge: c.clockMaxAge,
+	in := &intake.Intake{Content: content, Nodes: state, Envs: envs, Queue: queue, Filter: filter, Log: log, ClockMaxAge: c.clockMaxAge,
 		FactsRefresh: c.factsRefresh}
-	deployer := &compiler.Deployer{Content: content, Envs: envs.ReadThrough(), Nodes: state, Intake: intake, Root: c.environments, BaseModulepath: baseModulepath, Log: log}
+	deployer := &release.Deployer{Content: content, Envs: envs.ReadThrough(), Nodes: state, Intake: in, Root: c.environments, BaseModulepath: baseModulepath, Log: log}
 	fd := &frontdoor.Server{
-		CA: authority, Revocations: authority, Intake: intake, Nodes: state, Envs: envs,
+		CA: authority, Revocations: authority, Intake: in, Nodes: state, Envs: envs,
 		Reports: frontdoor.ReportPolicy{Every: c.fullReportEvery},
 		Content: content, Files: lib, Bucket: content, Metrics: m, Log: log,
 		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait, Admission: c.admission.limits,
@@ -156,9 +157,9 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if enc != nil {
 		// At check-in; the compile function classifies again per compile
 		// (COMPILEFARM_EXTERNAL_NODES).
-		intake.Classifier, fd.Classifier = enc, enc
+		in.Classifier, fd.Classifier = enc, enc
 	}
-	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: state, Envs: state, Deployer: deployer})
+	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: state, Envs: state, Deployer: deployer, Explainer: in})
 	return listenAndServe(ctx, log, c.listen, c.admission.maxConns, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), ops, nil,
 		"compilefarm serve is up", "backend", c.backend, "certname", c.certname, "bucket", c.bucket)
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/compilefarm/compilefarm/pkg/code"
-	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/intake"
 )
 
 // TestCompileLambda runs the real compile bootstrap under a local Lambda
@@ -46,11 +46,11 @@ func TestCompileLambda(t *testing.T) {
 		}
 	}
 	filter, _ := facts.NewFilter(facts.DefaultVolatile)
-	intake := &compiler.Intake{Content: content, Nodes: state, Envs: state, Queue: queue, Filter: filter}
+	in := &intake.Intake{Content: content, Nodes: state, Envs: state, Queue: queue, Filter: filter}
 	submit := func(name, env string, values map[string]any) {
 		t.Helper()
 		doc, _ := json.Marshal(map[string]any{"name": name, "values": values})
-		if _, err := intake.Submit(ctx, compiler.Upload{Certname: name, Environment: env,
+		if _, err := in.Submit(ctx, intake.Upload{Certname: name, Environment: env,
 			Document: func() ([]byte, error) { return doc, nil }}); err != nil {
 			t.Fatalf("submit facts of %s: %v", name, err)
 		}

@@ -38,6 +38,7 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/compiler/puppet"
 	"github.com/compilefarm/compilefarm/pkg/dynamostate"
 	"github.com/compilefarm/compilefarm/pkg/facts"
+	"github.com/compilefarm/compilefarm/pkg/intake"
 	"github.com/compilefarm/compilefarm/pkg/s3store"
 	"github.com/compilefarm/compilefarm/pkg/sqsqueue"
 )
@@ -130,9 +131,9 @@ func setup(ctx context.Context, env func(string) string, log *slog.Logger) (*han
 	if err != nil {
 		return nil, fmt.Errorf("start the puppet engine: %w", err)
 	}
-	intake := &compiler.Intake{Content: content, Nodes: state, Envs: state, Queue: queue, Filter: filter, Log: log}
+	in := &intake.Intake{Content: content, Nodes: state, Envs: state, Queue: queue, Filter: filter, Log: log}
 	pool := &compiler.Pool{Nodes: state, Content: content, Engine: engine, Queue: queue,
-		Code: code.NewLibrary(content, filepath.Join(workdir, "code")), Collectors: intake, Log: log}
+		Code: code.NewLibrary(content, filepath.Join(workdir, "code")), Collectors: in, Log: log}
 	if enc != nil {
 		pool.Classifier = enc
 	}

@@ -15,8 +15,9 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/catalog"
-	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/intake"
+	"github.com/compilefarm/compilefarm/pkg/release"
 )
 
 // CA is what the operator API needs of the certificate authority.
@@ -38,21 +39,26 @@ type Environments interface {
 
 // Deployer snapshots an environment's code and queues recompiles.
 type Deployer interface {
-	Deploy(ctx context.Context, environment, fromDir string) (compiler.DeployResult, error)
-	DeployEnvironments(ctx context.Context) ([]compiler.DeployResult, error)
-	Status(ctx context.Context, environment string) (compiler.DeployStatus, error)
-	Release(ctx context.Context, environment string, ch compiler.ReleaseChange) (compiler.ReleaseResult, error)
-	ReleaseStatus(ctx context.Context, environment string) (compiler.ReleaseStatus, error)
+	Deploy(ctx context.Context, environment, fromDir string) (release.DeployResult, error)
+	DeployEnvironments(ctx context.Context) ([]release.DeployResult, error)
+	Status(ctx context.Context, environment string) (release.DeployStatus, error)
+	Release(ctx context.Context, environment string, ch release.ReleaseChange) (release.ReleaseResult, error)
+	ReleaseStatus(ctx context.Context, environment string) (release.ReleaseStatus, error)
 	Diff(ctx context.Context, certname, from, to string) (catalog.Diff, error)
-	Explain(ctx context.Context, certname string) (compiler.Explanation, error)
+}
+
+// Explainer says why the farm last queued a compile for a node.
+type Explainer interface {
+	Explain(ctx context.Context, certname string) (intake.Explanation, error)
 }
 
 // Server serves the operator API.
 type Server struct {
-	CA       CA
-	Nodes    Nodes
-	Envs     Environments
-	Deployer Deployer
+	CA        CA
+	Nodes     Nodes
+	Envs      Environments
+	Deployer  Deployer
+	Explainer Explainer
 }
 
 // Register adds the operator API's routes to mux.
@@ -77,7 +83,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 		reply(w, res, err)
 	})
 	mux.HandleFunc("POST /admin/v1/release/{env}", func(w http.ResponseWriter, r *http.Request) {
-		var ch compiler.ReleaseChange
+		var ch release.ReleaseChange
 		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&ch); err != nil {
 			reply(w, nil, fmt.Errorf("release change is not JSON: %v: %w", err, farm.ErrInvalid))
 			return
@@ -94,7 +100,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 		reply(w, d, err)
 	})
 	mux.HandleFunc("GET /admin/v1/nodes/{name}/explain", func(w http.ResponseWriter, r *http.Request) {
-		ex, err := s.Deployer.Explain(r.Context(), r.PathValue("name"))
+		ex, err := s.Explainer.Explain(r.Context(), r.PathValue("name"))
 		reply(w, ex, err)
 	})
 	mux.HandleFunc("GET /admin/v1/code/status/{env}", func(w http.ResponseWriter, r *http.Request) {
@@ -229,8 +235,8 @@ func (c *Client) Revoke(ctx context.Context, certname string) error {
 }
 
 // Deploy snapshots an environment's code and queues recompiles.
-func (c *Client) Deploy(ctx context.Context, env, from string) (compiler.DeployResult, error) {
-	var out compiler.DeployResult
+func (c *Client) Deploy(ctx context.Context, env, from string) (release.DeployResult, error) {
+	var out release.DeployResult
 	q := ""
 	if from != "" {
 		q = "?from=" + url.QueryEscape(from)
@@ -241,26 +247,26 @@ func (c *Client) Deploy(ctx context.Context, env, from string) (compiler.DeployR
 // DeployAll snapshots every environment of the broker's environments
 // directory (with the global module directories) and queues the
 // recompiles of those whose code changed.
-func (c *Client) DeployAll(ctx context.Context) ([]compiler.DeployResult, error) {
-	var out []compiler.DeployResult
+func (c *Client) DeployAll(ctx context.Context) ([]release.DeployResult, error) {
+	var out []release.DeployResult
 	return out, c.do(ctx, http.MethodPost, "/admin/v1/code/deploy", &out)
 }
 
 // DeployStatus reports how far an environment's nodes are with its code.
-func (c *Client) DeployStatus(ctx context.Context, env string) (compiler.DeployStatus, error) {
-	var out compiler.DeployStatus
+func (c *Client) DeployStatus(ctx context.Context, env string) (release.DeployStatus, error) {
+	var out release.DeployStatus
 	return out, c.do(ctx, http.MethodGet, "/admin/v1/code/status/"+url.PathEscape(env), &out)
 }
 
 // Release changes an environment's release policy.
-func (c *Client) Release(ctx context.Context, env string, ch compiler.ReleaseChange) (compiler.ReleaseResult, error) {
-	var out compiler.ReleaseResult
+func (c *Client) Release(ctx context.Context, env string, ch release.ReleaseChange) (release.ReleaseResult, error) {
+	var out release.ReleaseResult
 	return out, c.call(ctx, http.MethodPost, "/admin/v1/release/"+url.PathEscape(env), ch, &out)
 }
 
 // ReleaseStatus reports an environment's release per code_id.
-func (c *Client) ReleaseStatus(ctx context.Context, env string) (compiler.ReleaseStatus, error) {
-	var out compiler.ReleaseStatus
+func (c *Client) ReleaseStatus(ctx context.Context, env string) (release.ReleaseStatus, error) {
+	var out release.ReleaseStatus
 	return out, c.do(ctx, http.MethodGet, "/admin/v1/release/"+url.PathEscape(env), &out)
 }
 
@@ -279,7 +285,7 @@ func (c *Client) Diff(ctx context.Context, certname, from, to string) (catalog.D
 
 // Explain says why a node's latest compile was queued and what its
 // catalog reads of its facts.
-func (c *Client) Explain(ctx context.Context, certname string) (compiler.Explanation, error) {
-	var out compiler.Explanation
+func (c *Client) Explain(ctx context.Context, certname string) (intake.Explanation, error) {
+	var out intake.Explanation
 	return out, c.do(ctx, http.MethodGet, "/admin/v1/nodes/"+url.PathEscape(certname)+"/explain", &out)
 }

@@ -1,12 +1,10 @@
 // Package compiler turns compile jobs into stored catalogs: the Engine
 // contract that each compile engine implements (one subpackage per engine),
-// the intake rule that decides when a node needs a compile (intake.go) from
-// its facts, code and node information (trusted extensions and
-// classification, nodeinfo.go), the
-// worker pool that drains the queue, compiles, and moves catalog pointers
-// forward (pool.go, and batch.go for queues that deliver batches), exported
-// resources and their collectors (exports.go), and code deploys, releases
-// and catalog diffs (deploy.go, release.go).
+// the worker pool that drains the queue, compiles with the node's facts,
+// node information and the exported resources it collects, and moves
+// catalog pointers forward (pool.go, pointer.go; batch.go for queues that
+// deliver batches). Deciding when a node compiles is pkg/intake's; deploys
+// and releases are pkg/release's.
 package compiler
 
 import (
@@ -16,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/compilefarm/compilefarm/pkg/facts"
+	"github.com/compilefarm/compilefarm/pkg/nodeinfo"
 )
 
 // Request is one catalog compile as an engine sees it.
@@ -33,7 +32,7 @@ type Request struct {
 	// Node is the node's trusted extensions and classification: the
 	// classes the compile declares and the top-scope parameters that win
 	// over facts of the same name, as Puppet's node terminus gives them.
-	Node NodeInfo
+	Node nodeinfo.Info
 	// Exported are the resources other nodes of the environment export
 	// (@@): what exported collectors (<<| |>>) in this compile may collect.
 	Exported []ExportedResource
@@ -66,27 +65,11 @@ type Result struct {
 	// Reads records which facts the compile read, and what it saw; nil when
 	// the engine did not record (the farm then falls back to its
 	// volatile-fact filter).
-	Reads *FactReads
+	Reads *facts.ReadRecord
 	// Exports are the resources the node exports (@@), which Puppet leaves
 	// out of the agent's catalog; Collects the exported collectors it ran.
 	Exports  []ExportedResource
 	Collects []Collect
-}
-
-// FactReads is an engine's record of the facts one compile read.
-type FactReads struct {
-	Reads []facts.Read `json:"reads"`
-	// AlwaysRecompile marks a catalog that depends on more than facts and
-	// code (generate(), Timestamp.new, ...): any fact upload recompiles it.
-	AlwaysRecompile bool   `json:"always_recompile,omitempty"`
-	Why             string `json:"why,omitempty"`
-	// Clock marks a catalog that read the current time (Timestamp(),
-	// time(), strftime(format), Time in a template; puppetlabs-apt does
-	// for update frequency daily or weekly) and nothing else beyond facts
-	// and code: the farm reuses it for Intake.ClockMaxAge after its
-	// compile, then recompiles it at the next check-in.
-	Clock    bool   `json:"clock,omitempty"`
-	ClockWhy string `json:"clock_why,omitempty"`
 }
 
 // Engine compiles catalogs. Compile returns a *CompileError when the code

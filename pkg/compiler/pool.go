@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/catalog"
+	"github.com/compilefarm/compilefarm/pkg/digestcache"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
+	"github.com/compilefarm/compilefarm/pkg/nodeinfo"
 )
 
 // Code gives engines a code snapshot on disk and turns compiled catalogs
@@ -63,8 +65,8 @@ type Pool struct {
 	// the intake stored at the node's check-in.
 	Classifier Classifier
 
-	exportLists recordCache[[]ExportedResource]
-	nodeInfos   recordCache[NodeInfo] // decoded node information by digest; not to be changed
+	exportLists digestcache.Cache[[]ExportedResource]
+	nodeInfos   digestcache.Cache[nodeinfo.Info] // decoded node information by digest; not to be changed
 }
 
 func (p *Pool) now() time.Time {
@@ -291,7 +293,7 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 // nodeInfo returns the node information a job compiles with and its
 // digest: the job's, classified again when the pool has a Classifier (the
 // new answer stored when it differs).
-func (p *Pool) nodeInfo(ctx context.Context, d farm.Delivery, log *slog.Logger) (NodeInfo, farm.Digest, error) {
+func (p *Pool) nodeInfo(ctx context.Context, d farm.Delivery, log *slog.Logger) (nodeinfo.Info, farm.Digest, error) {
 	info, err := p.loadNodeInfo(ctx, d.Certname, d.NodeInfo)
 	if err != nil || p.Classifier == nil {
 		return info, d.NodeInfo, err
@@ -300,20 +302,20 @@ func (p *Pool) nodeInfo(ctx context.Context, d farm.Delivery, log *slog.Logger) 
 	if err != nil {
 		// The classifier may be back on the next delivery: retried, then
 		// recorded on the node like an engine failure.
-		return NodeInfo{}, "", fmt.Errorf("Failed when searching for node %s: %w: %w", d.Certname, err, farm.ErrTransient)
+		return nodeinfo.Info{}, "", fmt.Errorf("Failed when searching for node %s: %w: %w", d.Certname, err, farm.ErrTransient)
 	}
 	if c.Environment != "" && c.Environment != d.Environment {
 		log.Warn("the classifier puts the node in another environment; compiling this job in its own, the next check-in moves the node",
 			"environment", d.Environment, "classifier_environment", c.Environment)
 	}
-	info = info.classified(c)
-	doc, digest, err := info.encode()
+	info = info.Classified(c)
+	doc, digest, err := info.Encode()
 	if err != nil {
-		return NodeInfo{}, "", fmt.Errorf("node %s: %w", d.Certname, err)
+		return nodeinfo.Info{}, "", fmt.Errorf("node %s: %w", d.Certname, err)
 	}
 	if digest != d.NodeInfo && doc != nil {
 		if _, err := p.Content.Put(ctx, farm.SpaceNodeInfo, doc); err != nil {
-			return NodeInfo{}, "", fmt.Errorf("store node information of %s: %w", d.Certname, err)
+			return nodeinfo.Info{}, "", fmt.Errorf("store node information of %s: %w", d.Certname, err)
 		}
 	}
 	return info, digest, nil

@@ -13,7 +13,7 @@
 // within TTL of a deploy elsewhere may be served the catalog it has (the
 // deploy queued its recompile anyway) and pluginsync files of the code
 // before. Whatever writes must read afresh: FreshEnvironment, which
-// compiler.Intake calls before it records a compile request, and the
+// intake.Intake calls before it records a compile request, and the
 // ReadThrough view, for operators' read-modify-writes (deploys, releases).
 package envcache
 

@@ -189,3 +189,21 @@ func Projection(reads []Read, values map[string]any) (farm.Digest, error) {
 	}
 	return farm.Digest(hex.EncodeToString(h.Sum(nil))), nil
 }
+
+// ReadRecord is a compile engine's record of the facts one compile read:
+// the catalog depends on these reads and on nothing else of the facts
+// (stored as JSON in farm.SpaceCatalogs, named by CatalogRef.ReadsDigest).
+type ReadRecord struct {
+	Reads []Read `json:"reads"`
+	// AlwaysRecompile marks a catalog that depends on more than facts and
+	// code (generate(), Timestamp.new, ...): any fact upload recompiles it.
+	AlwaysRecompile bool   `json:"always_recompile,omitempty"`
+	Why             string `json:"why,omitempty"`
+	// Clock marks a catalog that read the current time (Timestamp(),
+	// time(), strftime(format), Time in a template; puppetlabs-apt does
+	// for update frequency daily or weekly) and nothing else beyond facts
+	// and code: the farm reuses it for the intake's ClockMaxAge after its
+	// compile, then recompiles it at the next check-in.
+	Clock    bool   `json:"clock,omitempty"`
+	ClockWhy string `json:"clock_why,omitempty"`
+}

@@ -107,7 +107,7 @@ type Job struct {
 	Reason      string `json:"reason"`
 	FactsDigest Digest `json:"facts_digest"`
 	// NodeInfo is the digest of the node's trusted data and classification
-	// (compiler.NodeInfo JSON in SpaceNodeInfo); empty for a job queued
+	// (nodeinfo.Info JSON in SpaceNodeInfo); empty for a job queued
 	// before the farm kept them.
 	NodeInfo   Digest    `json:"node_info,omitempty"`
 	CodeID     string    `json:"code_id"`
@@ -172,7 +172,7 @@ type CatalogRef struct {
 	// UUID is the catalog's catalog_uuid; an agent's report names it.
 	UUID string `json:"uuid,omitempty"`
 	// ReadsDigest points at the record of the facts the compile read
-	// (compiler.FactReads JSON in SpaceCatalogs); empty when not recorded.
+	// (facts.ReadRecord JSON in SpaceCatalogs); empty when not recorded.
 	ReadsDigest Digest        `json:"reads_digest,omitempty"`
 	CompiledAt  time.Time     `json:"compiled_at"`
 	Duration    time.Duration `json:"duration"`

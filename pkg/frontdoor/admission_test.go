@@ -21,9 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
+	"github.com/compilefarm/compilefarm/pkg/intake"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
 )
 
@@ -89,7 +89,7 @@ type gatedIntake struct {
 	g *gate
 }
 
-func (i gatedIntake) Submit(ctx context.Context, up compiler.Upload) (compiler.Outcome, error) {
+func (i gatedIntake) Submit(ctx context.Context, up intake.Upload) (intake.Outcome, error) {
 	defer i.g.hold(ctx)()
 	return i.Intake.Submit(ctx, up)
 }

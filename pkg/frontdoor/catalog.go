@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/intake"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
 )
 
@@ -34,7 +34,7 @@ func (s *Server) postCatalog(w http.ResponseWriter, r *http.Request) {
 		s.serveStored(w, r, name, env)
 		return
 	}
-	out, err := s.Intake.Submit(r.Context(), compiler.Upload{
+	out, err := s.Intake.Submit(r.Context(), intake.Upload{
 		Certname: name, Environment: env, RawKey: farm.DigestOf(raw), TrustedExtensions: trustedExtensions(r),
 		Node: s.runs.takeNode(name), // read by this run's node request, if any (runs.go)
 		Document: func() ([]byte, error) {

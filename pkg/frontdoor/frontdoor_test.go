@@ -20,10 +20,10 @@ import (
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/code"
-	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
+	"github.com/compilefarm/compilefarm/pkg/intake"
 	"github.com/compilefarm/compilefarm/pkg/memstore"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
 )
@@ -66,7 +66,7 @@ func newRig(t *testing.T) *rig {
 	filter, _ := facts.NewFilter(facts.DefaultVolatile)
 	fd := &Server{
 		CA: authority, Revocations: authority,
-		Intake: &compiler.Intake{Content: store, Nodes: store, Envs: store, Queue: queue, Filter: filter},
+		Intake: &intake.Intake{Content: store, Nodes: store, Envs: store, Queue: queue, Filter: filter},
 		Nodes:  store, Envs: store, Content: store, Files: code.NewLibrary(store, t.TempDir()), Bucket: store,
 		Metrics: metrics.New(queue), FirstCompileWait: 300 * time.Millisecond, ChangedCompileWait: 200 * time.Millisecond,
 	}

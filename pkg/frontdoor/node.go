@@ -7,9 +7,9 @@ import (
 	"net/http"
 
 	"github.com/compilefarm/compilefarm/pkg/classifier"
-	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/intake"
 	"github.com/compilefarm/compilefarm/pkg/trusted"
 )
 
@@ -128,7 +128,7 @@ func (s *Server) putFacts(w http.ResponseWriter, r *http.Request) {
 			env = n.Environment
 		}
 	}
-	out, err := s.Intake.Submit(r.Context(), compiler.Upload{
+	out, err := s.Intake.Submit(r.Context(), intake.Upload{
 		Certname: name, Environment: env, TrustedExtensions: trustedExtensions(r),
 		Document: func() ([]byte, error) { return body, nil },
 	})

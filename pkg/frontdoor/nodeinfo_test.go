@@ -18,8 +18,8 @@ import (
 	"testing"
 
 	"github.com/compilefarm/compilefarm/pkg/classifier"
-	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/intake"
 )
 
 // stubClassifier answers from a table; a node missing from it fails as a
@@ -136,7 +136,7 @@ func TestNodeEndpointWithClassifier(t *testing.T) {
 			Environment: "staging"},
 	}}
 	r.fd.Classifier = enc
-	r.fd.Intake.(*compiler.Intake).Classifier = enc
+	r.fd.Intake.(*intake.Intake).Classifier = enc
 	a1 := r.client("agent1.example.test")
 
 	// The agent's first run: it sends facts with its catalog request in

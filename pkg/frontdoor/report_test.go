@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/intake"
 )
 
 func TestKeepBefore(t *testing.T) {
@@ -238,7 +238,7 @@ func TestRunReadsNodeOnce(t *testing.T) {
 	nodes := &countingNodes{NodeStore: r.store}
 	facts := &countingFacts{Content: r.store}
 	r.fd.Nodes, r.fd.Content = nodes, facts
-	r.fd.Intake.(*compiler.Intake).Nodes = nodes
+	r.fd.Intake.(*intake.Intake).Nodes = nodes
 
 	for run := range 3 {
 		before := nodes.reads.Load()

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/classifier"
-	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/intake"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
 )
 
@@ -43,7 +43,7 @@ type Revocations interface {
 
 // Intake takes fact uploads and queues compiles.
 type Intake interface {
-	Submit(ctx context.Context, up compiler.Upload) (compiler.Outcome, error)
+	Submit(ctx context.Context, up intake.Upload) (intake.Outcome, error)
 }
 
 // Nodes reads node records.

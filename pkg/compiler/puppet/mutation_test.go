@@ -213,11 +213,11 @@ type mutationRun struct {
 	rotation [2]int   // probe unread leaf j alone iff j%rotation[1] == rotation[0] (a node's share of a corpus)
 	off      []string // recording hooks switched off
 	base     []byte   // the catalog with the agent's facts, volatile fields blanked
-	reads    *compiler.FactReads
+	reads    *facts.ReadRecord
 	compiles *atomic.Int64
 }
 
-func (r *mutationRun) compile(ctx context.Context, values map[string]any) ([]byte, *compiler.FactReads, error) {
+func (r *mutationRun) compile(ctx context.Context, values map[string]any) ([]byte, *facts.ReadRecord, error) {
 	r.compiles.Add(1)
 	res, err := r.e.compile(ctx, compiler.Request{
 		Certname: r.cert, Environment: "production", CodeID: "mutation",
@@ -237,7 +237,7 @@ func (r *mutationRun) start(values map[string]any) {
 	workers := len(r.e.workers)
 	type out struct {
 		cat   []byte
-		reads *compiler.FactReads
+		reads *facts.ReadRecord
 		err   error
 	}
 	// Cold: each worker parses the environment once.

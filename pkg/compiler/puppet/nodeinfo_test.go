@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/compilefarm/compilefarm/pkg/compiler"
+	"github.com/compilefarm/compilefarm/pkg/nodeinfo"
 )
 
 // nodeInfoEnv classifies by $trusted and by classifier classes and
@@ -62,7 +63,7 @@ func TestCompileNodeInfo(t *testing.T) {
 
 	tests := []struct {
 		name      string
-		node      compiler.NodeInfo
+		node      nodeinfo.Info
 		want      []string // notify titles that must be there
 		wantNot   []string
 		readNames []string // top-level names that must not be recorded as fact reads
@@ -73,19 +74,19 @@ func TestCompileNodeInfo(t *testing.T) {
 		},
 		{
 			name: "trusted extensions and hiera interpolation",
-			node: compiler.NodeInfo{TrustedExtensions: map[string]string{"pp_role": "web", "1.3.6.1.4.1.34380.1.2.1": "secret-ish",
+			node: nodeinfo.Info{TrustedExtensions: map[string]string{"pp_role": "web", "1.3.6.1.4.1.34380.1.2.1": "secret-ish",
 				"pp_auth_role": "admin"}},
 			want: []string{"role web", "private secret-ish", "auth admin", "motd from the web role's hiera level"},
 		},
 		{
 			name:      "classifier classes and parameters",
-			node:      compiler.NodeInfo{Classes: []any{"role::web"}, Parameters: map[string]any{"tier": "gold", "cf_shadowed": "from the classifier"}},
+			node:      nodeinfo.Info{Classes: []any{"role::web"}, Parameters: map[string]any{"tier": "gold", "cf_shadowed": "from the classifier"}},
 			want:      []string{"role::web", "tier gold gold", "shadowed from the classifier fact from facts"},
 			readNames: []string{"tier"},
 		},
 		{
 			name: "classes with parameters",
-			node: compiler.NodeInfo{Classes: map[string]any{"ntp": map[string]any{"servers": []any{"a", "b"}}, "role::web": nil}},
+			node: nodeinfo.Info{Classes: map[string]any{"ntp": map[string]any{"servers": []any{"a", "b"}}, "role::web": nil}},
 			want: []string{"ntp [a, b]", "role::web"},
 		},
 	}
@@ -123,7 +124,7 @@ func TestCompileNodeInfo(t *testing.T) {
 
 	t.Run("unknown class from the classifier", func(t *testing.T) {
 		req := base
-		req.Node = compiler.NodeInfo{Classes: []any{"nosuch"}}
+		req.Node = nodeinfo.Info{Classes: []any{"nosuch"}}
 		_, err := e.Compile(t.Context(), req)
 		var cerr *compiler.CompileError
 		if err == nil || !strings.Contains(err.Error(), "Could not find class nosuch for web1.example.test") {

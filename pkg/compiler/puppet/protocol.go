@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/compilefarm/compilefarm/pkg/compiler"
+	"github.com/compilefarm/compilefarm/pkg/facts"
 )
 
 // request is one compile request line sent to worker.rb.
@@ -17,7 +18,7 @@ type request struct {
 	EnvironmentPath string          `json:"environmentpath"`
 	Facts           json.RawMessage `json:"facts"`
 	// TrustedExtensions, Classes and Parameters are the node's
-	// (compiler.NodeInfo): $trusted['extensions'] and the classifier's
+	// (nodeinfo.Info): $trusted['extensions'] and the classifier's
 	// answer.
 	TrustedExtensions map[string]string `json:"trusted_extensions,omitempty"`
 	Classes           any               `json:"classes,omitempty"`
@@ -37,7 +38,7 @@ type response struct {
 	Catalog json.RawMessage `json:"catalog"`
 	// Reads are the facts the compile read; absent when the worker does
 	// not record (--disable-hooks=all).
-	Reads *compiler.FactReads `json:"reads"`
+	Reads *facts.ReadRecord `json:"reads"`
 	// Exports are the resources the node exports (certname not set);
 	// Collects the exported collectors the compile evaluated.
 	Exports  []compiler.ExportedResource `json:"exports"`

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 )
 
@@ -18,14 +17,14 @@ import (
 // The worker's own value must agree (up to number formatting: Ruby writes
 // the 1.5 it parsed from 1.50 as 1.5); a disagreement is a recording bug,
 // logged and counted. nil stays nil (the worker did not record).
-func (e *Engine) checkReads(what string, got *compiler.FactReads, values map[string]any) (*compiler.FactReads, error) {
+func (e *Engine) checkReads(what string, got *facts.ReadRecord, values map[string]any) (*facts.ReadRecord, error) {
 	if got == nil {
 		return nil, nil
 	}
 	if values == nil {
 		values = map[string]any{}
 	}
-	out := &compiler.FactReads{AlwaysRecompile: got.AlwaysRecompile, Why: got.Why, Clock: got.Clock, ClockWhy: got.ClockWhy,
+	out := &facts.ReadRecord{AlwaysRecompile: got.AlwaysRecompile, Why: got.Why, Clock: got.Clock, ClockWhy: got.ClockWhy,
 		Reads: make([]facts.Read, 0, len(got.Reads))}
 	for _, r := range got.Reads {
 		if r.Path == nil {

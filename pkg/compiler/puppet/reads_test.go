@@ -520,7 +520,7 @@ func TestCheckReads(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := &Engine{log: testLogger()}
-			got, err := e.checkReads("test", &compiler.FactReads{Reads: []facts.Read{tt.read}, AlwaysRecompile: true, Why: "w"}, values)
+			got, err := e.checkReads("test", &facts.ReadRecord{Reads: []facts.Read{tt.read}, AlwaysRecompile: true, Why: "w"}, values)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -541,7 +541,7 @@ func TestCheckReads(t *testing.T) {
 	}
 	t.Run("invalid kind", func(t *testing.T) {
 		e := &Engine{log: testLogger()}
-		if _, err := e.checkReads("test", &compiler.FactReads{Reads: []facts.Read{{Path: []string{"x"}, Kind: "bogus"}}}, values); err == nil {
+		if _, err := e.checkReads("test", &facts.ReadRecord{Reads: []facts.Read{{Path: []string{"x"}, Kind: "bogus"}}}, values); err == nil {
 			t.Error("no error")
 		}
 	})

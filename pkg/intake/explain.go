@@ -1,4 +1,4 @@
-package compiler
+package intake
 
 import (
 	"cmp"
@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -66,11 +67,11 @@ type FactReadCount struct {
 // Explain says why the node's latest compile was queued, what became of
 // it, and what the node's catalog reads of its facts. An unknown node is
 // an error wrapping farm.ErrNotFound.
-func (d *Deployer) Explain(ctx context.Context, certname string) (Explanation, error) {
+func (in *Intake) Explain(ctx context.Context, certname string) (Explanation, error) {
 	if err := farm.ValidateCertname(certname); err != nil {
 		return Explanation{}, err
 	}
-	n, err := d.Nodes.GetNode(ctx, certname)
+	n, err := in.Nodes.GetNode(ctx, certname)
 	if errors.Is(err, farm.ErrNotFound) {
 		return Explanation{}, fmt.Errorf("node %s is not known to the farm (it has not checked in; see broker nodes): %w", certname, farm.ErrNotFound)
 	}
@@ -86,11 +87,11 @@ func (d *Deployer) Explain(ctx context.Context, certname string) (Explanation, e
 	if n.Catalog.ReadsDigest == "" {
 		return ex, nil
 	}
-	b, err := d.Content.Get(ctx, farm.SpaceCatalogs, n.Catalog.ReadsDigest)
+	b, err := in.Content.Get(ctx, farm.SpaceCatalogs, n.Catalog.ReadsDigest)
 	if err != nil {
 		return Explanation{}, fmt.Errorf("read fact record %s of %s: %w", n.Catalog.ReadsDigest, certname, err)
 	}
-	var rec FactReads
+	var rec facts.ReadRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return Explanation{}, fmt.Errorf("decode fact record %s of %s: %v: %w", n.Catalog.ReadsDigest, certname, err, farm.ErrInvalid)
 	}
@@ -119,7 +120,7 @@ func requestState(n *farm.Node) (string, string) {
 }
 
 // summarise counts a record's reads per top-level fact.
-func summarise(d farm.Digest, rec *FactReads) *ReadSummary {
+func summarise(d farm.Digest, rec *facts.ReadRecord) *ReadSummary {
 	s := &ReadSummary{Digest: d, Reads: len(rec.Reads), AlwaysRecompile: rec.AlwaysRecompile, Why: rec.Why,
 		Clock: rec.Clock, ClockWhy: rec.ClockWhy}
 	counts := map[string]int{}

@@ -1,4 +1,4 @@
-package compiler
+package release
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/compilefarm/compilefarm/pkg/catalog"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/intake"
 )
 
 // ReleaseChange says how to change an environment's release policy. Exactly
@@ -28,9 +29,9 @@ type ReleaseResult struct {
 	// Released counts nodes that the change moved to the new code, and
 	// Changes what their catalogs change (resources per type), from the
 	// precompiled candidates they had.
-	Released int            `json:"released"`
-	Changes  map[string]int `json:"changes,omitempty"`
-	Replan   ReplanResult   `json:"replan"`
+	Released int                 `json:"released"`
+	Changes  map[string]int      `json:"changes,omitempty"`
+	Replan   intake.ReplanResult `json:"replan"`
 }
 
 // Release changes an environment's release policy and brings its nodes in
@@ -93,7 +94,7 @@ func (d *Deployer) Release(ctx context.Context, environment string, ch ReleaseCh
 	if err := d.Envs.PutEnvironment(ctx, env); err != nil {
 		return res, fmt.Errorf("record release of %s: %w", environment, err)
 	}
-	if res.Replan, err = d.Intake.replan(ctx, environment, farm.LaneUrgent); err != nil {
+	if res.Replan, err = d.Intake.Replan(ctx, environment, farm.LaneUrgent); err != nil {
 		return res, err
 	}
 	d.log().Info("release changed", "environment", environment, "code_id", env.CodeID,

@@ -1,4 +1,4 @@
-package compiler
+package intake_test
 
 import (
 	"context"
@@ -8,7 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compilefarm/compilefarm/internal/flowtest"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/intake"
 )
 
 // TestIntakeRecordsWhatChanged: a compile request says what made the farm
@@ -18,15 +20,15 @@ import (
 func TestIntakeRecordsWhatChanged(t *testing.T) {
 	base := map[string]any{"cf_role": "web", "uptime_seconds": 10, "kernel": "6.1",
 		"os": map[string]any{"family": "Debian", "release": map[string]any{"full": "12.10"}}}
-	with := func(k string, v any) map[string]any { return withFact(base, k, v) }
+	with := func(k string, v any) map[string]any { return flowtest.WithFact(base, k, v) }
 	without := func(k string) map[string]any {
-		m := withFact(base, k, nil)
+		m := flowtest.WithFact(base, k, nil)
 		delete(m, k)
 		return m
 	}
 	manyReads := []string{"a", "b", "c", "d", "e", "f", "g"}
 	many := func(v int) map[string]any {
-		m := withFact(base, "x", 0)
+		m := flowtest.WithFact(base, "x", 0)
 		for _, k := range manyReads {
 			m[k] = v
 		}
@@ -65,19 +67,19 @@ func TestIntakeRecordsWhatChanged(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := newRig(t)
-			r.engine.reads = tt.reads
-			r.submit(t, "n1", tt.first)
-			r.drain(t)
-			before, _ := r.store.GetNode(context.Background(), "n1")
+			r := flowtest.New(t)
+			r.Engine.Reads = tt.reads
+			r.Submit(t, "n1", tt.first)
+			r.Drain(t)
+			before, _ := r.Store.GetNode(context.Background(), "n1")
 			if tt.newCode {
-				r.store.PutEnvironment(context.Background(), farm.Environment{Name: "production", CodeID: "code2"})
+				r.Store.PutEnvironment(context.Background(), farm.Environment{Name: "production", CodeID: "code2"})
 			}
-			out := r.submit(t, "n1", tt.next)
+			out := r.Submit(t, "n1", tt.next)
 			if out.Reason != tt.wantReason || out.Queued != (tt.wantReason != "") {
 				t.Fatalf("queued=%v reason=%q, want reason %q", out.Queued, out.Reason, tt.wantReason)
 			}
-			n, _ := r.store.GetNode(context.Background(), "n1")
+			n, _ := r.Store.GetNode(context.Background(), "n1")
 			if tt.wantReason == "" {
 				if n.RequestSeq != before.RequestSeq || n.Requested.Changes != nil || n.Requested.Cause != nil {
 					t.Errorf("nothing queued, yet the request is %+v (was seq %d)", n.Requested, before.RequestSeq)
@@ -105,12 +107,12 @@ func TestIntakeRecordsWhatChanged(t *testing.T) {
 // TestIntakeRecordsNodeChange: a change of trusted extensions records the
 // node information digests it went between.
 func TestIntakeRecordsNodeChange(t *testing.T) {
-	r := newRig(t)
-	r.engine.reads = []string{"cf_role"}
+	r := flowtest.New(t)
+	r.Engine.Reads = []string{"cf_role"}
 	values := map[string]any{"cf_role": "web"}
-	submit := func(role string) Outcome {
-		doc := factsDoc("n1", values)
-		out, err := r.intake.Submit(context.Background(), Upload{Certname: "n1", Environment: "production",
+	submit := func(role string) intake.Outcome {
+		doc := flowtest.FactsDoc("n1", values)
+		out, err := r.Intake.Submit(context.Background(), intake.Upload{Certname: "n1", Environment: "production",
 			Document: func() ([]byte, error) { return doc, nil }, TrustedExtensions: map[string]string{"pp_role": role}})
 		if err != nil {
 			t.Fatal(err)
@@ -118,8 +120,8 @@ func TestIntakeRecordsNodeChange(t *testing.T) {
 		return out
 	}
 	submit("web")
-	r.drain(t)
-	before, _ := r.store.GetNode(context.Background(), "n1")
+	r.Drain(t)
+	before, _ := r.Store.GetNode(context.Background(), "n1")
 	out := submit("db")
 	if out.Reason != farm.ReasonNodeChanged {
 		t.Fatalf("reason %q, want %q", out.Reason, farm.ReasonNodeChanged)
@@ -137,14 +139,14 @@ func TestIntakeRecordsNodeChange(t *testing.T) {
 // again while a compile is pending lists the change from what the current
 // catalog read, and says so.
 func TestIntakeRecordsChangeWhilePending(t *testing.T) {
-	r := newRig(t)
-	r.engine.reads = []string{"cf_role"}
-	r.submit(t, "n1", map[string]any{"cf_role": "web"})
-	r.drain(t)
-	if out := r.submit(t, "n1", map[string]any{"cf_role": "db"}); !out.Queued {
+	r := flowtest.New(t)
+	r.Engine.Reads = []string{"cf_role"}
+	r.Submit(t, "n1", map[string]any{"cf_role": "web"})
+	r.Drain(t)
+	if out := r.Submit(t, "n1", map[string]any{"cf_role": "db"}); !out.Queued {
 		t.Fatal("a read fact change queued nothing")
 	}
-	out := r.submit(t, "n1", map[string]any{"cf_role": "app"})
+	out := r.Submit(t, "n1", map[string]any{"cf_role": "app"})
 	if !out.Queued || out.Reason != farm.ReasonFactsChanged {
 		t.Fatalf("queued=%v reason=%q, want %q", out.Queued, out.Reason, farm.ReasonFactsChanged)
 	}

@@ -1,4 +1,9 @@
-package compiler
+// Package intake is the farm's fact intake: it receives a node's facts at
+// each check-in, stores them by digest, and decides from what the node's
+// catalog really read whether the node needs a compile, which it queues
+// (per node, per environment on deploys and releases, and for the
+// collectors of changed exported resources). Explain says why it last did.
+package intake
 
 import (
 	"context"
@@ -10,9 +15,17 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/classifier"
+	"github.com/compilefarm/compilefarm/pkg/digestcache"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/nodeinfo"
 )
+
+// Classifier classifies nodes (the external node classifier). Errors wrap
+// classifier.ErrFailed when the classifier itself failed.
+type Classifier interface {
+	Classify(ctx context.Context, certname string) (classifier.Classification, error)
+}
 
 // Intake receives nodes' facts, stores them by digest, and queues a compile
 // when a node has no catalog yet, its environment's code changed, a fact
@@ -43,7 +56,7 @@ type Intake struct {
 	// FailedRetry. Default 10m.
 	FailedRetry time.Duration
 	// ClockMaxAge is how long a catalog that read the current time (and
-	// nothing else beyond facts and code: FactReads.Clock) is served
+	// nothing else beyond facts and code: facts.ReadRecord.Clock) is served
 	// before a check-in compiles the node again. Puppet Server compiles
 	// with the time of every run; a catalog this old is what it would have
 	// compiled that long before the run. Default 1h.
@@ -58,7 +71,7 @@ type Intake struct {
 	// so that an agent sending the same facts again costs no JSON decode.
 	recent sync.Map // certname -> recentFacts
 	// readRecords caches catalogs' fact-read records by digest.
-	readRecords recordCache[*FactReads]
+	readRecords digestcache.Cache[*facts.ReadRecord]
 }
 
 type recentFacts struct {
@@ -233,7 +246,7 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 // canonical JSON of the node's information. A failed classification is
 // recorded on the node and returned.
 func (in *Intake) nodeInfo(ctx context.Context, up *Upload) (farm.Digest, []byte, error) {
-	info := NodeInfo{TrustedExtensions: up.TrustedExtensions}
+	info := nodeinfo.Info{TrustedExtensions: up.TrustedExtensions}
 	if in.Classifier != nil {
 		c, err := in.Classifier.Classify(ctx, up.Certname)
 		if err != nil {
@@ -249,9 +262,9 @@ func (in *Intake) nodeInfo(ctx context.Context, up *Upload) (farm.Digest, []byte
 			}
 			up.Environment = c.Environment
 		}
-		info = info.classified(c)
+		info = info.Classified(c)
 	}
-	doc, d, err := info.encode()
+	doc, d, err := info.Encode()
 	if err != nil {
 		return "", nil, fmt.Errorf("node %s: %w", up.Certname, err)
 	}
@@ -354,7 +367,7 @@ func (in *Intake) request(n *farm.Node, cat *farm.CatalogRef, env, code string, 
 func (in *Intake) promote(n *farm.Node, code string) bool {
 	c, r := n.Candidate, n.CandidateRequested
 	if c == nil || r == nil || r.CodeID != code || c.Seq != r.Seq || r.FactsDigest != n.FactsDigest ||
-		nodeInfoUsed(c, r) != n.NodeInfo {
+		nodeinfo.Used(c, r) != n.NodeInfo {
 		return false
 	}
 	n.RequestSeq++
@@ -405,9 +418,9 @@ func (in *Intake) decide(n *farm.Node, slot farm.Slot, environment, code string,
 		return why{reason: farm.ReasonCodeChanged, cause: &farm.RequestCause{Input: farm.CauseEnvironment, Old: r.Environment, New: environment}}
 	case r.CodeID != code:
 		return why{reason: farm.ReasonCodeChanged, cause: &farm.RequestCause{Input: farm.CauseCodeID, Old: r.CodeID, New: code}}
-	case nodeInfoUsed(*catp, r) != f.nodeInfo:
+	case nodeinfo.Used(*catp, r) != f.nodeInfo:
 		return why{reason: farm.ReasonNodeChanged, cause: &farm.RequestCause{Input: farm.CauseNodeInfo,
-			Old: string(nodeInfoUsed(*catp, r)), New: string(f.nodeInfo), Note: "trusted extensions or classification changed"}}
+			Old: string(nodeinfo.Used(*catp, r)), New: string(f.nodeInfo), Note: "trusted extensions or classification changed"}}
 	case in.retryDue(*catp, *stp, r):
 		return why{reason: farm.ReasonRetry, cause: &farm.RequestCause{
 			Note: fmt.Sprintf("the compile of request %d failed at %s", r.Seq, (*stp).At.UTC().Format(time.RFC3339))}}
@@ -476,7 +489,7 @@ func relevantChanged(r *farm.CompileRequest, f recentFacts, note string) why {
 
 // readsFor returns the fact-read record of a catalog that answers req,
 // from memory (loadReads puts it there).
-func (in *Intake) readsFor(c *farm.CatalogRef, req *farm.CompileRequest) (*FactReads, bool) {
+func (in *Intake) readsFor(c *farm.CatalogRef, req *farm.CompileRequest) (*facts.ReadRecord, bool) {
 	if c == nil || req == nil || c.Seq != req.Seq || c.ReadsDigest == "" {
 		return nil, false
 	}
@@ -516,7 +529,7 @@ func (in *Intake) loadRecord(ctx context.Context, n *farm.Node, d farm.Digest) e
 	if err != nil {
 		return fmt.Errorf("read fact record %s of %s: %w", d, n.Certname, err)
 	}
-	var rec FactReads
+	var rec facts.ReadRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return fmt.Errorf("decode fact record %s of %s: %w", d, n.Certname, err)
 	}
@@ -580,7 +593,7 @@ func (in *Intake) retryDue(c *farm.CatalogRef, st *farm.CompileStatus, r *farm.C
 // clockWhy says whether catalog c, whose read record rec says it read the
 // clock, is due for a compile: when its latest compile (an unchanged
 // recompile counts) is at least ClockMaxAge old.
-func (in *Intake) clockWhy(rec *FactReads, c *farm.CatalogRef, st *farm.CompileStatus) why {
+func (in *Intake) clockWhy(rec *facts.ReadRecord, c *farm.CatalogRef, st *farm.CompileStatus) why {
 	if c == nil {
 		return why{}
 	}
@@ -615,7 +628,7 @@ func (in *Intake) factsRefresh() time.Duration {
 // release policy (see plan), queueing what is needed on lane: what a code
 // deploy does. It returns how many nodes got a job.
 func (in *Intake) Requeue(ctx context.Context, environment string, lane farm.Lane) (int, error) {
-	st, err := in.replan(ctx, environment, lane)
+	st, err := in.Replan(ctx, environment, lane)
 	return st.Queued, err
 }
 
@@ -626,8 +639,10 @@ type ReplanResult struct {
 	Promoted int `json:"promoted"` // nodes whose precompiled candidate became their catalog
 }
 
-// replan runs plan over the environment's nodes with the facts they have.
-func (in *Intake) replan(ctx context.Context, environment string, lane farm.Lane) (ReplanResult, error) {
+// Replan runs plan over the environment's nodes with the facts they have,
+// page by page through the node index (reporting Progress every 1,000
+// nodes): what deploys and releases do.
+func (in *Intake) Replan(ctx context.Context, environment string, lane farm.Lane) (ReplanResult, error) {
 	var res ReplanResult
 	env, err := in.Envs.GetEnvironment(ctx, environment)
 	if err != nil {

@@ -1,4 +1,9 @@
-package compiler
+// Package release holds code deploys and staged releases: it snapshots an
+// environment's code, records its code_id, replans the environment's nodes
+// page by page (through the intake) so they compile in the background,
+// promotes or rolls back releases, and answers deploy and release status
+// and catalog diffs.
+package release
 
 import (
 	"context"
@@ -12,6 +17,7 @@ import (
 
 	"github.com/compilefarm/compilefarm/pkg/code"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/intake"
 )
 
 // DeployResult is what a code deploy did.
@@ -32,7 +38,7 @@ type Deployer struct {
 	Content farm.ContentStore
 	Envs    farm.EnvironmentStore
 	Nodes   farm.NodeStore
-	Intake  *Intake
+	Intake  *intake.Intake
 	// Root is the environmentpath deploys read from by default.
 	Root string
 	// BaseModulepath lists the global module directories ($basemodulepath),

@@ -1,4 +1,4 @@
-package compiler
+package release_test
 
 import (
 	"context"
@@ -8,7 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compilefarm/compilefarm/internal/flowtest"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/intake"
+	"github.com/compilefarm/compilefarm/pkg/release"
 )
 
 func writeFile(t *testing.T, path, content string) {
@@ -21,14 +24,14 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
-// deployRig is a rig whose Deployer reads an environments directory with
+// deployRig is a rig whose release.Deployer reads an environments directory with
 // two environments beside a global module directory: "uses" has the
 // default modulepath (modules:$basemodulepath), "own" sets modulepath =
 // modules. Each has one node with a catalog of its first deploy.
-func deployRig(t *testing.T) (*rig, *Deployer, string, string) {
+func deployRig(t *testing.T) (*flowtest.Rig, *release.Deployer, string, string) {
 	t.Helper()
-	r := newRig(t)
-	r.engine.codeInCatalog = true
+	r := flowtest.New(t)
+	r.Engine.CodeInCatalog = true
 	code := t.TempDir()
 	envs, global := filepath.Join(code, "environments"), filepath.Join(code, "modules")
 	writeFile(t, filepath.Join(global, "motd", "manifests", "init.pp"), "class motd { notify { 'v1': } }\n")
@@ -37,25 +40,25 @@ func deployRig(t *testing.T) (*rig, *Deployer, string, string) {
 	}
 	writeFile(t, filepath.Join(envs, "own", "environment.conf"), "modulepath = modules\n")
 	writeFile(t, filepath.Join(envs, "own", "modules", "motd", "manifests", "init.pp"), "class motd { }\n")
-	d := &Deployer{Content: r.store, Envs: r.store, Nodes: r.store, Intake: r.intake, Root: envs, BaseModulepath: []string{global}}
+	d := &release.Deployer{Content: r.Store, Envs: r.Store, Nodes: r.Store, Intake: r.Intake, Root: envs, BaseModulepath: []string{global}}
 	ctx := context.Background()
 	if err := d.DeployAll(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, env := range []string{"uses", "own"} {
-		doc := factsDoc(env+".example.test", map[string]any{"cf_role": "web"})
-		if _, err := r.intake.Submit(ctx, Upload{Certname: env + ".example.test", Environment: env,
+		doc := flowtest.FactsDoc(env+".example.test", map[string]any{"cf_role": "web"})
+		if _, err := r.Intake.Submit(ctx, intake.Upload{Certname: env + ".example.test", Environment: env,
 			Document: func() ([]byte, error) { return doc, nil }}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r.drain(t)
+	r.Drain(t)
 	return r, d, envs, global
 }
 
-func codeOf(t *testing.T, r *rig, env string) string {
+func codeOf(t *testing.T, r *flowtest.Rig, env string) string {
 	t.Helper()
-	e, err := r.store.GetEnvironment(context.Background(), env)
+	e, err := r.Store.GetEnvironment(context.Background(), env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +85,7 @@ func TestDeployEnvironmentsAfterGlobalChange(t *testing.T) {
 	}
 
 	writeFile(t, filepath.Join(global, "motd", "manifests", "init.pp"), "class motd { notify { 'v2': } }\n")
-	before := r.engine.count()
+	before := r.Engine.Count()
 	res, err = d.DeployEnvironments(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -96,11 +99,11 @@ func TestDeployEnvironmentsAfterGlobalChange(t *testing.T) {
 	if uses := res[1]; !uses.Changed || uses.Queued != 1 || uses.Previous != usesBefore || uses.CodeID == usesBefore {
 		t.Errorf("environment using $basemodulepath: %+v, want new code and its node queued", uses)
 	}
-	r.drain(t)
-	if got := r.engine.count() - before; got != 1 {
+	r.Drain(t)
+	if got := r.Engine.Count() - before; got != 1 {
 		t.Errorf("%d compiles after the global change, want 1 (the node of uses)", got)
 	}
-	n, err := r.store.GetNode(ctx, "uses.example.test")
+	n, err := r.Store.GetNode(ctx, "uses.example.test")
 	if err != nil || n.Catalog == nil || n.Catalog.CodeID != res[1].CodeID {
 		t.Errorf("uses.example.test after the deploy: %+v, %v; want a catalog of the new code", n.Catalog, err)
 	}
@@ -137,10 +140,10 @@ func TestDeployEnvironmentsRefusesBadInput(t *testing.T) {
 
 	for _, tt := range []struct {
 		name string
-		d    *Deployer
+		d    *release.Deployer
 	}{
-		{"no environments directory", &Deployer{}},
-		{"empty environments directory", &Deployer{Root: t.TempDir()}},
+		{"no environments directory", &release.Deployer{}},
+		{"empty environments directory", &release.Deployer{Root: t.TempDir()}},
 	} {
 		if _, err := tt.d.DeployEnvironments(ctx); !errors.Is(err, farm.ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", tt.name, err)

@@ -8,9 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
+	"unicode/utf8"
 
+	"github.com/compilefarm/compilefarm/internal/jsonscan"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -115,36 +119,177 @@ func keepAfter(prev *farm.ReportSummary, sum farm.ReportSummary) string {
 	return ""
 }
 
-// reportHeader is the part of a Puppet report (format 12) the farm reads.
+// reportHeader is the part of a Puppet report (format 12) the farm reads
+// (scanReport).
 type reportHeader struct {
-	Host                string                  `json:"host"`
-	Time                string                  `json:"time"`
-	Status              string                  `json:"status"`
-	ConfigVersion       any                     `json:"configuration_version"`
-	CatalogUUID         string                  `json:"catalog_uuid"`
-	TransactionUUID     string                  `json:"transaction_uuid"`
-	Environment         string                  `json:"environment"`
-	NoopPending         bool                    `json:"noop_pending"`
-	CachedCatalogStatus string                  `json:"cached_catalog_status"`
-	Metrics             map[string]reportMetric `json:"metrics"`
+	Host                string
+	Time                string
+	Status              string
+	ConfigVersion       any // as encoding/json decodes it: string, float64, ...
+	CatalogUUID         string
+	TransactionUUID     string
+	Environment         string
+	NoopPending         bool
+	CachedCatalogStatus string
+	// Metrics are the metric groups the summary reads (summaryMetrics).
+	Metrics map[string]reportMetric
 }
 
-// reportMetric is one of a report's metric groups: rows of name, label and
-// value.
-type reportMetric struct {
-	Values [][]any `json:"values"`
-}
+// reportMetric is one of a report's metric groups, whose rows are
+// [name, label, value]: the numeric values by name (the first row of a
+// name).
+type reportMetric map[string]float64
 
 // value returns the named row's value of the group (0 when absent).
-func (m reportMetric) value(name string) float64 {
-	for _, row := range m.Values {
-		if len(row) == 3 && row[0] == name {
-			if v, ok := row[2].(float64); ok {
-				return v
-			}
+func (m reportMetric) value(name string) float64 { return m[name] }
+
+// reportFields are the report's fields scanReport decodes, each into its
+// field of reportHeader as encoding/json decodes it.
+var reportFields = map[string]func(h *reportHeader) any{
+	"host":                  func(h *reportHeader) any { return &h.Host },
+	"time":                  func(h *reportHeader) any { return &h.Time },
+	"status":                func(h *reportHeader) any { return &h.Status },
+	"configuration_version": func(h *reportHeader) any { return &h.ConfigVersion },
+	"catalog_uuid":          func(h *reportHeader) any { return &h.CatalogUUID },
+	"transaction_uuid":      func(h *reportHeader) any { return &h.TransactionUUID },
+	"environment":           func(h *reportHeader) any { return &h.Environment },
+	"noop_pending":          func(h *reportHeader) any { return &h.NoopPending },
+	"cached_catalog_status": func(h *reportHeader) any { return &h.CachedCatalogStatus },
+}
+
+// summaryMetrics are the metric groups the summary reads.
+var summaryMetrics = []string{"resources", "time"}
+
+// scanReport reads the report's header from its JSON without decoding the
+// rest: a report is mostly resource_statuses and logs (330 KB for a
+// catalog of 300 resources), of which a summary reads nothing, and
+// encoding/json would validate and build all of it (~4 ms of CPU). Those
+// are skipped (jsonscan: their structure is checked, their contents are
+// not); the fields the farm reads are decoded as encoding/json decodes
+// them, and of the metrics the rows of the groups the summary reads. A
+// report stored whole is stored as sent: the farm never reads it back.
+func scanReport(body []byte) (reportHeader, error) {
+	var h reportHeader
+	var err error
+	keep := func(e error) {
+		if err == nil {
+			err = e
 		}
 	}
-	return 0
+	s := jsonscan.New(body)
+	s.Object(func(key []byte) {
+		if key := string(key); key == "metrics" {
+			h.Metrics = scanMetrics(s, h.Metrics, keep)
+		} else if field, ok := reportFields[key]; ok {
+			if e := scanField(s, field(&h)); e != nil {
+				keep(fmt.Errorf("field %s: %w", key, e))
+			}
+		} else {
+			s.Skip()
+		}
+	})
+	s.End()
+	if s.Err() != nil {
+		return reportHeader{}, s.Err()
+	}
+	return h, err
+}
+
+// scanField decodes the next value into v as encoding/json does: a plain
+// string (no escapes nor control characters, valid UTF-8) into a *string
+// directly, anything else by encoding/json.
+func scanField(s *jsonscan.Scanner, v any) error {
+	raw := s.Raw()
+	if raw == nil {
+		return nil // s.Err says why
+	}
+	if p, ok := v.(*string); ok && len(raw) >= 2 && raw[0] == '"' && plainString(raw[1:len(raw)-1]) {
+		*p = string(raw[1 : len(raw)-1])
+		return nil
+	}
+	return json.Unmarshal(raw, v)
+}
+
+// plainString reports whether b, the content of a JSON string, means
+// itself: no escapes, no control characters, valid UTF-8.
+func plainString(b []byte) bool {
+	for _, c := range b {
+		if c == '\\' || c < 0x20 {
+			return false
+		}
+	}
+	return utf8.Valid(b)
+}
+
+// scanMetrics reads the report's metrics object (null: none): the groups
+// the summary reads into m (made when nil), the others skipped. Such a
+// group must be an object (or null) whose values are an array of arrays,
+// else the scanner fails; a row value that is not a float64 goes to fail.
+func scanMetrics(s *jsonscan.Scanner, m map[string]reportMetric, fail func(error)) map[string]reportMetric {
+	if s.Peek() == 'n' {
+		s.Skip()
+		return m
+	}
+	s.Object(func(group []byte) {
+		if !slices.Contains(summaryMetrics, string(group)) {
+			s.Skip()
+			return
+		}
+		if m == nil {
+			m = map[string]reportMetric{}
+		}
+		g := reportMetric{}
+		m[string(group)] = g
+		if s.Peek() == 'n' {
+			s.Skip()
+			return
+		}
+		s.Object(func(key []byte) {
+			if string(key) != "values" {
+				s.Skip()
+				return
+			}
+			if s.Peek() == 'n' {
+				s.Skip()
+				return
+			}
+			s.Array(func() { scanMetricRow(s, g, fail) })
+		})
+	})
+	return m
+}
+
+// scanMetricRow reads one row of a metric group into g: its value by its
+// name when it is [name, label, number] and the name is new.
+func scanMetricRow(s *jsonscan.Scanner, g reportMetric, fail func(error)) {
+	if s.Peek() == 'n' {
+		s.Skip()
+		return
+	}
+	var name []byte
+	var value float64
+	named, numeric, n := false, false, 0
+	s.Array(func() {
+		switch c := s.Peek(); {
+		case n == 0 && c == '"':
+			name, named = s.String(), true
+		case n == 2 && (c == '-' || c >= '0' && c <= '9'):
+			raw := s.Raw()
+			v, err := strconv.ParseFloat(string(raw), 64)
+			if err != nil {
+				fail(fmt.Errorf("metric value %s is not a number", raw))
+			}
+			value, numeric = v, true
+		default:
+			s.Skip()
+		}
+		n++
+	})
+	if n == 3 && named && numeric {
+		if _, ok := g[string(name)]; !ok {
+			g[string(name)] = value
+		}
+	}
 }
 
 // summary is what the farm keeps of the report on the node (no Digest:
@@ -173,35 +318,46 @@ func (h reportHeader) summary() farm.ReportSummary {
 }
 
 // putReport keeps the report's summary on the node and, when it is worth
-// keeping (ReportPolicy), the report itself.
+// keeping (ReportPolicy), the report itself. The body is read into a
+// buffer of reportBuffers, reused unless the content store was given it.
 func (s *Server) putReport(w http.ResponseWriter, r *http.Request) {
-	ctx, name := r.Context(), r.PathValue("name")
-	body, err := readBody(r, s.MaxReport)
+	buf := reportBuffers.Get().(*[]byte)
+	body, err := readBodyInto(r, s.MaxReport, *buf)
 	if err != nil {
 		s.apiError(w, r, err)
 		return
 	}
-	var h reportHeader
-	if err := json.Unmarshal(body, &h); err != nil {
-		s.apiError(w, r, fmt.Errorf("report from %s is not JSON: %v: %w", name, err, farm.ErrInvalid))
-		return
+	if !s.takeReport(w, r, body) {
+		recycleReport(buf, body)
+	}
+}
+
+// takeReport answers a report whose body was read; it returns whether the
+// content store was given body (which it may hold on to).
+func (s *Server) takeReport(w http.ResponseWriter, r *http.Request, body []byte) (stored bool) {
+	ctx, name := r.Context(), r.PathValue("name")
+	h, err := scanReport(body)
+	if err != nil {
+		s.apiError(w, r, fmt.Errorf("report from %s is not a JSON report: %v: %w", name, err, farm.ErrInvalid))
+		return false
 	}
 	if h.Host != name {
 		s.apiError(w, r, fmt.Errorf("report host %q does not match node %q: %w", h.Host, name, farm.ErrInvalid))
-		return
+		return false
 	}
 	switch h.Status {
 	case "changed", "unchanged", "failed":
 	default:
 		s.apiError(w, r, fmt.Errorf("report status %q is not changed, unchanged or failed: %w", h.Status, farm.ErrInvalid))
-		return
+		return false
 	}
 	sum := h.summary()
+	// kept is set before every storeReport: stored is kept != "".
 	kept := s.Reports.keepBefore(name, h, sum.At)
 	if kept != "" {
 		if sum.Digest, err = s.storeReport(ctx, name, body); err != nil {
 			s.apiError(w, r, err)
-			return
+			return true
 		}
 	}
 	prev, err := s.Nodes.RecordReport(ctx, name, sum)
@@ -210,12 +366,12 @@ func (s *Server) putReport(w http.ResponseWriter, r *http.Request) {
 		// An older report arriving late: the node keeps the newer summary.
 		s.log().Info("report older than the node's latest: not recorded", "node", name, "time", sum.At, "stored", sum.Digest != "")
 		writeStored(w)
-		return
+		return kept != ""
 	case errors.Is(err, farm.ErrNotFound):
 		// A node that never asked for a catalog (puppet apply sending its
 		// reports here): keep the report and make the record.
-		err = s.recordFirstReport(ctx, name, body, &sum)
 		kept = KeepFirst
+		err = s.recordFirstReport(ctx, name, body, &sum)
 	case err == nil && kept == "":
 		if kept = keepAfter(prev, sum); kept != "" {
 			err = s.keepAfterAll(ctx, name, body, &sum)
@@ -223,7 +379,7 @@ func (s *Server) putReport(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		s.apiError(w, r, fmt.Errorf("record report of %s: %w", name, err))
-		return
+		return kept != ""
 	}
 	if kept != "" {
 		s.log().Info("report stored", "node", name, "status", h.Status, "kept", kept, "digest", sum.Digest)
@@ -231,6 +387,25 @@ func (s *Server) putReport(w http.ResponseWriter, r *http.Request) {
 		s.log().Debug("report summarised", "node", name, "status", h.Status)
 	}
 	writeStored(w)
+	return kept != ""
+}
+
+// reportBuffers are the buffers report bodies are read into, reused:
+// a steady-state run's report (hundreds of KB) is read, summarised and
+// dropped, and a new buffer per report would be that much memory to clear
+// and collect.
+var reportBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxRecycledReport bounds the buffers kept for reuse.
+const maxRecycledReport = 4 << 20
+
+// recycleReport returns the buffer body was read into (from buf) to
+// reportBuffers; body must not be used after.
+func recycleReport(buf *[]byte, body []byte) {
+	if cap(body) <= maxRecycledReport {
+		*buf = body[:0]
+		reportBuffers.Put(buf)
+	}
 }
 
 func writeStored(w http.ResponseWriter) {

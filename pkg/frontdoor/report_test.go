@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"reflect"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -105,8 +108,8 @@ func TestReportSummaryOfRecording(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var h reportHeader
-	if err := json.Unmarshal(b, &h); err != nil {
+	h, err := scanReport(b)
+	if err != nil {
 		t.Fatal(err)
 	}
 	sum := h.summary()
@@ -114,6 +117,146 @@ func TestReportSummaryOfRecording(t *testing.T) {
 	if sum.Status != "changed" || sum.Metrics == nil || *sum.Metrics != want || sum.CatalogUUID == "" || sum.TransactionUUID == "" ||
 		sum.ConfigVersion == "" || sum.At.IsZero() {
 		t.Errorf("summary %+v metrics %+v; want status changed, metrics %+v", sum, sum.Metrics, want)
+	}
+}
+
+// jsonReport is how the front door decoded reports before scanReport:
+// the whole report by encoding/json. TestScanReport holds scanReport to it.
+type jsonReport struct {
+	Host                string `json:"host"`
+	Time                string `json:"time"`
+	Status              string `json:"status"`
+	ConfigVersion       any    `json:"configuration_version"`
+	CatalogUUID         string `json:"catalog_uuid"`
+	TransactionUUID     string `json:"transaction_uuid"`
+	Environment         string `json:"environment"`
+	NoopPending         bool   `json:"noop_pending"`
+	CachedCatalogStatus string `json:"cached_catalog_status"`
+	Metrics             map[string]struct {
+		Values [][]any `json:"values"`
+	} `json:"metrics"`
+}
+
+// header is what the report's metrics said to the summary: of each group
+// it reads, the first numeric value of each row name.
+func (j jsonReport) header() reportHeader {
+	h := reportHeader{Host: j.Host, Time: j.Time, Status: j.Status, ConfigVersion: j.ConfigVersion, CatalogUUID: j.CatalogUUID,
+		TransactionUUID: j.TransactionUUID, Environment: j.Environment, NoopPending: j.NoopPending, CachedCatalogStatus: j.CachedCatalogStatus}
+	for name, g := range j.Metrics {
+		if !slices.Contains(summaryMetrics, name) {
+			continue
+		}
+		if h.Metrics == nil {
+			h.Metrics = map[string]reportMetric{}
+		}
+		m := reportMetric{}
+		for _, row := range g.Values {
+			if len(row) != 3 {
+				continue
+			}
+			k, ok := row[0].(string)
+			v, isNum := row[2].(float64)
+			if _, seen := m[k]; ok && isNum && !seen {
+				m[k] = v
+			}
+		}
+		h.Metrics[name] = m
+	}
+	return h
+}
+
+// TestScanReport: scanReport reads what encoding/json read of a report,
+// whatever the rest of the report holds.
+func TestScanReport(t *testing.T) {
+	recorded, err := os.ReadFile("../../testdata/puppet-protocol/report-request-agent1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, doc string }{
+		{"recorded", string(recorded)},
+		{"run-sized", string(runSizedReport(t))},
+		{"generated", string(reportBody("agent1.example.test", "unchanged", "cat-1", time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)))},
+		{"escapes", `{"host":"a\u0041\"b","status":"unchanged","catalog_uuid":"x\/y","logs":[{"message":"a \"quoted\" ]} word\\"}]}`},
+		{"config version string", `{"host":"a","status":"changed","configuration_version":"deadbeef"}`},
+		{"config version null", `{"host":"a","status":"changed","configuration_version":null}`},
+		{"config version float", `{"host":"a","status":"changed","configuration_version":1700000000.25}`},
+		{"no metrics", `{"host":"a","status":"failed","resource_statuses":{}}`},
+		{"null metrics", `{"host":"a","status":"failed","metrics":null}`},
+		{"null fields", `{"host":null,"status":null,"noop_pending":null,"time":null}`},
+		{"other metric groups", `{"host":"a","status":"unchanged","metrics":{"changes":{"values":[["total","Total",3]]},` +
+			`"resources":{"name":"resources","values":[["total","Total",7],["changed","Changed",2],["failed","Failed",1]]},` +
+			`"events":{"values":[]},"time":{"values":[["file","File",0.5],["total","Total",1.25e0]]}}}`},
+		{"odd metric rows", `{"host":"a","status":"unchanged","metrics":{"resources":{"values":[["total","Total",7],["total","Total",8],` +
+			`["changed","Changed"],["failed","Failed","1"],[3,"x",4],["out_of_sync","Out",1,2],null,["skipped",null,-0.5]]},"time":null}}`},
+		{"null values", `{"host":"a","status":"unchanged","metrics":{"resources":{"values":null}}}`},
+		{"repeated field", `{"host":"a","status":"failed","status":"unchanged"}`},
+		{"invalid UTF-8", "{\"host\":\"a\xff\",\"status\":\"unchanged\",\"environment\":\"caf\xc3\xa9\"}"},
+		{"white space", " {\n \"host\" : \"a\" ,\n\t\"status\":\"unchanged\" ,\"noop_pending\" : true } \n"},
+		{"fields after the statuses", `{"host":"a","resource_statuses":{"File[/x]":{"events":[{"desired_value":"{[\""}]}},"status":"unchanged","cached_catalog_status":"on_failure"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var j jsonReport
+			if err := json.Unmarshal([]byte(tt.doc), &j); err != nil {
+				t.Fatalf("encoding/json: %v", err)
+			}
+			want := j.header()
+			got, err := scanReport([]byte(tt.doc))
+			if err != nil {
+				t.Fatalf("scanReport: %v", err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("scanReport = %+v\nencoding/json: %+v", got, want)
+			}
+			if want.Time != "" && !reflect.DeepEqual(got.summary(), want.summary()) {
+				t.Errorf("summary %+v, want %+v", got.summary(), want.summary())
+			}
+		})
+	}
+}
+
+// TestScanReportMalformed: a report that is not a JSON object, or whose
+// fields the farm reads have the wrong type, is refused.
+func TestScanReportMalformed(t *testing.T) {
+	tests := []struct{ name, doc string }{
+		{"empty", ``},
+		{"array", `[]`},
+		{"truncated", `{"host":"a","status":"unchanged","resource_statuses":{"File[/x]":{"title":"/x"}`},
+		{"unterminated string", `{"host":"a,"status":"unchanged"}`},
+		{"status a number", `{"host":"a","status":3}`},
+		{"host an object", `{"host":{"name":"a"},"status":"unchanged"}`},
+		{"noop_pending a string", `{"host":"a","status":"unchanged","noop_pending":"yes"}`},
+		{"metrics an array", `{"host":"a","status":"unchanged","metrics":[]}`},
+		{"metric values not rows", `{"host":"a","status":"unchanged","metrics":{"resources":{"values":3}}}`},
+		{"metric group not an object", `{"host":"a","status":"unchanged","metrics":{"time":[]}}`},
+		{"metric row not an array", `{"host":"a","status":"unchanged","metrics":{"time":{"values":[3]}}}`},
+		{"bad metric value", `{"host":"a","status":"unchanged","metrics":{"time":{"values":[["total","Total",1e999]]}}}`},
+		{"control character in a string", "{\"host\":\"a\nb\",\"status\":\"unchanged\"}"},
+		{"bad number in a field", `{"host":"a","status":"unchanged","configuration_version":1.2.3}`},
+		{"trailing data", `{"host":"a","status":"unchanged"} {}`},
+		{"mismatched brackets in the statuses", `{"host":"a","resource_statuses":{"x":[}],"status":"unchanged"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if h, err := scanReport([]byte(tt.doc)); err == nil {
+				t.Errorf("scanReport = %+v, nil; want an error", h)
+			}
+		})
+	}
+}
+
+// TestPutReportMalformed: the front door answers a report it cannot read
+// with 400, as before it summarised reports by scanning them.
+func TestPutReportMalformed(t *testing.T) {
+	r := newRig(t)
+	const name = "agent1.example.test"
+	a1 := r.client(name)
+	for _, body := range []string{`{"host":"agent1.example.test","status":"unchanged","logs":[}`, `{"host":"agent1.example.test","status":5}`,
+		`{"host":"other.example.test","status":"unchanged"}`, `{"host":"agent1.example.test","status":"weird"}`} {
+		resp := r.do(a1, "PUT", "/puppet/v3/report/"+name+"?environment=production", []byte(body), map[string]string{"Content-Type": "application/json"})
+		if resp.status != 400 || !strings.Contains(resp.body, "RUNTIME_ERROR") {
+			t.Errorf("report %s: %d %s, want 400", body, resp.status, resp.body)
+		}
 	}
 }
 

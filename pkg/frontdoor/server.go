@@ -424,19 +424,41 @@ var errTooLarge = errors.New("request body too large")
 // readBody reads at most limit bytes of the request body, in one
 // allocation when the client sent Content-Length (agents do).
 func readBody(r *http.Request, limit int64) ([]byte, error) {
+	return readBodyInto(r, limit, nil)
+}
+
+// readBodyInto is readBody reading into buf's memory when it is large
+// enough (and growing it when not); buf's contents are overwritten.
+func readBodyInto(r *http.Request, limit int64, buf []byte) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", errTooLarge, r.ContentLength, limit)
 	}
 	if r.ContentLength >= 0 {
-		b := make([]byte, r.ContentLength)
+		n := int(r.ContentLength)
+		b := buf[:0]
+		if cap(b) < n {
+			b = make([]byte, n)
+		}
+		b = b[:n]
 		if _, err := io.ReadFull(r.Body, b); err != nil {
 			return nil, fmt.Errorf("read request body: %v: %w", err, farm.ErrInvalid)
 		}
 		return b, nil
 	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("read request body: %v: %w", err, farm.ErrInvalid)
+	b := buf[:0]
+	lr := io.LimitReader(r.Body, limit+1)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := lr.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read request body: %v: %w", err, farm.ErrInvalid)
+		}
 	}
 	if int64(len(b)) > limit {
 		return nil, fmt.Errorf("%w: more than %d bytes", errTooLarge, limit)

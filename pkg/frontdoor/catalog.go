@@ -150,27 +150,38 @@ func (s *Server) serveCatalog(w http.ResponseWriter, r *http.Request, n farm.Nod
 
 // waitCompile polls the node until its latest requested compile finished,
 // for at most wait. The node store is the only channel between front door
-// and compile workers, in one process or across a fleet.
+// and compile workers, in one process or across a fleet. The polls start
+// at waitPollFirst and back off to waitPollMax: most compiles take most of
+// a second, and a herd of new agents holds hundreds of waiting requests,
+// whose reads (a DynamoDB read each on AWS) would otherwise cost more than
+// the compiles they wait for.
 func (s *Server) waitCompile(ctx context.Context, certname string, wait time.Duration) (farm.Node, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
+	delay := waitPollFirst
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return farm.Node{}, ctx.Err()
-		case <-tick.C:
+		case <-timer.C:
 		}
 		n, err := s.Nodes.GetNode(ctx, certname)
-		if err != nil {
-			continue
-		}
-		if !n.Pending() {
+		if err == nil && !n.Pending() {
 			return n, nil
 		}
+		delay = min(delay*3/2, waitPollMax)
+		timer.Reset(delay)
 	}
 }
+
+// The polls of a waiting catalog request: the first after waitPollFirst,
+// each next one half as late again, up to waitPollMax apart.
+const (
+	waitPollFirst = 50 * time.Millisecond
+	waitPollMax   = 500 * time.Millisecond
+)
 
 // writeCatalog sends the stored catalog, gzipped as stored when the agent
 // accepts gzip, so no request pays for compression.

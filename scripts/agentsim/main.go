@@ -26,7 +26,9 @@
 //
 // Agents enrol through the Puppet CA API first (ECDSA P-256 keys, which the
 // CA signs; the broker must autosign); --state DIR keeps their identities so
-// later invocations against the same CA reuse them.
+// later invocations against the same CA reuse them, and their run numbers
+// (runs.json), so that a later invocation's runs send the facts of later
+// runs (uptime grown, memory and load moved), not an earlier one's again.
 //
 // Modes:
 //
@@ -140,7 +142,7 @@ func parseFlags(args []string) (o options, jsonPath, mdPath string, timeout time
 	fs.StringVar(&o.sim.env, "environment", "production", "the agents' environment")
 	fs.StringVar(&o.prefix, "prefix", "", "certname prefix: certnames are PREFIX-NNNNN.DOMAIN (default: agentsim with --state, else as-<time>)")
 	fs.StringVar(&o.domain, "domain", "agentsim.test", "certname domain")
-	fs.StringVar(&o.state, "state", "", "directory keeping the agents' keys and certificates for later invocations against the same CA")
+	fs.StringVar(&o.state, "state", "", "directory keeping the agents' keys and certificates, and their run numbers, for later invocations against the same CA")
 	fs.StringVar(&o.key, "key", agentcert.KeyECDSA, "agent key type: ecdsa (P-256) or rsa (2048)")
 	fs.IntVar(&o.enrolParallel, "enrol-concurrency", 16, "enrolments at once")
 	fs.StringVar(&o.sim.nodeRequest, "node-request", "first", "when a run asks for its node: first (an agent's first run in this invocation, as an agent without a last-run summary), always, never")

@@ -20,11 +20,15 @@ type Results struct {
 	Agents      int       `json:"agents"`
 	Key         string    `json:"key"`
 	// How the agents behave (see the flags of the same names).
-	NodeRequest  string  `json:"node_request"`
-	Locales      bool    `json:"locales"`
-	FileMetadata string  `json:"file_metadata"`
-	Enrol        Enrol   `json:"enrol"`
-	Rounds       []Round `json:"rounds"`
+	NodeRequest  string `json:"node_request"`
+	Locales      bool   `json:"locales"`
+	FileMetadata string `json:"file_metadata"`
+	Enrol        Enrol  `json:"enrol"`
+	// FirstRun is the number of the agents' first run here, for the facts
+	// they send (corpus.Churn): 0, or where the last invocation with the
+	// same --state left off.
+	FirstRun int     `json:"first_run_number"`
+	Rounds   []Round `json:"rounds"`
 }
 
 // Enrol is how the agents got their certificates.
@@ -141,8 +145,8 @@ func (rd *Round) brokerLines() []string {
 // writeText writes the human summary: per round, its header, the latency
 // table, retries, sizes and the broker's side.
 func (r *Results) writeText(w io.Writer) {
-	fmt.Fprintf(w, "agentsim: %d agents at %s, environment %s; enrolled in %.1fs (%d new, %d from --state)\n",
-		r.Agents, r.Target, r.Environment, r.Enrol.Seconds, r.Enrol.New, r.Enrol.Reused)
+	fmt.Fprintf(w, "agentsim: %d agents at %s, environment %s; enrolled in %.1fs (%d new, %d from --state); first run number %d\n",
+		r.Agents, r.Target, r.Environment, r.Enrol.Seconds, r.Enrol.New, r.Enrol.Reused, r.FirstRun)
 	for i := range r.Rounds {
 		rd := &r.Rounds[i]
 		fmt.Fprintf(w, "\n%s\n", rd.describe())
@@ -167,8 +171,8 @@ func (r *Results) writeText(w io.Writer) {
 // writeMarkdown writes the rounds as Markdown tables for docs: one row per
 // round, then each round's latencies.
 func (r *Results) writeMarkdown(w io.Writer) error {
-	fmt.Fprintf(w, "Agents: %d at `%s`, environment `%s` (node request: %s, file metadata: %s, locales: %v).\n\n",
-		r.Agents, r.Target, r.Environment, r.NodeRequest, r.FileMetadata, r.Locales)
+	fmt.Fprintf(w, "Agents: %d at `%s`, environment `%s` (node request: %s, file metadata: %s, locales: %v, first run number: %d).\n\n",
+		r.Agents, r.Target, r.Environment, r.NodeRequest, r.FileMetadata, r.Locales, r.FirstRun)
 	fmt.Fprintln(w, "| round | runs | runs/s | failed | retries (503/429) | compiles | broker CPU per run | per catalog request | workers CPU | broker RSS before → peak → after | fds peak | agentsim CPU |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
 	for i := range r.Rounds {

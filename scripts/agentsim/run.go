@@ -38,6 +38,13 @@ func newUUID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
+// runFacts is the facts document agent a uploads at now, in its run
+// number run of this invocation (0, 1, ...): its run number for the facts
+// goes on from the last invocation with the same --state (s.firstRun).
+func (s *sim) runFacts(a *agent, run int, now time.Time) (string, error) {
+	return s.facts.document(a.rename, s.firstRun+run, now, s.cfg.runinterval)
+}
+
 // runAgent is one run of agent a, as a real agent does it (see the package
 // doc): node, pluginsync, catalog with fresh facts, file metadata for the
 // catalog's sources, report; on one new TLS connection. A request that
@@ -64,7 +71,7 @@ func (s *sim) runAgent(ctx context.Context, a *agent, live *roundStats) *runReco
 	}
 	pluginSync := time.Since(syncStart)
 
-	doc, err := s.facts.document(a.rename, run, time.Now(), s.cfg.runinterval)
+	doc, err := s.runFacts(a, run, time.Now())
 	if err != nil {
 		rec.fail(kindCatalog, err)
 		rec.end = time.Now()

@@ -13,7 +13,7 @@ type agent struct {
 	name   string
 	cert   tls.Certificate
 	rename *strings.Replacer // agentwire.Renamer(name)
-	runs   int               // runs started: the next run's number, for the facts it sends
+	runs   int               // runs started in this invocation; the next one's number is sim.firstRun + runs
 }
 
 // simConfig is how the simulated agents behave.
@@ -36,4 +36,5 @@ type sim struct {
 	facts      *factTemplate
 	report     *reportTemplate
 	pluginsync []string // pluginsyncPaths
+	firstRun   int      // the number of the agents' first run in this invocation: 0, or what --state recorded (runsFile)
 }

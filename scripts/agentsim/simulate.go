@@ -34,6 +34,14 @@ func simulate(ctx context.Context, o options, progress func(string)) (*Results, 
 	}
 	s := &sim{cfg: o.sim, farm: farm, agents: agents, facts: facts, report: report,
 		pluginsync: pluginsyncPaths(o.sim.env, o.sim.locales)}
+	if o.state != "" {
+		// The agents go on numbering their runs where the last invocation
+		// with this --state left off (see runsFile).
+		if s.firstRun, err = loadNextRun(o.state); err != nil {
+			return res, err
+		}
+	}
+	res.FirstRun = s.firstRun
 	m := &monitor{metricsURL: o.metricsURL, brokerPID: o.brokerPID, progress: progress, every: o.progressEvery}
 
 	round := func(name string, fill func(r *Round), expected int, fn func(rs *roundStats)) {
@@ -43,6 +51,11 @@ func simulate(ctx context.Context, o options, progress func(string)) (*Results, 
 		m.measure(ctx, &r, expected, fn)
 		progress(r.describe())
 		res.Rounds = append(res.Rounds, r)
+		if o.state != "" {
+			if err := saveNextRun(o.state, s.nextRun()); err != nil {
+				progress(err.Error())
+			}
+		}
 	}
 	if o.warmup {
 		round("warm-up", func(*Round) {}, len(agents), func(rs *roundStats) { s.herd(ctx, rs, 0) })

@@ -6,10 +6,12 @@ package facts
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 
+	"github.com/compilefarm/compilefarm/internal/jsonscan"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -43,6 +45,148 @@ func Decode(certname string, doc []byte) (Document, error) {
 	return d, nil
 }
 
+// Selection names the parts of a facts document a reader needs: fact
+// paths (as Read.Path), each wanted whole. The zero value selects
+// nothing; Add selects more.
+type Selection struct {
+	whole    bool
+	children map[string]*Selection
+}
+
+// Add selects the value at path (from the top of the values; an empty
+// path selects them all) and everything under it.
+func (s *Selection) Add(path []string) {
+	for _, k := range path {
+		if s.whole {
+			return
+		}
+		if s.children == nil {
+			s.children = map[string]*Selection{}
+		}
+		c := s.children[k]
+		if c == nil {
+			c = &Selection{}
+			s.children[k] = c
+		}
+		s = c
+	}
+	s.whole, s.children = true, nil
+}
+
+// DecodeOnly is Decode for a caller that reads only the selected facts,
+// such as those the node's catalog read (the intake's decision on a fresh
+// upload): the values it returns hold every selected path that the
+// document has, as Decode decodes it (Lookup finds the same there), and
+// of the hashes on the way only the keys on selected paths. The rest is
+// skipped without being built: it is checked for structure only
+// (jsonscan), so DecodeOnly accepts documents Decode refuses, and a
+// document that is stored must be decoded by Decode. Its other members
+// and checks (an object with a values object, the name) are Decode's.
+func DecodeOnly(certname string, doc []byte, sel *Selection) (Document, error) {
+	var d Document
+	var err error
+	keep := func(e error) {
+		if err == nil {
+			err = e
+		}
+	}
+	s := jsonscan.New(doc)
+	s.Object(func(key []byte) {
+		// Members are matched as encoding/json matches them to Document's
+		// fields: ignoring case.
+		switch member := strings.ToLower(string(key)); member {
+		case "values":
+			if s.Peek() == 'n' {
+				s.Skip()
+				d.Values = nil
+				return
+			}
+			if d.Values == nil {
+				d.Values = map[string]any{}
+			}
+			switch {
+			case s.Peek() != '{':
+				s.Skip()
+				keep(errors.New("values is not an object"))
+			case sel.whole:
+				decodeValue(s, &d.Values, keep)
+			default:
+				decodeSelected(s, sel, d.Values, keep)
+			}
+		case "name", "timestamp", "expiration":
+			field := &d.Name
+			switch member {
+			case "timestamp":
+				field = &d.Timestamp
+			case "expiration":
+				field = &d.Expiration
+			}
+			if raw := s.Raw(); raw != nil {
+				if e := json.Unmarshal(raw, field); e != nil {
+					keep(e)
+				}
+			}
+		default:
+			s.Skip()
+		}
+	})
+	s.End()
+	if s.Err() != nil {
+		err = s.Err()
+	}
+	if err != nil {
+		return Document{}, fmt.Errorf("facts for %s are not a JSON facts object: %v: %w", certname, err, farm.ErrInvalid)
+	}
+	if d.Values == nil {
+		return Document{}, fmt.Errorf("facts for %s have no \"values\" object: %w", certname, farm.ErrInvalid)
+	}
+	if d.Name != "" && d.Name != certname {
+		return Document{}, fmt.Errorf("facts name %q does not match node %q: %w", d.Name, certname, farm.ErrInvalid)
+	}
+	d.Name = certname
+	return d, nil
+}
+
+// decodeSelected reads the object that comes next into m: the members sel
+// selects, decoded whole at the end of their path, as objects of their
+// selected members on the way (any other value there whole), the others
+// skipped.
+func decodeSelected(s *jsonscan.Scanner, sel *Selection, m map[string]any, fail func(error)) {
+	s.Object(func(key []byte) {
+		c := sel.children[string(key)]
+		switch {
+		case c == nil:
+			s.Skip()
+		case !c.whole && s.Peek() == '{':
+			sub := map[string]any{}
+			decodeSelected(s, c, sub, fail)
+			m[string(key)] = sub
+		default:
+			var v any
+			decodeValue(s, &v, fail)
+			m[string(key)] = v
+		}
+	})
+}
+
+// decodeValue decodes the next value into v as Decode does (numbers kept
+// exact).
+func decodeValue(s *jsonscan.Scanner, v any, fail func(error)) {
+	raw := s.Raw()
+	if raw == nil {
+		return // s.Err says why
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	err := dec.Decode(v)
+	if err == nil && dec.InputOffset() != int64(len(raw)) {
+		err = fmt.Errorf("invalid value %.40s", raw)
+	}
+	if err != nil {
+		fail(err)
+	}
+}
+
 // CatalogRequest is what a POST /puppet/v3/catalog/<name> form carries.
 type CatalogRequest struct {
 	// Facts is the facts document (JSON), decoded from its double URL encoding.
@@ -62,24 +206,60 @@ func RawFactsParam(body []byte) ([]byte, bool) { return RawFormParam(body, "fact
 // of a form body (such as the catalog request's "environment", to
 // url.QueryUnescape) without parsing the rest of the form.
 func RawFormParam(body []byte, key string) ([]byte, bool) {
-	prefix := []byte(key + "=")
-	for len(body) > 0 {
-		var field []byte
-		if i := bytes.IndexByte(body, '&'); i >= 0 {
-			field, body = body[:i], body[i+1:]
-		} else {
-			field, body = body, nil
+	start, end, ok := formParam(body, key)
+	return body[start:end], ok
+}
+
+// formParam returns where the value of the first key parameter of a form
+// body starts and ends.
+func formParam(body []byte, key string) (start, end int, ok bool) {
+	for i := 0; i < len(body); {
+		field := body[i:]
+		if j := bytes.IndexByte(field, '&'); j >= 0 {
+			field = field[:j]
 		}
-		if v, ok := bytes.CutPrefix(field, prefix); ok {
-			return v, true
+		if len(field) > len(key) && field[len(key)] == '=' && string(field[:len(key)]) == key {
+			return i + len(key) + 1, i + len(field), true
 		}
+		i += len(field) + 1
 	}
-	return nil, false
+	return 0, 0, false
 }
 
 // ParseCatalogForm decodes a catalog request form. Only JSON (and PSON, which
-// is JSON for these documents) facts are accepted.
+// is JSON for these documents) facts are accepted. It reads the form as
+// url.ParseQuery and FromForm do, but the facts, nearly all of the form
+// (tens of KB, URL-encoded twice), are unescaped in one pass instead of
+// being copied through two.
 func ParseCatalogForm(body []byte) (CatalogRequest, error) {
+	start, end, ok := formParam(body, "facts")
+	if !ok {
+		return parseForm(body)
+	}
+	// The rest of the form, without the facts: a copy of a few hundred
+	// bytes, parsed the usual way.
+	rest := make([]byte, 0, len(body)-(end-start))
+	rest = append(rest, body[:start-len("facts=")]...)
+	rest = append(rest, body[end:]...)
+	raw := body[start:end]
+	doc, ok := unescapeTwice(raw)
+	form, err := url.ParseQuery(string(rest))
+	if _, more := form["facts"]; !ok || err != nil || more {
+		// A bad escape, or another facts parameter (such as one whose
+		// name is escaped) before this one: as url.ParseQuery and
+		// FromForm read it and say what is wrong with it.
+		return parseForm(body)
+	}
+	req := formFields(form)
+	if err := checkFactsFormat(form); err != nil {
+		return CatalogRequest{}, err
+	}
+	req.Facts = doc
+	return req, nil
+}
+
+// parseForm decodes a catalog request form with url.ParseQuery.
+func parseForm(body []byte) (CatalogRequest, error) {
 	form, err := url.ParseQuery(string(body))
 	if err != nil {
 		return CatalogRequest{}, fmt.Errorf("catalog request body is not application/x-www-form-urlencoded: %v: %w", err, farm.ErrInvalid)
@@ -87,22 +267,101 @@ func ParseCatalogForm(body []byte) (CatalogRequest, error) {
 	return FromForm(form)
 }
 
+// unescapeTwice decodes the value of a form parameter that is itself a
+// URL-encoded document: url.QueryUnescape applied twice, in one pass and
+// one allocation. It returns false for a bad escape at either level, and
+// for a ';' (which url.ParseQuery refuses in a form's fields).
+func unescapeTwice(raw []byte) ([]byte, bool) {
+	out := make([]byte, len(raw))
+	n := 0
+	inner := 0 // the inner level: 0, or 1 or 2 after its '%' and 0 or 1 of its digits
+	var hi byte
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if inner == 0 {
+			if !formSpecial[c] {
+				out[n] = c
+				n++
+				continue
+			}
+			// Most of a document's punctuation: %25 (the inner '%') and
+			// the inner escape's two digits, plain at the outer level.
+			if c == '%' && i+4 < len(raw) && raw[i+1] == '2' && raw[i+2] == '5' {
+				if h, l := hexValue[raw[i+3]], hexValue[raw[i+4]]; h >= 0 && l >= 0 {
+					out[n] = byte(h<<4 | l)
+					n++
+					i += 4
+					continue
+				}
+			}
+		}
+		switch c {
+		case '%':
+			if i+2 >= len(raw) || hexValue[raw[i+1]] < 0 || hexValue[raw[i+2]] < 0 {
+				return nil, false
+			}
+			c = byte(hexValue[raw[i+1]]<<4 | hexValue[raw[i+2]])
+			i += 2
+		case '+':
+			c = ' '
+		case ';':
+			return nil, false
+		}
+		switch inner {
+		case 0:
+			switch c {
+			case '%':
+				inner = 1
+			case '+':
+				out[n] = ' '
+				n++
+			default:
+				out[n] = c
+				n++
+			}
+		case 1:
+			if hexValue[c] < 0 {
+				return nil, false
+			}
+			hi, inner = byte(hexValue[c]), 2
+		case 2:
+			if hexValue[c] < 0 {
+				return nil, false
+			}
+			out[n], inner = hi<<4|byte(hexValue[c]), 0
+			n++
+		}
+	}
+	return out[:n], inner == 0
+}
+
+// formSpecial are the bytes of an encoded form value that do not mean
+// themselves.
+var formSpecial = [256]bool{'%': true, '+': true, ';': true}
+
+// hexValue is the value of a hex digit, -1 for other bytes.
+var hexValue = func() (t [256]int8) {
+	for i := range t {
+		t[i] = -1
+	}
+	for i, c := range "0123456789abcdef" {
+		t[c] = int8(i)
+	}
+	for i, c := range "ABCDEF" {
+		t[c] = int8(10 + i)
+	}
+	return t
+}()
+
 // FromForm reads a catalog request from already parsed form values.
 func FromForm(form url.Values) (CatalogRequest, error) {
-	req := CatalogRequest{
-		Environment:     form.Get("environment"),
-		TransactionUUID: form.Get("transaction_uuid"),
-		JobUUID:         form.Get("job_uuid"),
-		StaticCatalog:   form.Get("static_catalog") == "true",
-	}
+	req := formFields(form)
 	raw, ok := form["facts"]
 	if !ok || len(raw) == 0 {
 		return req, nil
 	}
-	switch f := form.Get("facts_format"); f {
-	case "application/json", "pson", "text/pson", "json", "":
-	default:
-		return CatalogRequest{}, fmt.Errorf("facts_format %q is not supported (send application/json): %w", f, farm.ErrInvalid)
+	if err := checkFactsFormat(form); err != nil {
+		return CatalogRequest{}, err
 	}
 	doc, err := url.QueryUnescape(raw[0])
 	if err != nil {
@@ -110,6 +369,26 @@ func FromForm(form url.Values) (CatalogRequest, error) {
 	}
 	req.Facts = []byte(doc)
 	return req, nil
+}
+
+// formFields are the catalog request's fields other than the facts.
+func formFields(form url.Values) CatalogRequest {
+	return CatalogRequest{
+		Environment:     form.Get("environment"),
+		TransactionUUID: form.Get("transaction_uuid"),
+		JobUUID:         form.Get("job_uuid"),
+		StaticCatalog:   form.Get("static_catalog") == "true",
+	}
+}
+
+// checkFactsFormat refuses facts in a format other than JSON (or PSON).
+func checkFactsFormat(form url.Values) error {
+	switch f := form.Get("facts_format"); f {
+	case "application/json", "pson", "text/pson", "json", "":
+		return nil
+	default:
+		return fmt.Errorf("facts_format %q is not supported (send application/json): %w", f, farm.ErrInvalid)
+	}
 }
 
 // DefaultVolatile lists facts that change on every run without changing what

@@ -121,6 +121,9 @@ func Changes(reads []Read, values map[string]any, limit int) ([]Change, error) {
 		if err != nil {
 			return out, err
 		}
+		if now.Missing == r.Missing && bytes.Equal(r.Value, now.Value) {
+			continue // the same JSON (as CanonicalReads makes it): no need to re-encode
+		}
 		was, is := canonicalJSON(r.Value), canonicalJSON(now.Value)
 		if now.Missing == r.Missing && bytes.Equal(was, is) {
 			continue
@@ -135,6 +138,17 @@ func Changes(reads []Read, values map[string]any, limit int) ([]Change, error) {
 		}
 	}
 	return out, nil
+}
+
+// CanonicalReads rewrites the observations of reads in canonical JSON,
+// as Observe writes them (sorted keys, numbers as written), so that
+// Changes finds an observation that did not change equal byte for byte
+// instead of re-encoding both: for a read record that is kept and
+// compared with every upload.
+func CanonicalReads(reads []Read) {
+	for i := range reads {
+		reads[i].Value = canonicalJSON(reads[i].Value)
+	}
 }
 
 // boundJSON returns the observation b to keep in a Change: nothing for a

@@ -156,3 +156,40 @@ func TestChanges(t *testing.T) {
 		}
 	})
 }
+
+// TestCanonicalReads: observations recorded by another encoder (Ruby's
+// key order, spacing) become what Observe writes for the same value, and
+// Changes judges them the same before and after.
+func TestCanonicalReads(t *testing.T) {
+	values := map[string]any{"os": map[string]any{"family": "Debian", "release": map[string]any{"major": json.Number("12")}},
+		"n": json.Number("1.0"), "tags": []any{"b", "a"}}
+	tests := []struct {
+		name     string
+		recorded Read
+		changed  bool
+	}{
+		{"hash in another key order", Read{Path: []string{"os"}, Kind: ReadValue,
+			Value: json.RawMessage(`{"release": {"major": 12}, "family": "Debian"}`)}, false},
+		{"number as written", Read{Path: []string{"n"}, Kind: ReadValue, Value: json.RawMessage(`1.0`)}, false},
+		{"number written otherwise", Read{Path: []string{"n"}, Kind: ReadValue, Value: json.RawMessage(`1`)}, true},
+		{"array order kept", Read{Path: []string{"tags"}, Kind: ReadValue, Value: json.RawMessage(`["a", "b"]`)}, true},
+		{"keys", Read{Path: []string{"os"}, Kind: ReadKeys, Value: json.RawMessage(`[ "family", "release" ]`)}, false},
+		{"missing", Read{Path: []string{"absent"}, Kind: ReadValue, Missing: true}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before, err := Changed([]Read{tt.recorded}, values)
+			if err != nil || before != tt.changed {
+				t.Fatalf("Changed = %v, %v; want %v", before, err, tt.changed)
+			}
+			reads := []Read{tt.recorded}
+			CanonicalReads(reads)
+			if after, _ := Changed(reads, values); after != before {
+				t.Errorf("Changed after CanonicalReads = %v, want %v", after, before)
+			}
+			if now, _ := Observe(values, tt.recorded.Path, tt.recorded.Kind); !tt.changed && string(reads[0].Value) != string(now.Value) {
+				t.Errorf("canonical %s, Observe writes %s", reads[0].Value, now.Value)
+			}
+		})
+	}
+}

@@ -84,6 +84,10 @@ type recentFacts struct {
 	// values are the decoded facts; nil when the upload repeats the node's
 	// last one byte for byte (nothing about the facts can have changed).
 	values map[string]any
+	// partial marks values that hold only the facts the node's catalogs
+	// read (factsRead), and no relevant digest: enough to decide that the
+	// upload changes nothing, not to record it (whole completes them).
+	partial bool
 	// doc is the facts document, to store when the node record is written;
 	// nil when it is stored already.
 	doc []byte
@@ -173,23 +177,33 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 	if err != nil && !errors.Is(err, farm.ErrNotFound) {
 		return Outcome{}, fmt.Errorf("read node %s: %w", up.Certname, err)
 	}
-	digests, err := in.digests(ctx, up, node.FactsDigest)
-	if err != nil {
-		return Outcome{}, err
-	}
-	digests.nodeInfo = info
-	lane := farm.LaneUrgent
+	var only *facts.Selection
 	if known {
 		// Load the read records the decision needs before the update, so
 		// the update function does no I/O.
 		if err := in.loadReads(ctx, &node); err != nil {
 			return Outcome{}, err
 		}
+		only = in.factsRead(&node)
+	}
+	digests, err := in.digests(ctx, up, node.FactsDigest, only)
+	if err != nil {
+		return Outcome{}, err
+	}
+	digests.nodeInfo = info
+	lane := farm.LaneUrgent
+	if known {
 		if jobs, _ := in.plan(&node, env, digests, lane, true); len(jobs) == 0 && node.Environment == up.Environment &&
 			node.NodeInfo == info && node.ClassifierFailure == nil &&
 			(node.FactsDigest == digests.facts || in.now().Sub(node.FactsAt) < in.factsRefresh()) {
 			// Nothing to compile, and nothing worth a write.
 			return Outcome{Node: node}, nil
+		}
+	}
+	if digests.partial {
+		// What is written (and what plans compiles) are the whole facts.
+		if digests, err = in.whole(up.Certname, digests); err != nil {
+			return Outcome{}, err
 		}
 	}
 	if digests.doc != nil {
@@ -533,6 +547,7 @@ func (in *Intake) loadRecord(ctx context.Context, n *farm.Node, d farm.Digest) e
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return fmt.Errorf("decode fact record %s of %s: %w", d, n.Certname, err)
 	}
+	facts.CanonicalReads(rec.Reads) // compared with every upload: once, not each time
 	in.readRecords.Store(d, &rec)
 	return nil
 }
@@ -553,8 +568,10 @@ func (in *Intake) enqueue(ctx context.Context, n farm.Node, slot farm.Slot) erro
 
 // digests decodes an upload and returns its digests. An upload whose raw
 // bytes repeat the last one this process recorded for the node, which the
-// node record still holds (stored), is not decoded again.
-func (in *Intake) digests(ctx context.Context, up Upload, stored farm.Digest) (recentFacts, error) {
+// node record still holds (stored), is not decoded again. With only (the
+// facts the node's catalogs read: factsRead), the upload's facts are
+// decoded partially when they can be (recentFacts.partial).
+func (in *Intake) digests(ctx context.Context, up Upload, stored farm.Digest, only *facts.Selection) (recentFacts, error) {
 	if up.RawKey != "" {
 		if v, ok := in.recent.Load(up.Certname); ok && v.(recentFacts).rawKey == up.RawKey && v.(recentFacts).facts == stored {
 			r := v.(recentFacts)
@@ -566,15 +583,62 @@ func (in *Intake) digests(ctx context.Context, up Upload, stored farm.Digest) (r
 	if err != nil {
 		return recentFacts{}, err
 	}
-	d, err := facts.Decode(up.Certname, doc)
+	f := recentFacts{rawKey: up.RawKey, facts: farm.DigestOf(doc), doc: doc}
+	if only != nil {
+		// An error here is said by Decode, which also reads what
+		// DecodeOnly may not.
+		if d, err := facts.DecodeOnly(up.Certname, doc, only); err == nil {
+			f.values, f.partial = d.Values, true
+			return f, nil
+		}
+	}
+	return in.whole(up.Certname, f)
+}
+
+// whole decodes the document of f whole, and digests its relevant facts.
+func (in *Intake) whole(certname string, f recentFacts) (recentFacts, error) {
+	d, err := facts.Decode(certname, f.doc)
 	if err != nil {
 		return recentFacts{}, err
 	}
 	relevant, err := in.Filter.RelevantDigest(d.Values)
 	if err != nil {
-		return recentFacts{}, fmt.Errorf("digest facts of %s: %w", up.Certname, err)
+		return recentFacts{}, fmt.Errorf("digest facts of %s: %w", certname, err)
 	}
-	return recentFacts{rawKey: up.RawKey, facts: farm.DigestOf(doc), relevant: relevant, values: d.Values, doc: doc}, nil
+	f.values, f.relevant, f.partial = d.Values, relevant, false
+	return f, nil
+}
+
+// factsRead returns the facts that a decision on fresh facts (decide)
+// compares for node n: the paths read by the read records it judges each
+// slot by, the slot's catalog's or, while a compile is pending, the one
+// its request was judged by. It returns nil when the decision needs all
+// the facts: a slot without a request (a new node) or without such a
+// record (judged by the relevant digest), a record not loaded (loadReads),
+// or one that always recompiles.
+func (in *Intake) factsRead(n *farm.Node) *facts.Selection {
+	only := &facts.Selection{}
+	for _, slot := range farm.Slots {
+		reqp, catp, _ := n.Slot(slot)
+		r := *reqp
+		if r == nil {
+			if slot == farm.SlotServed {
+				return nil
+			}
+			continue
+		}
+		rec, ok := in.readsFor(*catp, r)
+		if !ok && r.Projection != "" {
+			rec, ok = in.readRecords.Load(r.ReadsDigest)
+		}
+		if !ok || rec.AlwaysRecompile {
+			return nil
+		}
+		for _, read := range rec.Reads {
+			only.Add(read.Path)
+		}
+	}
+	return only
 }
 
 // retryDue reports whether request r's compile failed, leaving no catalog

@@ -5,7 +5,8 @@ import (
 	"sync"
 )
 
-// blobCache keeps recently served immutable blobs (catalogs by digest) in
+// blobCache keeps recently served immutable blobs (catalogs by digest,
+// file metadata answers by code_id) in
 // memory, evicting the least recently used past a byte budget.
 type blobCache struct {
 	mu    sync.Mutex

@@ -2,6 +2,7 @@ package frontdoor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -20,6 +21,10 @@ type Files interface {
 	FileContent(ctx context.Context, codeID, key string) ([]byte, error)
 	StaticFileContent(ctx context.Context, codeID, path string) ([]byte, error)
 }
+
+// metadataCacheBytes bounds the file_metadata(s) answers kept: those of
+// a few code snapshots' pluginsync and file resources.
+const metadataCacheBytes = 32 << 20
 
 // currentCode returns the code_id the request's environment runs.
 func (s *Server) currentCode(r *http.Request) (string, error) {
@@ -63,13 +68,20 @@ func (s *Server) fileMetadata(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveMetadata answers a file_metadata(s) request for the environment's
-// current code with what lookup finds.
+// current code with what lookup finds. Answers are kept (metadataAnswers)
+// by code_id, path and query: a code snapshot never changes, and every
+// agent run asks the same (pluginsync of plugins, pluginfacts, locales).
 func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request, what string,
 	lookup func(codeID, key string, opts catalog.MetadataOptions) (any, error)) {
 	key := r.PathValue("path")
 	codeID, err := s.currentCode(r)
 	if err != nil {
 		s.envError(w, r, err)
+		return
+	}
+	cacheKey := what + "\x00" + codeID + "\x00" + key + "\x00" + r.URL.RawQuery
+	if b, ok := s.metadata.get(cacheKey); ok {
+		writeJSONBytes(w, b)
 		return
 	}
 	opts, err := code.ParseMetadataQuery(r.URL.Query())
@@ -82,7 +94,21 @@ func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request, what stri
 		s.fileError(w, r, what, key, err)
 		return
 	}
-	writeJSON(w, v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		s.apiError(w, r, fmt.Errorf("encode %s of %s: %w", what, key, err))
+		return
+	}
+	b = append(b, '\n') // as json.Encoder ends it
+	s.metadata.put(cacheKey, b)
+	writeJSONBytes(w, b)
+}
+
+// writeJSONBytes answers 200 with b, JSON.
+func writeJSONBytes(w http.ResponseWriter, b []byte) {
+	w.Header().Set("Content-Type", "application/json;charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.Write(b)
 }
 
 func (s *Server) fileContent(w http.ResponseWriter, r *http.Request) {

@@ -103,7 +103,8 @@ type Server struct {
 	Reports ReportPolicy
 
 	catalogs *blobCache
-	runs     *runState // what agent runs' requests share (runs.go)
+	metadata *blobCache // file_metadata(s) answers (files.go)
+	runs     *runState  // what agent runs' requests share (runs.go)
 }
 
 func (s *Server) log() *slog.Logger {
@@ -137,6 +138,9 @@ func (s *Server) defaults() {
 	}
 	if s.catalogs == nil {
 		s.catalogs = newBlobCache(512 << 20)
+	}
+	if s.metadata == nil {
+		s.metadata = newBlobCache(metadataCacheBytes)
 	}
 	if s.runs == nil {
 		s.runs = &runState{facts: newBlobCache(factsCacheBytes)}

@@ -16,9 +16,15 @@
 #     the same way (fresh --data), runs loadgen's corpus phase (compiles per
 #     1,000 check-ins with real agents' fact churn) and stops it; failed
 #     compiles there fail the script, after it has written the report;
-#  5. runs the warm compile benchmark of the puppet engine, the CA and the
+#  5. runs scripts/scalebench (the control paths at 100,000 nodes: nodes
+#     created through the intake, a code deploy, code and release status,
+#     store reads per compile as the node count grows, the same on the AWS
+#     drivers against the emulators with their DynamoDB calls, and exported
+#     resources; it installs the emulators first, with scripts/emulators/);
+#     it fails the script, after the report is written;
+#  6. runs the warm compile benchmark of the puppet engine, the CA and the
 #     classifier benchmarks;
-#  6. writes docs/benchmarks.md.
+#  7. writes docs/benchmarks.md.
 #
 # Knobs (environment): BENCH_DURATION (10s per run), BENCH_NODES (32),
 # BENCH_CLIENTS (1,16,128), BENCH_CONN_CLIENTS (16), BENCH_FACTS (same,fresh),
@@ -28,7 +34,13 @@
 # corpus phase check-ins), BENCH_QUIET_WAIT (120: seconds to wait for other
 # processes to leave the CPUs alone before starting; the tables show how much
 # CPU they took anyway), BENCH_AGENTS (200: agentsim's herd), BENCH_AGENT_WINDOW
-# (10s: the herd's window).
+# (10s: the herd's window), BENCH_SCALE_SIZES (1000,10000,100000: scalebench's
+# node counts on the embedded store), BENCH_SCALE_AWS_SIZES (1000,10000: on the
+# AWS drivers and emulators), BENCH_SCALE_EXPORT_SIZES (2000: exported
+# resources), BENCH_SCALE_TMPDIR (/dev/shm when it exists: where scalebench's
+# stores write; tmpfs, so that 100,000 nodes do not wait for the disk's syncs).
+# An empty BENCH_SCALE_*SIZES skips that part of scalebench; all three empty
+# skip it.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -46,6 +58,13 @@ CORPUS_UPLOADS=${BENCH_CORPUS_UPLOADS:-1000}
 QUIET_WAIT=${BENCH_QUIET_WAIT:-120}
 AGENTS=${BENCH_AGENTS:-200}
 AGENT_WINDOW=${BENCH_AGENT_WINDOW:-10s}
+# Set but empty skips a part: hence - and not :-.
+SCALE_SIZES=${BENCH_SCALE_SIZES-1000,10000,100000}
+SCALE_AWS_SIZES=${BENCH_SCALE_AWS_SIZES-1000,10000}
+SCALE_EXPORT_SIZES=${BENCH_SCALE_EXPORT_SIZES-2000}
+default_scale_tmp=""
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then default_scale_tmp=/dev/shm; fi
+SCALE_TMPDIR=${BENCH_SCALE_TMPDIR-$default_scale_tmp}
 BROKER=bin/broker
 ENVS=scripts/bench/environments
 
@@ -112,6 +131,15 @@ kernel=$(uname -sr)
 say "building the load generator"
 go build -o "$work/loadgen" ./scripts/loadgen
 go build -o "$work/agentsim" ./scripts/agentsim
+go build -o "$work/scalebench" ./scripts/scalebench
+scale_run=0
+if [ -n "$SCALE_SIZES$SCALE_AWS_SIZES$SCALE_EXPORT_SIZES" ]; then scale_run=1; fi
+if [ "$scale_run" = 1 ] && [ -n "$SCALE_AWS_SIZES" ]; then
+  say "installing the S3, DynamoDB and SQS emulators scalebench's AWS part runs against (once; cached in .tools)"
+  for s in scripts/emulators/s3.sh scripts/emulators/dynamodb.sh scripts/emulators/sqs.sh; do
+    "$s" >&2 || { say "$s failed: scalebench's AWS part needs it (BENCH_SCALE_AWS_SIZES= skips that part)"; exit 1; }
+  done
+fi
 
 waited=0
 busy=$(busy_cores)
@@ -196,6 +224,22 @@ corpus_rc=0
 "${corpus_cmd[@]}" >&2 || corpus_rc=$?
 stop_broker
 
+# 5. The control paths at scale (scripts/scalebench), in one process with its
+# own compile workers: no broker runs meanwhile. Its report is written even
+# when it fails; the script fails after writing docs/benchmarks.md.
+scale_cmd=("$work/scalebench" --sizes "$SCALE_SIZES" --aws-sizes "$SCALE_AWS_SIZES" --export-sizes "$SCALE_EXPORT_SIZES"
+  --workers "$WORKERS")
+if [ -n "$SCALE_TMPDIR" ]; then scale_cmd+=(--tmpdir "$SCALE_TMPDIR"); fi
+scale_cmd+=(--json="$work/scale.json" --markdown="$work/scale.md")
+scale_rc=0
+if [ "$scale_run" = 1 ]; then
+  say "scale: ${scale_cmd[*]}"
+  "${scale_cmd[@]}" >&2 || scale_rc=$?
+  if [ "$scale_rc" -ne 0 ]; then say "scalebench FAILED (exit $scale_rc); the report shows what it measured before"; fi
+else
+  say "BENCH_SCALE_SIZES, BENCH_SCALE_AWS_SIZES and BENCH_SCALE_EXPORT_SIZES are empty: skipping scalebench"
+fi
+
 # run_bench WHAT LINES CMD...: runs a Go benchmark command, shows the lines
 # of its output matching LINES (or its tail when it fails) on stderr, and
 # prints its output, or FAILED.
@@ -213,7 +257,7 @@ run_bench() {
   fi
 }
 
-# 5. Warm compile time of the puppet engine.
+# 6. Warm compile time of the puppet engine.
 bench_cmd=(go test -run '^$' -bench . -benchtime "$BENCHTIME" ./pkg/compiler/puppet)
 compile_out=""
 if grep -qs 'func BenchmarkCompileWarm' pkg/compiler/puppet/*_test.go; then
@@ -222,17 +266,17 @@ else
   say "BenchmarkCompileWarm is absent from pkg/compiler/puppet: skipping the compile benchmark"
 fi
 
-# 5b. Certificate signing: the directory CA and the DynamoDB CA (dynalite on
+# 6b. Certificate signing: the directory CA and the DynamoDB CA (dynalite on
 # loopback, so it measures the CA's round trips, not DynamoDB's latency).
 ca_cmd=(go test -run '^$' -bench 'BenchmarkSign$/rsa4096/submit|BenchmarkSignDynamoDB' -benchtime 200x ./pkg/ca ./pkg/dynamostate)
 ca_out=$(run_bench "CA benchmark" '^Benchmark' "${ca_cmd[@]}")
 
-# 5c. The external node classifier's overhead per check-in: fork, exec and
+# 6c. The external node classifier's overhead per check-in: fork, exec and
 # parse of a classifier that answers at once.
 enc_cmd=(go test -run '^$' -bench 'BenchmarkExecClassify$' -benchtime 500x ./pkg/classifier)
 enc_out=$(run_bench "classifier benchmark" '^Benchmark' "${enc_cmd[@]}")
 
-# 6. The report. loadgen --tsv lines: phase clients facts per_second p50 p90 p99 max errors
+# 7. The report. loadgen --tsv lines: phase clients facts per_second p50 p90 p99 max errors
 pick() { awk -F'\t' -v p="$1" -v c="$2" -v f="$3" -v col="$4" '$1==p && $2==c && $3==f {print $col; exit}' "$5"; }
 verdict() {
   awk -v v="$1" -v t="$2" -v op="$3" 'BEGIN {
@@ -253,6 +297,20 @@ json_num() { sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p" "$2" | head -n1; }
 compiles=$(json_num compiles "$work/catalog.json")
 compile_mean=$(json_num compile_mean_seconds "$work/catalog.json")
 compile_p50=$(grep -A2 '"compile_ms"' "$work/catalog.json" | json_num p50 /dev/stdin || true)
+# scale_cmdline is the scalebench command as a reader would run it.
+scale_cmdline() {
+  local a out=()
+  for a in "${scale_cmd[@]}"; do
+    case $a in
+      "$work/scalebench") out+=("go run ./scripts/scalebench") ;;
+      --json=* | --markdown=*) ;;
+      "") out+=("''") ;;
+      *[!A-Za-z0-9_./,=:-]*) out+=("'$a'") ;;
+      *) out+=("$a") ;;
+    esac
+  done
+  echo "${out[*]}"
+}
 nocmd() { sed "s#$work/loadgen#loadgen#g; s#$work#\$TMP#g; s#--target [^ ]*#--target 127.0.0.1:PORT#; s#--metrics [^ ]*#--metrics http://127.0.0.1:PORT/metrics#; s#=[^ ]*\.\(json\|md\|tsv\)#=FILE#g"; }
 
 mkdir -p "$(dirname "$OUT")"
@@ -281,6 +339,7 @@ mkdir -p "$(dirname "$OUT")"
   echo "make bench   # = make deps build, then scripts/bench.sh"
   echo "# BENCH_DURATION=$DURATION BENCH_NODES=$NODES BENCH_CLIENTS=$CLIENTS BENCH_CONN_CLIENTS=$CONN_CLIENTS BENCH_FACTS=$FACTS BENCH_WORKERS=$WORKERS BENCH_BENCHTIME=$BENCHTIME"
   echo "# BENCH_UPLOADS=$UPLOADS BENCH_CORPUS_NODES=$CORPUS_NODES BENCH_CORPUS_UPLOADS=$CORPUS_UPLOADS BENCH_AGENTS=$AGENTS BENCH_AGENT_WINDOW=$AGENT_WINDOW"
+  echo "# BENCH_SCALE_SIZES=$SCALE_SIZES BENCH_SCALE_AWS_SIZES=$SCALE_AWS_SIZES BENCH_SCALE_EXPORT_SIZES=$SCALE_EXPORT_SIZES BENCH_SCALE_TMPDIR=$SCALE_TMPDIR"
   echo "${bench_broker_cmd[*]}" | nocmd
   echo "${cat_cmd[*]}" | nocmd
   echo "${conn_cmd[*]}" | nocmd
@@ -288,6 +347,7 @@ mkdir -p "$(dirname "$OUT")"
   echo "${build_cmd[*]}" | nocmd
   echo "${corpus_broker_cmd[*]}" | nocmd
   echo "${corpus_cmd[*]}" | nocmd
+  if [ "$scale_run" = 1 ]; then scale_cmdline | nocmd; fi
   echo "${bench_cmd[*]}"
   echo '```'
   echo
@@ -391,6 +451,22 @@ mkdir -p "$(dirname "$OUT")"
   echo "${corpus_cmd[*]}" | nocmd
   echo '```'
   echo
+  if [ "$scale_run" = 1 ] && [ -s "$work/scale.md" ]; then
+    cat "$work/scale.md"
+    if [ "$scale_rc" -ne 0 ]; then
+      echo
+      echo "**scalebench failed (exit $scale_rc)**: the tables above hold what it measured before; see the output of \`make bench\`."
+    fi
+  elif [ "$scale_run" = 1 ]; then
+    echo "## Scale"
+    echo
+    echo "**scalebench failed (exit $scale_rc) before it measured anything**: see the output of \`make bench\`."
+  else
+    echo "## Scale"
+    echo
+    echo "Not run: BENCH_SCALE_SIZES, BENCH_SCALE_AWS_SIZES and BENCH_SCALE_EXPORT_SIZES were empty."
+  fi
+  echo
   echo "## Compile time"
   echo
   if [ -n "$compiles" ]; then
@@ -457,4 +533,8 @@ say "corpus: ${corpus_per1k:-?} compiles per 1,000 check-ins (target ${corpus_ta
 if [ "$corpus_rc" -ne 0 ]; then
   say "the corpus phase FAILED (exit $corpus_rc): see its output above (failed compiles are in $OUT too)"
   exit "$corpus_rc"
+fi
+if [ "$scale_rc" -ne 0 ]; then
+  say "scalebench FAILED (exit $scale_rc): see its output above ($OUT holds what it measured before)"
+  exit "$scale_rc"
 fi

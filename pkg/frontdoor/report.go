@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -319,16 +318,17 @@ func (h reportHeader) summary() farm.ReportSummary {
 
 // putReport keeps the report's summary on the node and, when it is worth
 // keeping (ReportPolicy), the report itself. The body is read into a
-// buffer of reportBuffers, reused unless the content store was given it.
+// pooled buffer (bodyBuffers), reused unless the content store was given
+// it.
 func (s *Server) putReport(w http.ResponseWriter, r *http.Request) {
-	buf := reportBuffers.Get().(*[]byte)
+	buf := bodyBuffers.Get().(*[]byte)
 	body, err := readBodyInto(r, s.MaxReport, *buf)
 	if err != nil {
 		s.apiError(w, r, err)
 		return
 	}
 	if !s.takeReport(w, r, body) {
-		recycleReport(buf, body)
+		recycleBody(buf, body)
 	}
 }
 
@@ -388,24 +388,6 @@ func (s *Server) takeReport(w http.ResponseWriter, r *http.Request, body []byte)
 	}
 	writeStored(w)
 	return kept != ""
-}
-
-// reportBuffers are the buffers report bodies are read into, reused:
-// a steady-state run's report (hundreds of KB) is read, summarised and
-// dropped, and a new buffer per report would be that much memory to clear
-// and collect.
-var reportBuffers = sync.Pool{New: func() any { return new([]byte) }}
-
-// maxRecycledReport bounds the buffers kept for reuse.
-const maxRecycledReport = 4 << 20
-
-// recycleReport returns the buffer body was read into (from buf) to
-// reportBuffers; body must not be used after.
-func recycleReport(buf *[]byte, body []byte) {
-	if cap(body) <= maxRecycledReport {
-		*buf = body[:0]
-		reportBuffers.Put(buf)
-	}
 }
 
 func writeStored(w http.ResponseWriter) {

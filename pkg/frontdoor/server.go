@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/classifier"
@@ -424,6 +425,24 @@ func trimKind(err error) string {
 }
 
 var errTooLarge = errors.New("request body too large")
+
+// bodyBuffers are the buffers the bodies of an agent run's big requests
+// are read into, reused: a steady-state run's catalog request (~27 KB of
+// facts) and report (hundreds of KB) are read, looked at and dropped, and
+// a new buffer each time would be that much memory to clear and collect.
+var bodyBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxRecycledBody bounds the buffers kept for reuse.
+const maxRecycledBody = 4 << 20
+
+// recycleBody returns the buffer body was read into (from buf, a
+// bodyBuffers' item) to the pool; body must not be used after.
+func recycleBody(buf *[]byte, body []byte) {
+	if cap(body) <= maxRecycledBody {
+		*buf = body[:0]
+		bodyBuffers.Put(buf)
+	}
+}
 
 // readBody reads at most limit bytes of the request body, in one
 // allocation when the client sent Content-Length (agents do).

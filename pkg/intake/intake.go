@@ -85,8 +85,9 @@ type recentFacts struct {
 	// last one byte for byte (nothing about the facts can have changed).
 	values map[string]any
 	// partial marks values that hold only the facts the node's catalogs
-	// read (factsRead), and no relevant digest: enough to decide that the
-	// upload changes nothing, not to record it (whole completes them).
+	// read (factsRead), and no relevant digest nor facts digest (see
+	// factsDigest): enough to decide that the upload changes nothing, not
+	// to record it (whole completes them).
 	partial bool
 	// doc is the facts document, to store when the node record is written;
 	// nil when it is stored already.
@@ -195,7 +196,7 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 	if known {
 		if jobs, _ := in.plan(&node, env, digests, lane, true); len(jobs) == 0 && node.Environment == up.Environment &&
 			node.NodeInfo == info && node.ClassifierFailure == nil &&
-			(node.FactsDigest == digests.facts || in.now().Sub(node.FactsAt) < in.factsRefresh()) {
+			(in.now().Sub(node.FactsAt) < in.factsRefresh() || node.FactsDigest == digests.factsDigest()) {
 			// Nothing to compile, and nothing worth a write.
 			return Outcome{Node: node}, nil
 		}
@@ -583,7 +584,7 @@ func (in *Intake) digests(ctx context.Context, up Upload, stored farm.Digest, on
 	if err != nil {
 		return recentFacts{}, err
 	}
-	f := recentFacts{rawKey: up.RawKey, facts: farm.DigestOf(doc), doc: doc}
+	f := recentFacts{rawKey: up.RawKey, doc: doc}
 	if only != nil {
 		// An error here is said by Decode, which also reads what
 		// DecodeOnly may not.
@@ -595,7 +596,8 @@ func (in *Intake) digests(ctx context.Context, up Upload, stored farm.Digest, on
 	return in.whole(up.Certname, f)
 }
 
-// whole decodes the document of f whole, and digests its relevant facts.
+// whole decodes the document of f whole, and digests it and its relevant
+// facts.
 func (in *Intake) whole(certname string, f recentFacts) (recentFacts, error) {
 	d, err := facts.Decode(certname, f.doc)
 	if err != nil {
@@ -605,8 +607,19 @@ func (in *Intake) whole(certname string, f recentFacts) (recentFacts, error) {
 	if err != nil {
 		return recentFacts{}, fmt.Errorf("digest facts of %s: %w", certname, err)
 	}
+	f.factsDigest()
 	f.values, f.relevant, f.partial = d.Values, relevant, false
 	return f, nil
+}
+
+// factsDigest is the digest of the facts document, computed when first
+// needed: a partial upload judged unchanged whose node's facts are recent
+// needs none.
+func (f *recentFacts) factsDigest() farm.Digest {
+	if f.facts == "" && f.doc != nil {
+		f.facts = farm.DigestOf(f.doc)
+	}
+	return f.facts
 }
 
 // factsRead returns the facts that a decision on fresh facts (decide)

@@ -111,13 +111,18 @@ func (p *Pool) Run(ctx context.Context, workers int) {
 	wg.Wait()
 }
 
+// finishTimeout bounds finishing a delivery (ack, retry, recording a
+// failure) after its compile.
+var finishTimeout = 30 * time.Second
+
 // Handle compiles one delivery and finishes it (ack or retry).
 func (p *Pool) Handle(ctx context.Context, d farm.Delivery) {
 	log := p.log().With("node", d.Certname, "seq", d.Seq, "code_id", d.CodeID, "attempt", d.Attempts)
-	// Finishing a delivery must survive the worker's context ending.
-	finishCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
 	err := p.compile(ctx, d, log)
+	// Finishing a delivery must survive the worker's context ending, and
+	// gets its own time whatever the compile took.
+	finishCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
 	switch {
 	case finished(err):
 		if err := p.Queue.Ack(finishCtx, d); err != nil {

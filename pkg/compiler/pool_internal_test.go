@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/memstore"
@@ -76,5 +77,63 @@ func TestPoolNewestWins(t *testing.T) {
 				t.Errorf("catalog compiled from %v, want the newer facts (db)", cat["facts_seen"])
 			}
 		})
+	}
+}
+
+// slowEngine compiles like echoEngine, after a pause.
+type slowEngine struct{ pause time.Duration }
+
+func (e slowEngine) Compile(ctx context.Context, req Request) (Result, error) {
+	time.Sleep(e.pause)
+	return echoEngine{}.Compile(ctx, req)
+}
+
+func (slowEngine) Close() error { return nil }
+
+// TestHandleFinishesAfterSlowCompile: a compile longer than the time for
+// finishing a delivery is still acknowledged (the finishing time counts
+// from the compile's end), and the node gets its catalog.
+func TestHandleFinishesAfterSlowCompile(t *testing.T) {
+	defer func(d time.Duration) { finishTimeout = d }(finishTimeout)
+	finishTimeout = 20 * time.Millisecond
+	ctx := context.Background()
+	store := memstore.New()
+	queue := memstore.NewQueue(memstore.QueueOptions{})
+	pool := &Pool{Queue: queue, Nodes: store, Content: store, Engine: slowEngine{pause: 100 * time.Millisecond}, Code: staticCode{}}
+	doc := []byte(`{"name":"n1","values":{"cf_role":"web"}}`)
+	fd, err := store.Put(ctx, farm.SpaceFacts, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.UpdateNode(ctx, "n1", func(n *farm.Node) error {
+		n.Environment, n.RequestSeq = "production", 1
+		n.Requested = &farm.CompileRequest{Seq: 1, Environment: "production", CodeID: "code1", FactsDigest: fd}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	job := farm.Job{Certname: "n1", Environment: "production", CodeID: "code1", FactsDigest: fd, Seq: 1, Lane: farm.LaneUrgent}
+	if err := queue.Enqueue(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	d, err := queue.Receive(rctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Handle(ctx, d)
+	stats, err := queue.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stats {
+		if s.Depth != 0 || s.InFlight != 0 {
+			t.Errorf("queue after the compile: %+v, want the job acknowledged", s)
+		}
+	}
+	n, err := store.GetNode(ctx, "n1")
+	if err != nil || n.Catalog == nil || n.Catalog.Seq != 1 {
+		t.Errorf("node after the compile: %+v, %v; want its catalog of seq 1", n.Catalog, err)
 	}
 }

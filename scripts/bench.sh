@@ -319,6 +319,12 @@ ca_out=$(run_bench "CA benchmark" '^Benchmark' "${ca_cmd[@]}")
 enc_cmd=(go test -run '^$' -bench 'BenchmarkExecClassify$' -benchtime 500x ./pkg/classifier)
 enc_out=$(run_bench "classifier benchmark" '^Benchmark' "${enc_cmd[@]}")
 
+# 6d. The front door's hot paths of a steady-state run, without TLS: the
+# report summary (a scan of a 330 KB report), the catalog request with fresh
+# facts, and the facts form decode.
+hot_cmd=(go test -run '^$' -bench 'ReportSummary|PutReport|CatalogFreshFacts|CatalogFacts' -benchtime 200x ./pkg/frontdoor ./pkg/facts)
+hot_out=$(run_bench "front door benchmarks" '^Benchmark' "${hot_cmd[@]}")
+
 # 7. The report. loadgen --tsv lines: phase clients facts per_second p50 p90 p99 max errors
 pick() { awk -F'\t' -v p="$1" -v c="$2" -v f="$3" -v col="$4" '$1==p && $2==c && $3==f {print $col; exit}' "$5"; }
 verdict() {
@@ -565,6 +571,21 @@ mkdir -p "$(dirname "$OUT")"
     echo
     echo '```'
     printf '%s\n' "$ca_out" | grep -E '^Benchmark' | awk '{printf "%s  %.0f certificates/s\n", $0, 1e9/$3}'
+    echo '```'
+  fi
+  echo
+  echo "## The front door's hot paths"
+  echo
+  if [ "$hot_out" = "FAILED" ]; then
+    echo "- The front door benchmarks failed in this run; run \`$(printf '%q ' "${hot_cmd[@]}" | sed 's/ $//')\` to see why."
+  else
+    echo "The handlers of a steady-state agent run, in process and without TLS: the report PUT's"
+    echo "summary of a 330 KB report (a scan, against encoding/json), the catalog POST with fresh facts"
+    echo "(form decode, the intake's decision from the facts the catalog read), the facts form decode."
+    echo "\`$(printf '%q ' "${hot_cmd[@]}" | sed 's/ $//')\`:"
+    echo
+    echo '```'
+    printf '%s\n' "$hot_out" | grep -E '^Benchmark'
     echo '```'
   fi
   echo

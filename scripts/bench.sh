@@ -474,7 +474,7 @@ mkdir -p "$(dirname "$OUT")"
     echo "## A herd of $HERD_AGENTS agents"
     echo
     echo "$HERD_AGENTS simulated agents (as above: each run a new mTLS connection, pluginsync, the catalog"
-    echo "with fresh volatile facts, a 330 KB report) start their runs evenly within $HERD_WINDOW, twice, against"
+    echo "with fresh volatile facts, a report sized to the catalog: ~50 KB here) start their runs evenly within $HERD_WINDOW, twice, against"
     echo "a broker on the herd environment (scripts/bench/herd-environments: a 37 KB catalog, so"
     echo "that every agent's one-time first compile, kept in \`$HERD_DIR\`, takes minutes). A 503 is"
     echo "retried after its Retry-After, as Puppet 7 does. Targets: every run within the window,"

@@ -65,7 +65,6 @@ AGENT_WINDOW=${BENCH_AGENT_WINDOW:-10s}
 HERD_AGENTS=${BENCH_HERD_AGENTS:-10000}
 HERD_WINDOW=${BENCH_HERD_WINDOW:-60s}
 HERD_DIR=$(realpath -m "${BENCH_HERD_DIR:-.tools/bench-herd}") # absolute: the broker compiles from it
-HERD_ENVS=scripts/bench/herd-environments
 # Set but empty skips a part: hence - and not :-.
 SCALE_SIZES=${BENCH_SCALE_SIZES-1000,10000,100000}
 SCALE_AWS_SIZES=${BENCH_SCALE_AWS_SIZES-1000,10000}
@@ -224,8 +223,13 @@ stop_broker
 # runs only when that directory has not seen this many agents warmed up.
 herd_rc=0 herd_warm_cmd=() herd_cmd=()
 if [ "$HERD_AGENTS" -gt 0 ]; then
-  mkdir -p "$HERD_DIR"
-  start_broker "$HERD_ENVS" "$HERD_DIR/data" "$work/herd-broker.log"
+  # The herd environment: the benchmark environment with the herd's counts
+  # (scripts/bench/herd/common.yaml), assembled where the kept data is.
+  herd_envs=$HERD_DIR/environments
+  rm -rf "$herd_envs" && mkdir -p "$herd_envs"
+  cp -r "$ENVS/production" "$herd_envs/production"
+  cp scripts/bench/herd/common.yaml "$herd_envs/production/data/common.yaml"
+  start_broker "$herd_envs" "$HERD_DIR/data" "$work/herd-broker.log"
   herd_broker_cmd=("${broker_cmd[@]}")
   herd_common=("$work/agentsim" --target "$addr" --metrics "$metrics" --broker-pid "$broker_pid"
     --mode herd --agents "$HERD_AGENTS" --warmup=false --state "$HERD_DIR/state" --timeout 4h)
@@ -475,7 +479,7 @@ mkdir -p "$(dirname "$OUT")"
     echo
     echo "$HERD_AGENTS simulated agents (as above: each run a new mTLS connection, pluginsync, the catalog"
     echo "with fresh volatile facts, a report sized to the catalog: ~50 KB here) start their runs evenly within $HERD_WINDOW, twice, against"
-    echo "a broker on the herd environment (scripts/bench/herd-environments: a 37 KB catalog, so"
+    echo "a broker on the herd environment (scripts/bench/herd: the benchmark environment with fewer of each thing, a 37 KB catalog, so"
     echo "that every agent's one-time first compile, kept in \`$HERD_DIR\`, takes minutes). A 503 is"
     echo "retried after its Retry-After, as Puppet 7 does. Targets: every run within the window,"
     echo "0 failed runs, 0 compiles; broker CPU ≤ 1.5 ms per run and ≤ 250 µs per catalog request."

@@ -42,6 +42,11 @@ func (s *Scanner) Err() error { return s.err }
 // Offset is where the scanner stands in the document.
 func (s *Scanner) Offset() int { return s.i }
 
+// Fail records the caller's objection to the value it just read (what it
+// wanted instead) as a syntax error at the offset reached: the first error
+// stays, and scanning stops.
+func (s *Scanner) Fail(what string) { s.fail(what) }
+
 func (s *Scanner) fail(what string) {
 	if s.err == nil {
 		s.err = fmt.Errorf("%w at byte %d: %s", ErrSyntax, s.i, what)

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/compilefarm/compilefarm/internal/jsonscan"
 	"io"
 	"net/url"
 	"strings"
@@ -91,87 +92,121 @@ func decodeCatalog(body []byte, gz bool, node, env string) (*servedCatalog, int,
 // several times faster.
 func scanCatalog(raw []byte) (*servedCatalog, error) {
 	c := &servedCatalog{}
-	s := &scanner{b: raw}
-	s.object(func(k []byte) {
+	s := jsonscan.New(raw)
+	s.Object(func(k []byte) {
 		switch string(k) {
 		case "name":
-			c.Name = s.str()
+			c.Name = string(s.String())
 		case "version":
-			c.Version = s.raw()
+			c.Version = json.RawMessage(s.Raw())
 		case "catalog_uuid":
-			c.CatalogUUID = s.str()
+			c.CatalogUUID = string(s.String())
 		case "code_id":
-			c.CodeID = s.strOrNull()
+			c.CodeID = stringOrNull(s)
 		case "environment":
-			c.Environment = s.str()
+			c.Environment = string(s.String())
 		case "resources":
-			s.array(func() { c.Resources = append(c.Resources, scanResource(s)) })
+			s.Array(func() { c.Resources = append(c.Resources, scanResource(s)) })
 		case "edges":
-			s.array(func() {
+			s.Array(func() {
 				var e catEdge
-				s.object(func(k []byte) {
+				s.Object(func(k []byte) {
 					switch string(k) {
 					case "source":
-						e.Source = s.str()
+						e.Source = string(s.String())
 					case "target":
-						e.Target = s.str()
+						e.Target = string(s.String())
 					default:
-						s.skip()
+						s.Skip()
 					}
 				})
 				c.Edges = append(c.Edges, e)
 			})
 		case "metadata", "recursive_metadata":
 			m := map[string]json.RawMessage{}
-			s.object(func(title []byte) { m[string(title)] = s.raw() })
+			s.Object(func(title []byte) { m[string(title)] = json.RawMessage(s.Raw()) })
 			if string(k) == "metadata" {
 				c.Metadata = m
 			} else {
 				c.RecursiveMetadata = m
 			}
 		default:
-			s.skip()
+			s.Skip()
 		}
 	})
-	if s.err == nil && s.peek() != 0 {
-		s.fail("data after the catalog")
+	s.End()
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("scan catalog: %w", err)
 	}
-	return c, s.err
+	return c, nil
 }
 
 // scanResource reads one resource of a catalog.
-func scanResource(s *scanner) catResource {
+func scanResource(s *jsonscan.Scanner) catResource {
 	var r catResource
-	s.object(func(k []byte) {
+	s.Object(func(k []byte) {
 		switch string(k) {
 		case "type":
-			r.Type = s.str()
+			r.Type = string(s.String())
 		case "title":
-			r.Title = s.str()
+			r.Title = string(s.String())
 		case "tags":
-			r.Tags = s.raw()
+			r.Tags = json.RawMessage(s.Raw())
 		case "file":
-			r.File = s.strOrNull()
+			r.File = stringOrNull(s)
 		case "line":
-			r.Line = s.intOrNull()
+			r.Line = intOrNull(s)
 		case "exported":
-			r.Exported = s.boolean()
+			r.Exported = boolean(s)
 		case "parameters":
-			s.object(func(k []byte) {
+			s.Object(func(k []byte) {
 				switch string(k) {
 				case "source":
-					r.Parameters.Source = s.raw()
+					r.Parameters.Source = json.RawMessage(s.Raw())
 				case "recurse":
-					r.Parameters.Recurse = s.raw()
+					r.Parameters.Recurse = json.RawMessage(s.Raw())
 				default:
-					s.skip()
+					s.Skip()
 				}
 			})
 		default:
-			s.skip()
+			s.Skip()
 		}
 	})
 	return r
+}
+
+// stringOrNull reads a string or null (nil).
+func stringOrNull(s *jsonscan.Scanner) *string {
+	var v *string
+	decodeRaw(s, &v)
+	return v
+}
+
+// intOrNull reads an integer or null (nil).
+func intOrNull(s *jsonscan.Scanner) *int {
+	var v *int
+	decodeRaw(s, &v)
+	return v
+}
+
+// boolean reads true or false.
+func boolean(s *jsonscan.Scanner) bool {
+	var v bool
+	decodeRaw(s, &v)
+	return v
+}
+
+// decodeRaw decodes the next (small) value into v with encoding/json,
+// leaving v as it is after an error, which s then holds.
+func decodeRaw(s *jsonscan.Scanner, v any) {
+	raw := s.Raw()
+	if raw == nil {
+		return
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		s.Fail(err.Error())
+	}
 }
 
 // fileRequest is a request the agent sends for a File resource's source.

@@ -6,6 +6,8 @@ import (
 	"os"
 	"reflect"
 	"testing"
+
+	"github.com/compilefarm/compilefarm/internal/jsonscan"
 )
 
 // scanCatalog reads what encoding/json reads into servedCatalog, from
@@ -36,7 +38,7 @@ func TestScanCatalogMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
-func TestScanner(t *testing.T) {
+func TestScanCatalogInput(t *testing.T) {
 	for _, tc := range []struct {
 		what, in string
 		want     servedCatalog
@@ -60,8 +62,8 @@ func TestScanner(t *testing.T) {
 			continue
 		}
 		if err != nil {
-			if !errors.Is(err, errSyntax) {
-				t.Errorf("%s: err = %v, want errSyntax", tc.what, err)
+			if !errors.Is(err, jsonscan.ErrSyntax) {
+				t.Errorf("%s: err = %v, want jsonscan.ErrSyntax", tc.what, err)
 			}
 			continue
 		}

@@ -35,14 +35,7 @@ func Decode(certname string, doc []byte) (Document, error) {
 	if dec.More() {
 		return Document{}, fmt.Errorf("facts for %s have trailing data after the JSON object: %w", certname, farm.ErrInvalid)
 	}
-	if d.Values == nil {
-		return Document{}, fmt.Errorf("facts for %s have no \"values\" object: %w", certname, farm.ErrInvalid)
-	}
-	if d.Name != "" && d.Name != certname {
-		return Document{}, fmt.Errorf("facts name %q does not match node %q: %w", d.Name, certname, farm.ErrInvalid)
-	}
-	d.Name = certname
-	return d, nil
+	return d.forNode(certname)
 }
 
 // Selection names the parts of a facts document a reader needs: fact
@@ -137,14 +130,7 @@ func DecodeOnly(certname string, doc []byte, sel *Selection) (Document, error) {
 	if err != nil {
 		return Document{}, fmt.Errorf("facts for %s are not a JSON facts object: %v: %w", certname, err, farm.ErrInvalid)
 	}
-	if d.Values == nil {
-		return Document{}, fmt.Errorf("facts for %s have no \"values\" object: %w", certname, farm.ErrInvalid)
-	}
-	if d.Name != "" && d.Name != certname {
-		return Document{}, fmt.Errorf("facts name %q does not match node %q: %w", d.Name, certname, farm.ErrInvalid)
-	}
-	d.Name = certname
-	return d, nil
+	return d.forNode(certname)
 }
 
 // decodeSelected reads the object that comes next into m: the members sel
@@ -508,4 +494,17 @@ func (f *Filter) RelevantDigest(values map[string]any) (farm.Digest, error) {
 		return "", err
 	}
 	return farm.DigestOf(b), nil
+}
+
+// forNode checks that a decoded document has values and names certname
+// (or no one), and returns it named certname.
+func (d Document) forNode(certname string) (Document, error) {
+	if d.Values == nil {
+		return Document{}, fmt.Errorf("facts for %s have no \"values\" object: %w", certname, farm.ErrInvalid)
+	}
+	if d.Name != "" && d.Name != certname {
+		return Document{}, fmt.Errorf("facts name %q does not match node %q: %w", d.Name, certname, farm.ErrInvalid)
+	}
+	d.Name = certname
+	return d, nil
 }

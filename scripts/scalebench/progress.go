@@ -46,6 +46,12 @@ func (p *progress) printf(format string, args ...any) {
 // the returned stop is called.
 func (p *progress) every(period time.Duration, fn func(elapsed time.Duration)) (stop func()) {
 	start := time.Now()
+	return tick(period, func() { fn(time.Since(start)) })
+}
+
+// tick calls fn each period, in a goroutine, until the returned stop is
+// called; stop returns once fn no longer runs.
+func tick(period time.Duration, fn func()) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -56,7 +62,7 @@ func (p *progress) every(period time.Duration, fn func(elapsed time.Duration)) (
 			case <-done:
 				return
 			case <-t.C:
-				fn(time.Since(start))
+				fn()
 			}
 		}
 	})
@@ -98,23 +104,9 @@ func sampleMemory(period time.Duration) (stop func() memPeak) {
 		m.PeakHeapMB, m.PeakRSSMB = max(m.PeakHeapMB, h), max(m.PeakRSSMB, r)
 		mu.Unlock()
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(period)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				sample()
-			}
-		}
-	})
+	stopSampling := tick(period, sample)
 	return func() memPeak {
-		close(done)
-		wg.Wait()
+		stopSampling()
 		sample()
 		return m
 	}

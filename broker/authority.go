@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 type authority interface {
 	farm.CA
 	IsRevoked(serial *big.Int) bool
+	VerifyPeer(certs []*x509.Certificate) error
 	ServerTLSConfig(server tls.Certificate) *tls.Config
 }
 

@@ -158,7 +158,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	}
 
 	fd := &frontdoor.Server{
-		CA: authority, Revocations: authority, Intake: in, Nodes: store, Envs: store,
+		CA: authority, Revocations: authority, Peers: authority, Intake: in, Nodes: store, Envs: store,
 		Content: store, Files: lib, Bucket: store, Metrics: m, Log: log, PuppetVersion: engine.PuppetVersion(),
 		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait, Admission: c.admission.limits,
 	}

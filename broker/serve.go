@@ -149,7 +149,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		FactsRefresh: c.factsRefresh}
 	deployer := &release.Deployer{Content: content, Envs: envs.ReadThrough(), Nodes: state, Intake: in, Root: c.environments, BaseModulepath: baseModulepath, Log: log}
 	fd := &frontdoor.Server{
-		CA: authority, Revocations: authority, Intake: in, Nodes: state, Envs: envs,
+		CA: authority, Revocations: authority, Peers: authority, Intake: in, Nodes: state, Envs: envs,
 		Reports: frontdoor.ReportPolicy{Every: c.fullReportEvery},
 		Content: content, Files: lib, Bucket: content, Metrics: m, Log: log,
 		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait, Admission: c.admission.limits,

@@ -110,6 +110,8 @@ type CA struct {
 	certPEM []byte
 	key     crypto.Signer
 	pool    *x509.CertPool
+	// verified remembers the client certificates that verified against pool.
+	verified *VerifiedCache
 
 	// mu serialises this process's changes; the store's Lock (or its
 	// conditional writes) serialises them with other processes.
@@ -210,7 +212,7 @@ func start(ctx context.Context, store farm.CAStore, keys farm.CAKeySource, opts 
 	if err := os.MkdirAll(opts.ServerDir, 0o700); err != nil {
 		return nil, fmt.Errorf("open CA: %w", err)
 	}
-	c := &CA{store: store, keys: keys, opts: opts, log: opts.Logger.With("component", "ca")}
+	c := &CA{store: store, keys: keys, opts: opts, log: opts.Logger.With("component", "ca"), verified: NewVerifiedCache(0)}
 	if err := c.init(ctx, create); err != nil {
 		return nil, err
 	}

@@ -28,24 +28,61 @@ type ClientCheck struct {
 	IsRevoked func(serial *big.Int) bool
 	// Now is the time certificates are verified at (default time.Now).
 	Now func() time.Time
+	// Verified, when set, remembers the certificates that verified
+	// against Roots, so that VerifyPeer checks a known one's dates and
+	// revocation only, and TLSConfig leaves the chain to VerifyConnection.
+	Verified *VerifiedCache
 }
 
 // VerifyClient checks a client certificate: it chains to Roots (through
 // intermediates, which may be nil), is valid now, is good for client
 // authentication and is not revoked.
 func (cc ClientCheck) VerifyClient(cert *x509.Certificate, intermediates *x509.CertPool) error {
-	now := time.Now
-	if cc.Now != nil {
-		now = cc.Now
-	}
-	if _, err := cert.Verify(x509.VerifyOptions{
+	now := cc.now()
+	chains, err := cert.Verify(x509.VerifyOptions{
 		Roots:         cc.Roots,
 		Intermediates: intermediates,
-		CurrentTime:   now(),
+		CurrentTime:   now,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("verify client certificate %q: %w", cert.Subject.CommonName, err)
 	}
+	if cc.Verified != nil {
+		cc.Verified.remember(cert, chains[0])
+	}
+	return cc.checkRevoked(cert)
+}
+
+// VerifyPeer checks the certificates a TLS client presented (leaf first,
+// then intermediates) as VerifyClient does. A leaf the Verified cache
+// knows has its chain's dates and its revocation checked only.
+func (cc ClientCheck) VerifyPeer(certs []*x509.Certificate) error {
+	if len(certs) == 0 {
+		return fmt.Errorf("verify client certificate: none given")
+	}
+	leaf := certs[0]
+	if cc.Verified != nil && cc.Verified.verifiedAt(leaf, cc.now()) {
+		return cc.checkRevoked(leaf)
+	}
+	var inter *x509.CertPool
+	if len(certs) > 1 {
+		inter = x509.NewCertPool()
+		for _, ic := range certs[1:] {
+			inter.AddCert(ic)
+		}
+	}
+	return cc.VerifyClient(leaf, inter)
+}
+
+func (cc ClientCheck) now() time.Time {
+	if cc.Now != nil {
+		return cc.Now()
+	}
+	return time.Now()
+}
+
+func (cc ClientCheck) checkRevoked(cert *x509.Certificate) error {
 	if cc.IsRevoked(cert.SerialNumber) {
 		return fmt.Errorf("verify client certificate %q: certificate serial %s is revoked", cert.Subject.CommonName, FormatSerial(cert.SerialNumber))
 	}
@@ -54,20 +91,15 @@ func (cc ClientCheck) VerifyClient(cert *x509.Certificate, intermediates *x509.C
 
 // VerifyConnection is a tls.Config.VerifyConnection: it refuses a client
 // certificate that is revoked (crypto/tls has already verified the chain
-// against ClientCAs) and verifies fully (VerifyClient, with the rest of the
-// peer's chain as intermediates) when the configuration did not ask
-// crypto/tls to. Connections without a client certificate pass.
+// against ClientCAs) and verifies fully (VerifyPeer) when the configuration
+// did not ask crypto/tls to. Connections without a client certificate pass.
 func (cc ClientCheck) VerifyConnection(cs tls.ConnectionState) error {
 	if len(cs.PeerCertificates) == 0 {
 		return nil
 	}
 	leaf := cs.PeerCertificates[0]
 	if len(cs.VerifiedChains) == 0 {
-		inter := x509.NewCertPool()
-		for _, ic := range cs.PeerCertificates[1:] {
-			inter.AddCert(ic)
-		}
-		return cc.VerifyClient(leaf, inter)
+		return cc.VerifyPeer(cs.PeerCertificates)
 	}
 	if cc.issuedByIssuer(leaf) && cc.IsRevoked(leaf.SerialNumber) {
 		return fmt.Errorf("client certificate %q (serial %s) is revoked", leaf.Subject.CommonName, FormatSerial(leaf.SerialNumber))
@@ -76,17 +108,31 @@ func (cc ClientCheck) VerifyConnection(cs tls.ConnectionState) error {
 }
 
 // TLSConfig returns a TLS server configuration that presents server, asks
-// for client certificates without requiring them (VerifyClientCertIfGiven),
-// verifies those given against Roots and refuses revoked ones
-// (VerifyConnection), with TLS 1.2 at least. Callers may adjust the result
+// for client certificates without requiring them, verifies those given
+// against Roots and refuses revoked ones (VerifyConnection), with TLS 1.2
+// at least and no session tickets (agents never resume a session, and a
+// resumed one would skip the client certificate's checks).
+//
+// Without a Verified cache, crypto/tls verifies the chain
+// (VerifyClientCertIfGiven) and fills ConnectionState.VerifiedChains.
+// With one, it only requests the certificate (RequestClientCert: it still
+// checks the client's proof that it holds the key) and VerifyConnection
+// verifies it through the cache; VerifiedChains stays empty, so a server
+// using that configuration must ask VerifyPeer, not VerifiedChains, whether
+// a request's certificate is good. Callers may adjust the result
 // (NextProtos, timeouts).
 func (cc ClientCheck) TLSConfig(server tls.Certificate) *tls.Config {
+	auth := tls.VerifyClientCertIfGiven
+	if cc.Verified != nil {
+		auth = tls.RequestClientCert
+	}
 	return &tls.Config{
-		MinVersion:       tls.VersionTLS12,
-		Certificates:     []tls.Certificate{server},
-		ClientAuth:       tls.VerifyClientCertIfGiven,
-		ClientCAs:        cc.Roots,
-		VerifyConnection: cc.VerifyConnection,
+		MinVersion:             tls.VersionTLS12,
+		Certificates:           []tls.Certificate{server},
+		ClientAuth:             auth,
+		ClientCAs:              cc.Roots,
+		VerifyConnection:       cc.VerifyConnection,
+		SessionTicketsDisabled: true,
 	}
 }
 

@@ -45,6 +45,14 @@ func (c *CA) VerifyClient(cert *x509.Certificate, intermediates *x509.CertPool) 
 	return c.clientCheck().VerifyClient(cert, intermediates)
 }
 
+// VerifyPeer checks the certificates a TLS client presented (leaf first)
+// as VerifyClient does; a certificate that verified before has its dates
+// and revocation checked only. The front door asks it of each request on
+// a connection that ServerTLSConfig's VerifyConnection let through.
+func (c *CA) VerifyPeer(certs []*x509.Certificate) error {
+	return c.clientCheck().VerifyPeer(certs)
+}
+
 // VerifyConnection is a tls.Config.VerifyConnection for the front door: it
 // refuses a client certificate the CA has revoked (crypto/tls has already
 // verified the chain against ClientCAs) and verifies fully when the config
@@ -56,8 +64,10 @@ func (c *CA) VerifyConnection(cs tls.ConnectionState) error {
 
 // ServerTLSConfig returns a TLS configuration for Puppet's port 8140: it
 // presents server (from IssueServerCert), asks for client certificates
-// without requiring them, verifies those given against the CA and refuses
-// revoked ones. Callers may adjust the result (NextProtos, timeouts).
+// without requiring them, verifies those given against the CA (remembering
+// the ones that verified, see ClientCheck.TLSConfig) and refuses revoked
+// ones. Requests on its connections carry no VerifiedChains: check their
+// certificates with VerifyPeer. Callers may adjust the result (NextProtos, timeouts).
 func (c *CA) ServerTLSConfig(server tls.Certificate) *tls.Config {
 	return c.clientCheck().TLSConfig(server)
 }
@@ -65,5 +75,5 @@ func (c *CA) ServerTLSConfig(server tls.Certificate) *tls.Config {
 // clientCheck checks client certificates against this CA and its CRL, at
 // the CA's clock.
 func (c *CA) clientCheck() ClientCheck {
-	return ClientCheck{Roots: c.pool, Issuers: []*x509.Certificate{c.cert}, IsRevoked: c.IsRevoked, Now: c.now}
+	return ClientCheck{Roots: c.pool, Issuers: []*x509.Certificate{c.cert}, IsRevoked: c.IsRevoked, Now: c.now, Verified: c.verified}
 }

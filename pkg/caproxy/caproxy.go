@@ -98,6 +98,8 @@ type CA struct {
 	caPEM   []byte
 	caCerts []*x509.Certificate
 	pool    *x509.CertPool
+	// verified remembers the client certificates that verified against pool.
+	verified *ca.VerifiedCache
 
 	crl       atomic.Pointer[crlState]
 	refreshMu sync.Mutex // one CRL refresh at a time
@@ -167,6 +169,7 @@ func Open(ctx context.Context, opts Options) (*CA, error) {
 	c := &CA{
 		upstream: strings.TrimRight(opts.Upstream, "/"),
 		opts:     opts,
+		verified: ca.NewVerifiedCache(0),
 	}
 	c.log = opts.Logger.With("component", "caproxy", "upstream", c.upstream)
 	if err := c.open(ctx); err != nil {

@@ -84,7 +84,7 @@ func startUpstream(t *testing.T, opts ca.Options) *upstream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fd := &frontdoor.Server{CA: authority, Revocations: authority, Log: quiet()}
+	fd := &frontdoor.Server{CA: authority, Revocations: authority, Peers: authority, Log: quiet()}
 	up := &upstream{dir: dir, ca: authority}
 	h := fd.Handler()
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -951,7 +951,7 @@ func TestBootstrapMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer((&frontdoor.Server{CA: a.ca, Revocations: a.ca, Log: quiet()}).Handler())
+	srv := httptest.NewUnstartedServer((&frontdoor.Server{CA: a.ca, Revocations: a.ca, Peers: a.ca, Log: quiet()}).Handler())
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.TLS = b.ca.ServerTLSConfig(serverCert)
 	srv.StartTLS()
@@ -972,7 +972,7 @@ func TestBootstrapMismatch(t *testing.T) {
 func TestFrontDoor(t *testing.T) {
 	up := startUpstream(t, ca.Options{})
 	p, _ := openProxy(t, up, Options{})
-	fd := &frontdoor.Server{CA: p, Revocations: p, Log: quiet()}
+	fd := &frontdoor.Server{CA: p, Revocations: p, Peers: p, Log: quiet()}
 	srv := httptest.NewServer(fd.Handler())
 	defer srv.Close()
 	upCA, _ := up.ca.CACertificate(context.Background())

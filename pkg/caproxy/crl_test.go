@@ -65,7 +65,7 @@ func TestCRLServedSince(t *testing.T) {
 	a := agentCert(t, up, "agent1.test")
 	dir := t.TempDir()
 	p, _ := openProxy(t, up, Options{Dir: dir, CRLRefresh: time.Hour})
-	fd := (&frontdoor.Server{CA: p, Revocations: p}).Handler()
+	fd := (&frontdoor.Server{CA: p, Revocations: p, Peers: p}).Handler()
 	get := func(ims time.Time) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("GET", crlPath, nil)
 		if !ims.IsZero() {

@@ -21,6 +21,13 @@ func (c *CA) VerifyConnection(cs tls.ConnectionState) error {
 	return c.clientCheck().VerifyConnection(cs)
 }
 
+// VerifyPeer checks the certificates a TLS client presented (leaf first)
+// against the upstream CA, as package ca's: a certificate that verified
+// before has its dates and revocation checked only.
+func (c *CA) VerifyPeer(certs []*x509.Certificate) error {
+	return c.clientCheck().VerifyPeer(certs)
+}
+
 // ServerTLSConfig returns a TLS configuration for Puppet's port 8140, as
 // package ca's: it presents server (from ServerCert), asks for client
 // certificates without requiring them, verifies those given against the
@@ -32,5 +39,5 @@ func (c *CA) ServerTLSConfig(server tls.Certificate) *tls.Config {
 // clientCheck checks client certificates against the upstream CA
 // certificate(s) and the upstream's CRL.
 func (c *CA) clientCheck() ca.ClientCheck {
-	return ca.ClientCheck{Roots: c.pool, Issuers: c.caCerts, IsRevoked: c.IsRevoked}
+	return ca.ClientCheck{Roots: c.pool, Issuers: c.caCerts, IsRevoked: c.IsRevoked, Verified: c.verified}
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"strings"
@@ -65,7 +66,7 @@ func newRig(t *testing.T) *rig {
 	}
 	filter, _ := facts.NewFilter(facts.DefaultVolatile)
 	fd := &Server{
-		CA: authority, Revocations: authority,
+		CA: authority, Revocations: authority, Peers: authority,
 		Intake: &intake.Intake{Content: store, Nodes: store, Envs: store, Queue: queue, Filter: filter},
 		Nodes:  store, Envs: store, Content: store, Files: code.NewLibrary(store, t.TempDir()), Bucket: store,
 		Metrics: metrics.New(queue), FirstCompileWait: 300 * time.Millisecond, ChangedCompileWait: 200 * time.Millisecond,
@@ -385,5 +386,51 @@ func TestCRLIfModifiedSince(t *testing.T) {
 	after := r.do(r.anon, "GET", path, nil, map[string]string{"If-Modified-Since": lm})
 	if after.status != 200 || after.body == first.body {
 		t.Fatalf("CRL after a revocation with the old If-Modified-Since: %d, changed %v; want 200 and the new CRL", after.status, after.body != first.body)
+	}
+}
+
+// TestRevokedOnAnOpenConnection: the front door's TLS configuration
+// verifies a client certificate once per connection, through the CA's
+// cache of verified certificates; a revocation between two requests on one
+// keep-alive connection refuses the second, and the agent's next
+// connection too.
+func TestRevokedOnAnOpenConnection(t *testing.T) {
+	r := newRig(t)
+	a1 := r.client("agent1.example.test")
+	const path = "/puppet/v3/file_metadata/modules/pupdemo/static.txt?links=manage&checksum_type=sha256&source_permissions=ignore&environment=production"
+	conns := 0
+	trace := httptrace.WithClientTrace(t.Context(), &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		if !info.Reused {
+			conns++
+		}
+	}})
+	get := func() int {
+		req, _ := http.NewRequestWithContext(trace, "GET", r.srv.URL+path, nil)
+		resp, err := a1.Do(req)
+		if err != nil {
+			if conns > 1 {
+				return 0 // the handshake was refused
+			}
+			t.Fatalf("GET: %v", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get(); got != http.StatusOK {
+		t.Fatalf("before the revocation: %d, want 200", got)
+	}
+	if got := get(); got != http.StatusOK || conns != 1 {
+		t.Fatalf("again on the same connection: %d over %d connections, want 200 over 1", got, conns)
+	}
+	if err := r.ca.Revoke(t.Context(), "agent1.example.test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(); got != http.StatusForbidden || conns != 1 {
+		t.Fatalf("after the revocation, same connection: %d over %d connections, want 403 over 1", got, conns)
+	}
+	a1.CloseIdleConnections()
+	if got := get(); got != 0 || conns != 2 {
+		t.Fatalf("after the revocation, a new connection: status %d over %d connections, want a refused handshake", got, conns)
 	}
 }

@@ -42,6 +42,14 @@ type Revocations interface {
 	IsRevoked(serial *big.Int) bool
 }
 
+// Peers verifies the certificates a TLS client presented (leaf first).
+// A server whose TLS configuration verifies client certificates in
+// VerifyConnection rather than in crypto/tls (ca.ClientCheck.TLSConfig
+// with a cache) leaves VerifiedChains empty and must set it.
+type Peers interface {
+	VerifyPeer(certs []*x509.Certificate) error
+}
+
 // Intake takes fact uploads and queues compiles.
 type Intake interface {
 	Submit(ctx context.Context, up intake.Upload) (intake.Outcome, error)
@@ -70,6 +78,7 @@ type Content interface {
 type Server struct {
 	CA          CA
 	Revocations Revocations
+	Peers       Peers // nil: only certificates crypto/tls verified (VerifiedChains) are accepted
 	Intake      Intake
 	Nodes       Nodes
 	Envs        Environments
@@ -332,8 +341,19 @@ func peerCert(r *http.Request) *x509.Certificate {
 // clientCert returns the request's verified, unrevoked client certificate.
 func (s *Server) clientCert(r *http.Request) (*x509.Certificate, string) {
 	c := peerCert(r)
-	if c == nil || len(r.TLS.VerifiedChains) == 0 {
+	if c == nil {
 		return nil, "no verified client certificate"
+	}
+	if len(r.TLS.VerifiedChains) == 0 {
+		// Verified in VerifyConnection (or not at all): ask Peers, which
+		// answers a certificate it verified before from memory.
+		if s.Peers == nil {
+			return nil, "no verified client certificate"
+		}
+		if err := s.Peers.VerifyPeer(r.TLS.PeerCertificates); err != nil {
+			return nil, err.Error()
+		}
+		return c, ""
 	}
 	if s.Revocations != nil && s.Revocations.IsRevoked(c.SerialNumber) {
 		return nil, fmt.Sprintf("certificate %q (serial %x) is revoked", c.Subject.CommonName, c.SerialNumber)

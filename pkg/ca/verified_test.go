@@ -1,0 +1,138 @@
+package ca
+
+import (
+	"crypto/elliptic"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestVerifiedCacheWindow(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	leaf := &x509.Certificate{Raw: []byte("leaf"), NotBefore: t0, NotAfter: t0.Add(10 * time.Hour)}
+	ca := &x509.Certificate{Raw: []byte("ca"), NotBefore: t0.Add(time.Hour), NotAfter: t0.Add(5 * time.Hour)}
+	vc := NewVerifiedCache(0)
+	vc.remember(leaf, []*x509.Certificate{leaf, ca})
+	tests := []struct {
+		name string
+		cert *x509.Certificate
+		at   time.Time
+		want bool
+	}{
+		{"inside every certificate's validity", leaf, t0.Add(2 * time.Hour), true},
+		{"at the CA's first second", leaf, t0.Add(time.Hour), true},
+		{"at the CA's last second", leaf, t0.Add(5 * time.Hour), true},
+		{"before the CA is valid, though the leaf is", leaf, t0.Add(30 * time.Minute), false},
+		{"after the CA expired, though the leaf has not", leaf, t0.Add(6 * time.Hour), false},
+		{"another certificate", &x509.Certificate{Raw: []byte("other")}, t0.Add(2 * time.Hour), false},
+		{"another certificate with the leaf's fields but other bytes", &x509.Certificate{Raw: []byte("leaf!"), NotBefore: leaf.NotBefore, NotAfter: leaf.NotAfter}, t0.Add(2 * time.Hour), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := vc.verifiedAt(tt.cert, tt.at); got != tt.want {
+				t.Fatalf("verifiedAt = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestVerifiedCacheBound(t *testing.T) {
+	vc := NewVerifiedCache(3)
+	now := time.Now()
+	certs := make([]*x509.Certificate, 10)
+	for i := range certs {
+		certs[i] = &x509.Certificate{Raw: []byte{byte(i)}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour)}
+		vc.remember(certs[i], certs[i:i+1])
+		if n := vc.Len(); n > 3 {
+			t.Fatalf("after %d certificates the cache holds %d, over its bound of 3", i+1, n)
+		}
+	}
+	vc.remember(certs[9], certs[9:10]) // again: replaces, evicts nothing
+	if n := vc.Len(); n != 3 || !vc.verifiedAt(certs[9], now) {
+		t.Fatalf("holds %d (want 3), the last one remembered: %v", vc.Len(), vc.verifiedAt(certs[9], now))
+	}
+}
+
+// TestServerTLSConfigRemembersVerified drives real handshakes through
+// ServerTLSConfig, which leaves the chain to VerifyConnection and its
+// cache: an agent's certificate is verified once and remembered; a
+// remembered certificate is still refused once revoked or expired, and
+// still needs its private key; one of another CA is never remembered.
+func TestServerTLSConfigRemembersVerified(t *testing.T) {
+	clk := &clock{t: time.Now()}
+	c := openCA(t, Options{Now: clk.Now})
+	server, err := c.IssueServerCert(t.Context(), "puppet.test", []string{"puppet"}, "")
+	if err != nil {
+		t.Fatalf("IssueServerCert: %v", err)
+	}
+	cfg := c.ServerTLSConfig(server)
+	if cfg.ClientAuth != tls.RequestClientCert || !cfg.SessionTicketsDisabled {
+		t.Fatalf("ServerTLSConfig: ClientAuth %v, SessionTicketsDisabled %v; want RequestClientCert (the cache verifies) and no tickets", cfg.ClientAuth, cfg.SessionTicketsDisabled)
+	}
+	addr := serveTLS(t, cfg)
+	good := signAgent(t, c, "good.example.test")
+	later := signAgent(t, c, "revoked-later.example.test")
+	expiring := signAgent(t, c, "expiring.example.test")
+	other, _ := freshCA(t, Options{Name: "stranger"})
+	stranger := signAgent(t, other, "good.example.test")
+	impostor := &tls.Certificate{Certificate: [][]byte{good.cert.Raw}, PrivateKey: ecKey(t, elliptic.P256()), Leaf: good.cert}
+
+	connect := func(client *tls.Certificate) (string, error) {
+		tr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{
+			RootCAs: c.Pool(), ServerName: "puppet",
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+				if client == nil {
+					return &tls.Certificate{}, nil
+				}
+				return client, nil
+			},
+		}}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("https://" + addr + "/")
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return string(body), err
+	}
+	steps := []struct {
+		name   string
+		before func()
+		client *tls.Certificate
+		want   string // body, or "" for a refused handshake
+		cached int    // certificates remembered after the step
+	}{
+		{"no client certificate", nil, nil, "anonymous", 0},
+		{"first connection of an agent", nil, good.tls(), "good.example.test", 1},
+		{"its next connection", nil, good.tls(), "good.example.test", 1},
+		{"its certificate with another key", nil, impostor, "", 1},
+		{"an agent of another CA, same name", nil, stranger.tls(), "", 1},
+		{"a second agent", nil, later.tls(), "revoked-later.example.test", 2},
+		{"the second agent once revoked", func() {
+			if err := c.Revoke(t.Context(), later.name); err != nil {
+				t.Fatalf("Revoke: %v", err)
+			}
+		}, later.tls(), "", 2},
+		{"a third agent", nil, expiring.tls(), "expiring.example.test", 3},
+		{"the third agent after its certificate expired", func() { clk.Add(expiring.cert.NotAfter.Sub(clk.Now()) + time.Second) }, expiring.tls(), "", 3},
+	}
+	for _, st := range steps {
+		if st.before != nil {
+			st.before()
+		}
+		body, err := connect(st.client)
+		switch {
+		case st.want == "" && err == nil:
+			t.Errorf("%s: connected (server saw %q), want a refused handshake", st.name, body)
+		case st.want != "" && (err != nil || body != st.want):
+			t.Errorf("%s: server saw %q (%v), want %q", st.name, body, err, st.want)
+		}
+		if n := c.verified.Len(); n != st.cached {
+			t.Errorf("%s: %d certificates remembered, want %d", st.name, n, st.cached)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/code"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/compiler/puppet"
+	"github.com/compilefarm/compilefarm/pkg/envcache"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/frontdoor"
 	"github.com/compilefarm/compilefarm/pkg/intake"
@@ -144,8 +145,11 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 
 	m := metrics.New(queue)
 	lib := code.NewLibrary(store, filepath.Join(c.data, "code"))
-	in := &intake.Intake{Content: store, Nodes: store, Envs: store, Queue: queue, Filter: filter, Log: log, ClockMaxAge: c.clockMaxAge}
-	deployer := &release.Deployer{Content: store, Envs: store, Nodes: store, Intake: in, Root: envRoot, BaseModulepath: baseModulepath, Log: log}
+	// Environment records from memory, as serve's: every write to them is
+	// this process's deployer's, through the cache, so none is stale.
+	envs := envcache.New(store, 0)
+	in := &intake.Intake{Content: store, Nodes: store, Envs: envs, Queue: queue, Filter: filter, Log: log, ClockMaxAge: c.clockMaxAge}
+	deployer := &release.Deployer{Content: store, Envs: envs.ReadThrough(), Nodes: store, Intake: in, Root: envRoot, BaseModulepath: baseModulepath, Log: log}
 	pool := &compiler.Pool{Queue: queue, Nodes: store, Content: store, Engine: engine, Code: lib, Metrics: m, Log: log, Collectors: in}
 
 	// Compiles requested just before a crash, and code changed on disk
@@ -158,7 +162,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	}
 
 	fd := &frontdoor.Server{
-		CA: authority, Revocations: authority, Peers: authority, Intake: in, Nodes: store, Envs: store,
+		CA: authority, Revocations: authority, Peers: authority, Intake: in, Nodes: store, Envs: envs,
 		Content: store, Files: lib, Bucket: store, Metrics: m, Log: log, PuppetVersion: engine.PuppetVersion(),
 		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait, Admission: c.admission.limits,
 	}
@@ -167,7 +171,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 		// Puppet Server runs its classifier per request.
 		in.Classifier, pool.Classifier, fd.Classifier = enc, enc, enc
 	}
-	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: store, Envs: store, Deployer: deployer, Explainer: in})
+	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: store, Envs: envs, Deployer: deployer, Explainer: in})
 	// Client certificates are optional (CA bootstrap), verified against the
 	// CA when given, and refused at the handshake once revoked.
 	return listenAndServe(ctx, log, c.listen, c.admission.maxConns, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), ops,

@@ -53,7 +53,11 @@ func (s *Store) RecordReport(ctx context.Context, certname string, sum farm.Repo
 		return nil, fmt.Errorf("record report of %s: encode: %v: %w", certname, err, farm.ErrInvalid)
 	}
 	var prev *farm.ReportSummary
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	// Batch: the reports of a herd of agents share commits (and their
+	// fsync), at the cost of up to bolt's MaxBatchDelay per report. It
+	// may call the function more than once.
+	err = s.db.Batch(func(tx *bolt.Tx) error {
+		prev = nil
 		key := []byte(certname)
 		if tx.Bucket(bucketNodes).Get(key) == nil {
 			return farm.ErrNotFound

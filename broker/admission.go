@@ -11,11 +11,12 @@ import (
 )
 
 // admissionFlags are the front door's back-pressure settings, on dev and
-// serve: its admission limits (frontdoor.Admission) and a cap on open
-// connections.
+// serve: its admission limits (frontdoor.Admission), a cap on open
+// connections and the memory its caches may hold.
 type admissionFlags struct {
 	limits   frontdoor.Admission
 	maxConns int
+	cacheMiB int64
 }
 
 func (a *admissionFlags) register(fs *flag.FlagSet) {
@@ -40,6 +41,9 @@ func (a *admissionFlags) register(fs *flag.FlagSet) {
 		"cap on open front door connections (0: none): beyond it, new connections wait in the kernel's accept queue, holding no memory "+
 			"here, until one closes. The admission limits already answer excess requests cheaply; behind a load balancer whose health check "+
 			"is an HTTPS request, a task at the cap fails that check")
+	fs.Int64Var(&a.cacheMiB, "cache-mib", frontdoor.DefaultCacheBytes>>20,
+		"MiB the front door may keep between requests: served catalogs (8/10), the facts of runs under way and file metadata answers "+
+			"(1/10 each). Once full, memory stays flat; a smaller cache reads the store more often")
 }
 
 func (a *admissionFlags) validate() error {
@@ -58,6 +62,8 @@ func (a *admissionFlags) validate() error {
 		return fmt.Errorf("--retry-after-jitter must not be negative")
 	case a.maxConns < 0:
 		return fmt.Errorf("--max-conns must not be negative (0: no cap)")
+	case a.cacheMiB < 10:
+		return fmt.Errorf("--cache-mib must be at least 10")
 	}
 	return nil
 }

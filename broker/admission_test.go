@@ -24,6 +24,8 @@ func TestAdmissionFlags(t *testing.T) {
 		{[]string{"--retry-after", "500ms"}, "--retry-after"},
 		{[]string{"--retry-after-jitter", "-1s"}, "--retry-after-jitter"},
 		{[]string{"--max-conns", "-1"}, "--max-conns"},
+		{[]string{"--cache-mib", "9"}, "--cache-mib"},
+		{[]string{"--cache-mib", "10"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -40,8 +42,8 @@ func TestAdmissionFlags(t *testing.T) {
 			case tt.wantErr != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.wantErr+" ")):
 				t.Errorf("validate: %v, want an error about %s", err, tt.wantErr)
 			}
-			if tt.args == nil && (a.limits != frontdoor.DefaultAdmission() || a.maxConns != 0) {
-				t.Errorf("defaults: %+v, max-conns %d; want %+v and no cap", a.limits, a.maxConns, frontdoor.DefaultAdmission())
+			if tt.args == nil && (a.limits != frontdoor.DefaultAdmission() || a.maxConns != 0 || a.cacheMiB<<20 != frontdoor.DefaultCacheBytes) {
+				t.Errorf("defaults: %+v, max-conns %d, cache %d MiB; want %+v, no cap and the front door's default cache", a.limits, a.maxConns, a.cacheMiB, frontdoor.DefaultAdmission())
 			}
 		})
 	}

@@ -164,7 +164,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	fd := &frontdoor.Server{
 		CA: authority, Revocations: authority, Peers: authority, Intake: in, Nodes: store, Envs: envs,
 		Content: store, Files: lib, Bucket: store, Metrics: m, Log: log, PuppetVersion: engine.PuppetVersion(),
-		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait, Admission: c.admission.limits,
+		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait, Admission: c.admission.limits, CacheBytes: c.admission.cacheMiB << 20,
 	}
 	if enc != nil {
 		// At check-in (intake, node endpoint) and for each compile, as

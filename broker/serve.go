@@ -152,7 +152,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		CA: authority, Revocations: authority, Peers: authority, Intake: in, Nodes: state, Envs: envs,
 		Reports: frontdoor.ReportPolicy{Every: c.fullReportEvery},
 		Content: content, Files: lib, Bucket: content, Metrics: m, Log: log,
-		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait, Admission: c.admission.limits,
+		FirstCompileWait: c.firstWait, ChangedCompileWait: c.changedWait, Admission: c.admission.limits, CacheBytes: c.admission.cacheMiB << 20,
 	}
 	if enc != nil {
 		// At check-in; the compile function classifies again per compile

@@ -22,10 +22,6 @@ type Files interface {
 	StaticFileContent(ctx context.Context, codeID, path string) ([]byte, error)
 }
 
-// metadataCacheBytes bounds the file_metadata(s) answers kept: those of
-// a few code snapshots' pluginsync and file resources.
-const metadataCacheBytes = 32 << 20
-
 // currentCode returns the code_id the request's environment runs.
 func (s *Server) currentCode(r *http.Request) (string, error) {
 	env := r.URL.Query().Get("environment")

@@ -33,12 +33,6 @@ const nodeReuse = 10 * time.Second
 // catalog requests).
 const maxRecentNodes = 10000
 
-// factsCacheBytes bounds the facts documents the node request keeps, by
-// digest, to answer with a node's facts (its parameters) without reading
-// the content store: a node's stored facts change only when facts that
-// matter change, or every intake.Intake.FactsRefresh.
-const factsCacheBytes = 64 << 20
-
 // runState is what the front door remembers between the requests of agent
 // runs (Server.defaults makes it).
 type runState struct {

@@ -74,6 +74,10 @@ type Content interface {
 	Put(ctx context.Context, space farm.Space, data []byte) (farm.Digest, error)
 }
 
+// DefaultCacheBytes is Server.CacheBytes when unset: 512 MiB of catalogs,
+// and 64 MiB each of facts and file metadata.
+const DefaultCacheBytes = 640 << 20
+
 // Server answers agents. Set the fields, then serve Handler().
 type Server struct {
 	CA          CA
@@ -111,6 +115,11 @@ type Server struct {
 
 	// Reports says which reports are kept whole (report.go).
 	Reports ReportPolicy
+	// CacheBytes bounds the memory of what the front door keeps between
+	// requests: served catalogs (eight tenths), the facts documents of runs
+	// under way and file_metadata(s) answers (a tenth each). Once they are
+	// full, memory stays flat. 0 is DefaultCacheBytes.
+	CacheBytes int64
 
 	catalogs *blobCache
 	metadata *blobCache // file_metadata(s) answers (files.go)
@@ -146,14 +155,17 @@ func (s *Server) defaults() {
 	if s.Admission == (Admission{}) {
 		s.Admission = DefaultAdmission()
 	}
+	if s.CacheBytes <= 0 {
+		s.CacheBytes = DefaultCacheBytes
+	}
 	if s.catalogs == nil {
-		s.catalogs = newBlobCache(512 << 20)
+		s.catalogs = newBlobCache(int(s.CacheBytes * 8 / 10))
 	}
 	if s.metadata == nil {
-		s.metadata = newBlobCache(metadataCacheBytes)
+		s.metadata = newBlobCache(int(s.CacheBytes / 10))
 	}
 	if s.runs == nil {
-		s.runs = &runState{facts: newBlobCache(factsCacheBytes)}
+		s.runs = &runState{facts: newBlobCache(int(s.CacheBytes / 10))}
 	}
 }
 

@@ -62,10 +62,18 @@ func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error)
 	if err := farm.ValidateCertname(certname); err != nil {
 		return farm.Node{}, fmt.Errorf("get node: %w", err)
 	}
-	n, err := getRecord[farm.Node](s.db, bucketNodes, "node", certname)
-	if err == nil {
-		err = s.db.View(func(tx *bolt.Tx) error { return overlayReport(tx, &n) })
-	}
+	var n farm.Node
+	err := s.db.View(func(tx *bolt.Tx) error { // one transaction: the record and its report
+		v := tx.Bucket(bucketNodes).Get([]byte(certname))
+		if v == nil {
+			return farm.ErrNotFound
+		}
+		var err error
+		if n, err = decode[farm.Node]("node "+certname, v); err != nil {
+			return err
+		}
+		return overlayReport(tx, &n)
+	})
 	if err != nil {
 		return farm.Node{}, fmt.Errorf("get node %s: %w", certname, s.storageErr(err))
 	}

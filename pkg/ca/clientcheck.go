@@ -30,7 +30,7 @@ type ClientCheck struct {
 	Now func() time.Time
 	// Verified, when set, remembers the certificates that verified
 	// against Roots, so that VerifyPeer checks a known one's dates and
-	// revocation only, and TLSConfig leaves the chain to VerifyConnection.
+	// revocation only; without it, every check verifies the chain.
 	Verified *VerifiedCache
 }
 
@@ -113,23 +113,17 @@ func (cc ClientCheck) VerifyConnection(cs tls.ConnectionState) error {
 // at least and no session tickets (agents never resume a session, and a
 // resumed one would skip the client certificate's checks).
 //
-// Without a Verified cache, crypto/tls verifies the chain
-// (VerifyClientCertIfGiven) and fills ConnectionState.VerifiedChains.
-// With one, it only requests the certificate (RequestClientCert: it still
-// checks the client's proof that it holds the key) and VerifyConnection
-// verifies it through the cache; VerifiedChains stays empty, so a server
-// using that configuration must ask VerifyPeer, not VerifiedChains, whether
-// a request's certificate is good. Callers may adjust the result
-// (NextProtos, timeouts).
+// crypto/tls only requests the certificate (RequestClientCert: it still
+// checks the client's proof that it holds the key); VerifyConnection
+// verifies the chain, through the Verified cache when there is one. So
+// VerifiedChains stays empty: a server using this configuration asks
+// VerifyPeer, not VerifiedChains, whether a request's certificate is good.
+// Callers may adjust the result (NextProtos, timeouts).
 func (cc ClientCheck) TLSConfig(server tls.Certificate) *tls.Config {
-	auth := tls.VerifyClientCertIfGiven
-	if cc.Verified != nil {
-		auth = tls.RequestClientCert
-	}
 	return &tls.Config{
 		MinVersion:             tls.VersionTLS12,
 		Certificates:           []tls.Certificate{server},
-		ClientAuth:             auth,
+		ClientAuth:             tls.RequestClientCert,
 		ClientCAs:              cc.Roots,
 		VerifyConnection:       cc.VerifyConnection,
 		SessionTicketsDisabled: true,

@@ -116,6 +116,29 @@ func serveTLS(t *testing.T, cfg *tls.Config) string {
 	return ln.Addr().String()
 }
 
+// getAs sends one GET / on a new connection to serveTLS's server at addr
+// ("puppet", verified against roots), presenting client (none if nil), and
+// returns the body: the CN the server saw.
+func getAs(roots *x509.CertPool, addr string, client *tls.Certificate) (string, error) {
+	tr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{
+		RootCAs: roots, ServerName: "puppet",
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			if client == nil {
+				return &tls.Certificate{}, nil
+			}
+			return client, nil
+		},
+	}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("https://" + addr + "/")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
+}
+
 func TestTLSClientVerification(t *testing.T) {
 	c := openCA(t, Options{})
 	server, err := c.IssueServerCert(t.Context(), "puppet.test", []string{"puppet"}, "")
@@ -130,11 +153,11 @@ func TestTLSClientVerification(t *testing.T) {
 	other, _ := freshCA(t, Options{Name: "stranger"})
 	stranger := signAgent(t, other, "good.example.test") // same name, another CA
 
-	verifyOnlyHere := c.ServerTLSConfig(server)
-	verifyOnlyHere.ClientAuth = tls.RequestClientCert // crypto/tls does not verify; VerifyConnection must
+	tlsVerifies := c.ServerTLSConfig(server)
+	tlsVerifies.ClientAuth = tls.VerifyClientCertIfGiven // crypto/tls verifies; VerifyConnection checks revocation
 	configs := map[string]*tls.Config{
-		"ServerTLSConfig":                c.ServerTLSConfig(server),
-		"VerifyConnection without chain": verifyOnlyHere,
+		"ServerTLSConfig":                   c.ServerTLSConfig(server),
+		"VerifyConnection after crypto/tls": tlsVerifies,
 	}
 	for cfgName, cfg := range configs {
 		addr := serveTLS(t, cfg)
@@ -150,21 +173,9 @@ func TestTLSClientVerification(t *testing.T) {
 		}
 		for _, tc := range tests {
 			t.Run(cfgName+"/"+tc.name, func(t *testing.T) {
-				tr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{
-					RootCAs:    c.Pool(),
-					ServerName: "puppet",
-					GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-						if tc.client == nil {
-							return &tls.Certificate{}, nil
-						}
-						return tc.client, nil
-					},
-				}}
-				defer tr.CloseIdleConnections()
-				resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("https://" + addr + "/")
+				body, err := getAs(c.Pool(), addr, tc.client)
 				if tc.want == "" {
 					if err == nil {
-						resp.Body.Close()
 						t.Fatalf("request with a refused certificate succeeded")
 					}
 					return
@@ -172,9 +183,7 @@ func TestTLSClientVerification(t *testing.T) {
 				if err != nil {
 					t.Fatalf("GET: %v", err)
 				}
-				defer resp.Body.Close()
-				body, _ := io.ReadAll(resp.Body)
-				if string(body) != tc.want {
+				if body != tc.want {
 					t.Fatalf("server saw %q, want %q", body, tc.want)
 				}
 			})

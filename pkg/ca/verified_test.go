@@ -4,8 +4,6 @@ import (
 	"crypto/elliptic"
 	"crypto/tls"
 	"crypto/x509"
-	"io"
-	"net/http"
 	"testing"
 	"time"
 )
@@ -80,25 +78,6 @@ func TestServerTLSConfigRemembersVerified(t *testing.T) {
 	stranger := signAgent(t, other, "good.example.test")
 	impostor := &tls.Certificate{Certificate: [][]byte{good.cert.Raw}, PrivateKey: ecKey(t, elliptic.P256()), Leaf: good.cert}
 
-	connect := func(client *tls.Certificate) (string, error) {
-		tr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{
-			RootCAs: c.Pool(), ServerName: "puppet",
-			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-				if client == nil {
-					return &tls.Certificate{}, nil
-				}
-				return client, nil
-			},
-		}}
-		defer tr.CloseIdleConnections()
-		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("https://" + addr + "/")
-		if err != nil {
-			return "", err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		return string(body), err
-	}
 	steps := []struct {
 		name   string
 		before func()
@@ -124,7 +103,7 @@ func TestServerTLSConfigRemembersVerified(t *testing.T) {
 		if st.before != nil {
 			st.before()
 		}
-		body, err := connect(st.client)
+		body, err := getAs(c.Pool(), addr, st.client)
 		switch {
 		case st.want == "" && err == nil:
 			t.Errorf("%s: connected (server saw %q), want a refused handshake", st.name, body)

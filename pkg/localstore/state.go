@@ -27,15 +27,21 @@ func decode[T any](what string, v []byte) (T, error) {
 func getRecord[T any](db *bolt.DB, bucket []byte, kind, key string) (T, error) {
 	var r T
 	err := db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucket).Get([]byte(key))
-		if v == nil {
-			return farm.ErrNotFound
-		}
 		var err error
-		r, err = decode[T](kind+" "+key, v)
+		r, err = recordIn[T](tx, bucket, kind, key)
 		return err
 	})
 	return r, err
+}
+
+// recordIn is getRecord inside a transaction.
+func recordIn[T any](tx *bolt.Tx, bucket []byte, kind, key string) (T, error) {
+	v := tx.Bucket(bucket).Get([]byte(key))
+	if v == nil {
+		var zero T
+		return zero, farm.ErrNotFound
+	}
+	return decode[T](kind+" "+key, v)
 }
 
 // listRecords reads every record in bucket, in key order.
@@ -64,12 +70,8 @@ func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error)
 	}
 	var n farm.Node
 	err := s.db.View(func(tx *bolt.Tx) error { // one transaction: the record and its report
-		v := tx.Bucket(bucketNodes).Get([]byte(certname))
-		if v == nil {
-			return farm.ErrNotFound
-		}
 		var err error
-		if n, err = decode[farm.Node]("node "+certname, v); err != nil {
+		if n, err = recordIn[farm.Node](tx, bucketNodes, "node", certname); err != nil {
 			return err
 		}
 		return overlayReport(tx, &n)

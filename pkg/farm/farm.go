@@ -6,6 +6,7 @@
 package farm
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -415,4 +416,56 @@ func (e Environment) TargetCode(certname string) string {
 		return e.CodeID
 	}
 	return r.Stable
+}
+
+// Clone returns a deep copy of the node: no pointer, slice or raw JSON of
+// the copy is shared with n, so either can be changed without the other
+// seeing it (record caches hand out clones). TestNodeCloneSharesNothing
+// fails when a field is added that Clone does not copy.
+func (n Node) Clone() Node {
+	c := n
+	c.ClassifierFailure = clonePtr(n.ClassifierFailure)
+	c.Requested = n.Requested.clone()
+	c.Catalog = clonePtr(n.Catalog)
+	c.Compile = clonePtr(n.Compile)
+	if n.Report != nil {
+		r := *n.Report
+		r.Metrics = clonePtr(r.Metrics)
+		c.Report = &r
+	}
+	c.ExportTypes = slices.Clone(n.ExportTypes)
+	c.Collects = slices.Clone(n.Collects)
+	c.History = slices.Clone(n.History)
+	c.CandidateRequested = n.CandidateRequested.clone()
+	c.Candidate = clonePtr(n.Candidate)
+	c.CandidateCompile = clonePtr(n.CandidateCompile)
+	return c
+}
+
+// clone is a deep copy of the request (nil for nil).
+func (r *CompileRequest) clone() *CompileRequest {
+	if r == nil {
+		return nil
+	}
+	c := *r
+	if r.Changes != nil {
+		c.Changes = make([]FactChange, len(r.Changes))
+		for i, ch := range r.Changes {
+			ch.Path = slices.Clone(ch.Path)
+			ch.Old = bytes.Clone(ch.Old)
+			ch.New = bytes.Clone(ch.New)
+			c.Changes[i] = ch
+		}
+	}
+	c.Cause = clonePtr(r.Cause)
+	return &c
+}
+
+// clonePtr copies what p points to, for structs of plain values.
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
 }

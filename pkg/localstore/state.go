@@ -27,21 +27,15 @@ func decode[T any](what string, v []byte) (T, error) {
 func getRecord[T any](db *bolt.DB, bucket []byte, kind, key string) (T, error) {
 	var r T
 	err := db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucket).Get([]byte(key))
+		if v == nil {
+			return farm.ErrNotFound
+		}
 		var err error
-		r, err = recordIn[T](tx, bucket, kind, key)
+		r, err = decode[T](kind+" "+key, v)
 		return err
 	})
 	return r, err
-}
-
-// recordIn is getRecord inside a transaction.
-func recordIn[T any](tx *bolt.Tx, bucket []byte, kind, key string) (T, error) {
-	v := tx.Bucket(bucket).Get([]byte(key))
-	if v == nil {
-		var zero T
-		return zero, farm.ErrNotFound
-	}
-	return decode[T](kind+" "+key, v)
 }
 
 // listRecords reads every record in bucket, in key order.
@@ -70,8 +64,12 @@ func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error)
 	}
 	var n farm.Node
 	err := s.db.View(func(tx *bolt.Tx) error { // one transaction: the record and its report
+		v := tx.Bucket(bucketNodes).Get([]byte(certname))
+		if v == nil {
+			return farm.ErrNotFound
+		}
 		var err error
-		if n, err = recordIn[farm.Node](tx, bucketNodes, "node", certname); err != nil {
+		if n, err = s.nodes.decode(certname, v); err != nil {
 			return err
 		}
 		return overlayReport(tx, &n)
@@ -190,7 +188,7 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 		n := farm.Node{Certname: certname}
 		if v := b.Get(key); v != nil {
 			var err error
-			if n, err = decode[farm.Node]("node "+certname, v); err != nil {
+			if n, err = s.nodes.decode(certname, v); err != nil {
 				return err
 			}
 		}
@@ -212,8 +210,11 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 		if err := reindex(tx, &old, &n); err != nil {
 			return err
 		}
-		out, err = decode[farm.Node]("node "+certname, v) // a copy fn cannot reach
-		return err
+		if out, err = decode[farm.Node]("node "+certname, v); err != nil { // a copy fn cannot reach
+			return err
+		}
+		s.nodes.put(certname, v, out) // kept even if the commit fails: v decodes to out regardless
+		return nil
 	})
 	if fnErr != nil {
 		return farm.Node{}, fnErr

@@ -96,6 +96,7 @@ type Store struct {
 	log     *slog.Logger
 	q       *jobqueue.Core
 	closed  atomic.Bool
+	nodes   *nodeCache // node records decoded, by node (GetNode, UpdateNode)
 }
 
 // Open opens (creating it if needed) the data directory dir. Jobs that were
@@ -113,7 +114,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		opts.LockTimeout = max(min(opts.LockTimeout, time.Until(dl)), time.Millisecond)
 	}
-	s := &Store{dir: dir, content: filepath.Join(dir, "content"), log: opts.Logger}
+	s := &Store{dir: dir, content: filepath.Join(dir, "content"), log: opts.Logger, nodes: newNodeCache(nodeCacheEntries)}
 	if err := atomicfile.MkdirAll(s.content, 0o750); err != nil {
 		return nil, fmt.Errorf("open data dir %s: %w", dir, err)
 	}

@@ -126,6 +126,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", dbPath, err)
 	}
+	db.MaxBatchDelay = reportBatchDelay
 	s.db = db
 	if err := s.init(); err != nil {
 		_ = db.Close()

@@ -15,10 +15,10 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/release"
 )
 
-const defaultAdmin = "http://127.0.0.1:9140"
+const defaultAdmin = "http://" + defaultAdminListen
 
 func adminFlag(fs *flag.FlagSet) *string {
-	return fs.String("admin", defaultAdmin, "operator API of the running broker (its --metrics-listen address)")
+	return fs.String("admin", defaultAdmin, "operator API of the running broker (its --admin-listen address)")
 }
 
 // parseInterspersed parses flags that may come before or after positional

@@ -28,21 +28,22 @@ import (
 )
 
 type devConfig struct {
-	listen, metricsListen, environments, data string
-	autosign                                  bool
-	workers                                   int
-	dnsAltNames                               string
-	certname                                  string
-	serverKey                                 string
-	volatile                                  string
-	firstWait, changedWait, compileTimeout    time.Duration
-	clockMaxAge                               time.Duration
-	ruby                                      string
-	logLevel                                  string
-	classifier                                classifierFlags
-	basemodulepath                            basemodulepathFlag
-	eyamlKeys                                 string
-	admission                                 admissionFlags
+	listen, metricsListen, adminListen     string
+	environments, data                     string
+	autosign                               bool
+	workers                                int
+	dnsAltNames                            string
+	certname                               string
+	serverKey                              string
+	volatile                               string
+	firstWait, changedWait, compileTimeout time.Duration
+	clockMaxAge                            time.Duration
+	ruby                                   string
+	logLevel                               string
+	classifier                             classifierFlags
+	basemodulepath                         basemodulepathFlag
+	eyamlKeys                              string
+	admission                              admissionFlags
 }
 
 func runDev(ctx context.Context, args []string) error {
@@ -51,7 +52,8 @@ func runDev(ctx context.Context, args []string) error {
 	var c devConfig
 	fs := flag.NewFlagSet("dev", flag.ExitOnError)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8140", "front door address (Puppet's port 8140, TLS)")
-	fs.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9140", "address for /metrics (Prometheus) and the operator API; keep it on loopback")
+	fs.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9140", "address for /metrics (Prometheus, plain HTTP); keep it on loopback")
+	fs.StringVar(&c.adminListen, "admin-listen", defaultAdminListen, adminListenUsage)
 	fs.StringVar(&c.environments, "environments", "examples/environments", "Puppet environmentpath: one directory per environment")
 	fs.Var(&c.basemodulepath, "basemodulepath", basemodulepathUsage)
 	fs.StringVar(&c.data, "data", ".data/dev", "directory for all state (CA, catalogs, facts, queue); survives restarts")
@@ -78,6 +80,9 @@ func runDev(ctx context.Context, args []string) error {
 		return fmt.Errorf("dev: unexpected arguments %q", fs.Args())
 	}
 	if err := c.admission.validate(); err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	if err := checkAdminListen(c.adminListen); err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
 	log, err := newLogger(c.logLevel)
@@ -171,11 +176,13 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 		// Puppet Server runs its classifier per request.
 		in.Classifier, pool.Classifier, fd.Classifier = enc, enc, enc
 	}
-	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: store, Envs: envs, Deployer: deployer, Explainer: in})
+	adm := adminHandler(&admin.Server{CA: authority, Nodes: store, Envs: envs, Deployer: deployer, Explainer: in})
 	// Client certificates are optional (CA bootstrap), verified against the
 	// CA when given, and refused at the handshake once revoked.
-	return listenAndServe(ctx, log, c.listen, c.admission.maxConns, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), ops,
-		func(ctx context.Context) { pool.Run(ctx, c.workers) },
+	return listenAndServe(ctx, log, endpoints{
+		front: c.listen, maxConns: c.admission.maxConns, metrics: c.metricsListen, admin: c.adminListen,
+		frontHandler: fd.Handler(), tlsConf: authority.ServerTLSConfig(serverCert), metricsHandler: metricsHandler(m), adminHandler: adm,
+	}, func(ctx context.Context) { pool.Run(ctx, c.workers) },
 		"compilefarm dev is up", "certname", c.certname, "environments", envRoot,
 		"basemodulepath", strings.Join(baseModulepath, string(filepath.ListSeparator)), "data", c.data, "autosign", c.autosign)
 }

@@ -35,19 +35,20 @@ import (
 )
 
 type serveConfig struct {
-	backend, listen, metricsListen, environments, work string
-	bucket, prefix, nodesTable, indexTable, envTable   string
-	urgentURL, bulkURL                                 string
-	certname, dnsAltNames, serverKey                   string
-	ca                                                 caFlags
-	autosign, allowSANs                                bool
-	firstWait, changedWait                             time.Duration
-	clockMaxAge                                        time.Duration
-	envCache, fullReportEvery, factsRefresh            time.Duration
-	logLevel                                           string
-	classifier                                         classifierFlags
-	basemodulepath                                     basemodulepathFlag
-	admission                                          admissionFlags
+	backend, listen, metricsListen, adminListen      string
+	environments, work                               string
+	bucket, prefix, nodesTable, indexTable, envTable string
+	urgentURL, bulkURL                               string
+	certname, dnsAltNames, serverKey                 string
+	ca                                               caFlags
+	autosign, allowSANs                              bool
+	firstWait, changedWait                           time.Duration
+	clockMaxAge                                      time.Duration
+	envCache, fullReportEvery, factsRefresh          time.Duration
+	logLevel                                         string
+	classifier                                       classifierFlags
+	basemodulepath                                   basemodulepathFlag
+	admission                                        admissionFlags
 }
 
 // runServe runs the fleet's front door (and operator API) on the AWS
@@ -59,7 +60,8 @@ func runServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	fs.StringVar(&c.backend, "backend", "aws", "storage and queue backend: aws (S3, DynamoDB, SQS; endpoints from the standard AWS configuration)")
 	fs.StringVar(&c.listen, "listen", "0.0.0.0:8140", "front door address (TLS)")
-	fs.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9140", "address for /metrics and the operator API; keep it private")
+	fs.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9140", "address for /metrics (Prometheus, plain HTTP); keep it private")
+	fs.StringVar(&c.adminListen, "admin-listen", defaultAdminListen, adminListenUsage)
 	fs.StringVar(&c.environments, "environments", "", "environmentpath that `broker code deploy` reads from on this task")
 	fs.Var(&c.basemodulepath, "basemodulepath", basemodulepathUsage)
 	fs.StringVar(&c.work, "work", filepath.Join(os.TempDir(), "compilefarm-serve"), "scratch directory")
@@ -92,6 +94,9 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	if err := c.admission.validate(); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if err := checkAdminListen(c.adminListen); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	if c.backend != "aws" {
@@ -159,9 +164,11 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		// (COMPILEFARM_EXTERNAL_NODES).
 		in.Classifier, fd.Classifier = enc, enc
 	}
-	ops := opsHandler(m, &admin.Server{CA: authority, Nodes: state, Envs: state, Deployer: deployer, Explainer: in})
-	return listenAndServe(ctx, log, c.listen, c.admission.maxConns, c.metricsListen, fd.Handler(), authority.ServerTLSConfig(serverCert), ops, nil,
-		"compilefarm serve is up", "backend", c.backend, "certname", c.certname, "bucket", c.bucket)
+	adm := adminHandler(&admin.Server{CA: authority, Nodes: state, Envs: state, Deployer: deployer, Explainer: in})
+	return listenAndServe(ctx, log, endpoints{
+		front: c.listen, maxConns: c.admission.maxConns, metrics: c.metricsListen, admin: c.adminListen,
+		frontHandler: fd.Handler(), tlsConf: authority.ServerTLSConfig(serverCert), metricsHandler: metricsHandler(m), adminHandler: adm,
+	}, nil, "compilefarm serve is up", "backend", c.backend, "certname", c.certname, "bucket", c.bucket)
 }
 
 // newLogger returns the process's logger at level (--log-level) and makes
@@ -176,10 +183,18 @@ func newLogger(level string) (*slog.Logger, error) {
 	return log, nil
 }
 
-// opsHandler serves /metrics and the operator API (the private listener).
-func opsHandler(m *metrics.Farm, adm *admin.Server) http.Handler {
+// metricsHandler serves GET /metrics only: the scrape listener.
+func metricsHandler(m *metrics.Farm) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
+	return mux
+}
+
+// adminHandler serves the operator API only: the loopback listener, and
+// (behind the operator-certificate check) the front door's
+// /compilefarm/admin/v1 routes.
+func adminHandler(adm *admin.Server) http.Handler {
+	mux := http.NewServeMux()
 	adm.Register(mux)
 	return mux
 }
@@ -194,49 +209,65 @@ func loadAWSConfig(ctx context.Context) (aws.Config, error) {
 	return cfg, nil
 }
 
-// listenAndServe runs the front door (TLS, at most maxConns connections
-// open when maxConns > 0) and the metrics/operator listener, plus
-// background (if any), until ctx ends; it logs upMsg with the addresses
-// once both listen.
-func listenAndServe(ctx context.Context, log *slog.Logger, listen string, maxConns int, metricsListen string, front http.Handler,
-	tlsConf *tls.Config, ops http.Handler, background func(context.Context), upMsg string, upArgs ...any) error {
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", listen, err)
+// endpoints are the three listeners of a running broker: the front door
+// (TLS, at most maxConns connections open when maxConns > 0), /metrics and
+// the operator API (plain HTTP; admin must be a loopback address).
+type endpoints struct {
+	front, metrics, admin                      string
+	maxConns                                   int
+	frontHandler, metricsHandler, adminHandler http.Handler
+	tlsConf                                    *tls.Config
+}
+
+// listenAndServe runs the endpoints, plus background (if any), until ctx
+// ends; it logs upMsg with the three addresses once all listen.
+func listenAndServe(ctx context.Context, log *slog.Logger, e endpoints, background func(context.Context), upMsg string, upArgs ...any) error {
+	if err := checkAdminListen(e.admin); err != nil {
+		return err
 	}
-	ln = limitConns(ln, maxConns)
-	mln, err := net.Listen("tcp", metricsListen)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("listen on %s: %w", metricsListen, err)
+	var lns []net.Listener
+	closeAll := func() {
+		for _, l := range lns {
+			l.Close()
+		}
 	}
+	for _, addr := range []string{e.front, e.metrics, e.admin} {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		lns = append(lns, l)
+	}
+	ln, mln, aln := limitConns(lns[0], e.maxConns), lns[1], lns[2]
 	frontSrv := &http.Server{
-		Handler: front, TLSConfig: tlsConf, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second,
+		Handler: e.frontHandler, TLSConfig: e.tlsConf, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	opsSrv := &http.Server{Handler: ops, ReadHeaderTimeout: 10 * time.Second}
+	metricsSrv := &http.Server{Handler: e.metricsHandler, ReadHeaderTimeout: 10 * time.Second}
+	adminSrv := &http.Server{Handler: e.adminHandler, ReadHeaderTimeout: 10 * time.Second}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	if background != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); background(runCtx) }()
 	}
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		if err := frontSrv.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("front door: %w", err)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		if err := opsSrv.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("metrics/operator API: %w", err)
-		}
-	}()
-	log.Info(upMsg, append([]any{"front_door", "https://" + ln.Addr().String(), "metrics", "http://" + mln.Addr().String() + "/metrics"}, upArgs...)...)
+	serve := func(what string, run func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s: %w", what, err)
+			}
+		}()
+	}
+	serve("front door", func() error { return frontSrv.ServeTLS(ln, "", "") })
+	serve("metrics", func() error { return metricsSrv.Serve(mln) })
+	serve("operator API", func() error { return adminSrv.Serve(aln) })
+	log.Info(upMsg, append([]any{"front_door", "https://" + ln.Addr().String(), "metrics", "http://" + mln.Addr().String() + "/metrics",
+		"admin", "http://" + aln.Addr().String()}, upArgs...)...)
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -246,7 +277,8 @@ func listenAndServe(ctx context.Context, log *slog.Logger, listen string, maxCon
 	shutCtx, shutCancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer shutCancel()
 	frontSrv.Shutdown(shutCtx)
-	opsSrv.Shutdown(shutCtx)
+	metricsSrv.Shutdown(shutCtx)
+	adminSrv.Shutdown(shutCtx)
 	cancel()
 	wg.Wait()
 	return runErr

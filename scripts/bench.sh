@@ -163,27 +163,28 @@ say "CPUs busy before the start: $busy (load average $load_before)"
 # start_broker ENVIRONMENTS DATA LOG starts `$BROKER dev` on free loopback
 # ports with a fresh DATA, in its own process group (setsid) so that
 # stopping it stops its Ruby compile workers too, and waits until it is up.
-# Sets broker_cmd, broker_pid, broker_log, addr and metrics.
+# Sets broker_cmd, broker_pid, broker_log, addr, metrics and admin.
 start_broker() {
   broker_log=$3
-  broker_cmd=("$BROKER" dev --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0
+  broker_cmd=("$BROKER" dev --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --admin-listen 127.0.0.1:0
     --environments "$1" --data "$2" --workers "$WORKERS" --autosign)
   say "starting: ${broker_cmd[*]}"
   setsid "${broker_cmd[@]}" >"$broker_log" 2>&1 &
   broker_pid=$!
-  addr="" metrics=""
+  addr="" metrics="" admin=""
   local line
   for _ in $(seq 1 360); do
     if line=$(grep -m1 'compilefarm dev is up' "$broker_log" 2>/dev/null); then
       addr=$(sed -n 's/.*front_door=https:\/\/\([^ ]*\).*/\1/p' <<<"$line")
       metrics=$(sed -n 's/.*metrics=\(http:\/\/[^ ]*\/metrics\).*/\1/p' <<<"$line")
+      admin=$(sed -n 's/.* admin=\(http:\/\/[^ ]*\).*/\1/p' <<<"$line")
       break
     fi
     kill -0 "$broker_pid" 2>/dev/null || { say "the broker exited before it was up"; exit 1; }
     sleep 0.5
   done
-  [ -n "$addr" ] && [ -n "$metrics" ] || { say "the broker did not come up in 3 minutes"; exit 1; }
-  say "broker up (pid $broker_pid): front door https://$addr, metrics $metrics"
+  [ -n "$addr" ] && [ -n "$metrics" ] && [ -n "$admin" ] || { say "the broker did not come up in 3 minutes"; exit 1; }
+  say "broker up (pid $broker_pid): front door https://$addr, metrics $metrics, operator API $admin"
 }
 
 # 1. The broker on the benchmark environment.
@@ -191,7 +192,7 @@ start_broker "$ENVS" "$work/data" "$work/broker.log"
 bench_broker_cmd=("${broker_cmd[@]}")
 
 # 2. Catalogs, then new connections.
-lg_common=(--target "$addr" --metrics "$metrics" --environment production --duration "$DURATION")
+lg_common=(--target "$addr" --metrics "$metrics" --admin "$admin" --environment production --duration "$DURATION")
 cat_cmd=("$work/loadgen" "${lg_common[@]}" --phase catalog --clients "$CLIENTS" --nodes "$NODES" --facts "$FACTS"
   --json="$work/catalog.json" --markdown="$work/catalog.md" --tsv="$work/catalog.tsv")
 say "catalog runs: ${cat_cmd[*]}"
@@ -263,7 +264,7 @@ say "building the corpus: ${build_cmd[*]}"
 corpus_envs=$("${build_cmd[@]}")
 start_broker "$corpus_envs" "$work/corpus-data" "$work/corpus-broker.log"
 corpus_broker_cmd=("${broker_cmd[@]}")
-corpus_cmd=("$work/loadgen" --target "$addr" --metrics "$metrics" --environment production --phase corpus
+corpus_cmd=("$work/loadgen" --target "$addr" --metrics "$metrics" --admin "$admin" --environment production --phase corpus
   --nodes "$CORPUS_NODES" --uploads "$CORPUS_UPLOADS" --used-change 0.01 --domain example.test --prefix corpus
   --json="$work/corpus.json" --markdown="$work/corpus.md")
 say "corpus check-ins: ${corpus_cmd[*]}"
@@ -364,7 +365,7 @@ scale_cmdline() {
   done
   echo "${out[*]}"
 }
-nocmd() { sed "s#$work/loadgen#loadgen#g; s#$work#\$TMP#g; s#--target [^ ]*#--target 127.0.0.1:PORT#; s#--metrics [^ ]*#--metrics http://127.0.0.1:PORT/metrics#; s#=[^ ]*\.\(json\|md\|tsv\)#=FILE#g"; }
+nocmd() { sed "s#$work/loadgen#loadgen#g; s#$work#\$TMP#g; s#--target [^ ]*#--target 127.0.0.1:PORT#; s#--metrics [^ ]*#--metrics http://127.0.0.1:PORT/metrics#; s#--admin [^ ]*#--admin http://127.0.0.1:PORT#; s#=[^ ]*\.\(json\|md\|tsv\)#=FILE#g"; }
 
 mkdir -p "$(dirname "$OUT")"
 {

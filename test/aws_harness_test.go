@@ -123,7 +123,7 @@ func (a *awsFarm) serveArgs(t *testing.T, envs, work string, extra ...string) []
 // serveBackendArgs are the broker serve flags every front door on these
 // backends takes: listeners, storage, queues and code.
 func (a *awsFarm) serveBackendArgs(envs, work string) []string {
-	return []string{"serve", "--backend", "aws", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+	return []string{"serve", "--backend", "aws", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
 		"--bucket", "farm", "--nodes-table", "nodes", "--node-index-table", "node-index", "--environments-table", "environments",
 		"--urgent-queue-url", a.Queues.UrgentURL, "--bulk-queue-url", a.Queues.BulkURL,
 		"--environments", envs, "--work", work}

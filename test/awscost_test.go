@@ -142,7 +142,7 @@ var awsSampleRE = regexp.MustCompile(`^(compilefarm_aws_\w+)\{(.*)\} (\S+)$`)
 // awsCalls scrapes the front door's AWS call counters.
 func awsCalls(t *testing.T, f *farmProc) awsSamples {
 	t.Helper()
-	resp, err := http.Get(f.Admin + "/metrics")
+	resp, err := http.Get(f.Metrics + "/metrics")
 	if err != nil {
 		t.Fatalf("scrape metrics: %v", err)
 	}
@@ -159,7 +159,7 @@ func awsCalls(t *testing.T, f *farmProc) awsSamples {
 		}
 	}
 	if len(out) == 0 {
-		t.Fatalf("no compilefarm_aws_* metrics on %s/metrics", f.Admin)
+		t.Fatalf("no compilefarm_aws_* metrics on %s/metrics", f.Metrics)
 	}
 	return out
 }

@@ -45,7 +45,7 @@ func TestAgentRetriesAfterRefusal(t *testing.T) {
 	go func() {
 		deadline := time.Now().Add(3 * time.Minute)
 		for time.Now().Before(deadline) {
-			if v, err := scrape(f.Admin, refusedSample); err == nil && v > refusedBefore {
+			if v, err := scrape(f.Metrics, refusedSample); err == nil && v > refusedBefore {
 				released <- hold.Close()
 				return
 			}
@@ -102,8 +102,8 @@ func holdHeavySlot(t *testing.T, f *farmProc) io.Closer {
 
 // scrape returns one sample of the farm's metrics, for goroutines other
 // than the test's (farmProc.metric fails the test).
-func scrape(admin, sample string) (float64, error) {
-	resp, err := http.Get(admin + "/metrics")
+func scrape(metrics, sample string) (float64, error) {
+	resp, err := http.Get(metrics + "/metrics")
 	if err != nil {
 		return 0, err
 	}

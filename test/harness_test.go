@@ -101,7 +101,8 @@ type farmProc struct {
 	Data    string
 	Envs    string
 	Addr    string // host:port of the front door
-	Admin   string // http://host:port of metrics + operator API
+	Metrics string // http://host:port of /metrics
+	Admin   string // http://host:port of the operator API
 	logPath string
 }
 
@@ -131,7 +132,7 @@ func addBrokenEnv(t *testing.T, envs, site string) {
 // startFarm starts broker dev on free loopback ports and waits until it is up.
 func startFarm(t *testing.T, data, envs string, extra ...string) *farmProc {
 	t.Helper()
-	args := append([]string{"dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+	args := append([]string{"dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
 		"--environments", envs, "--data", data, "--workers", "2"}, extra...)
 	f := startBroker(t, nil, args...)
 	f.Data, f.Envs = data, envs
@@ -161,8 +162,8 @@ func startBroker(t *testing.T, env []string, args ...string) *farmProc {
 		t.Fatalf("start broker: %v", err)
 	}
 	f := &farmProc{t: t, proc: proc, logPath: logf.Name()}
-	up := make(chan [2]string, 1)
-	upRE := regexp.MustCompile(`front_door=https://(\S+) metrics=(http://\S+)/metrics`)
+	up := make(chan [3]string, 1)
+	upRE := regexp.MustCompile(`front_door=https://(\S+) metrics=(http://\S+)/metrics admin=(http://\S+)`)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -171,7 +172,7 @@ func startBroker(t *testing.T, env []string, args ...string) *farmProc {
 			fmt.Fprintln(logf, line)
 			if m := upRE.FindStringSubmatch(line); m != nil {
 				select {
-				case up <- [2]string{m[1], m[2]}:
+				case up <- [3]string{m[1], m[2], m[3]}:
 				default:
 				}
 			}
@@ -186,7 +187,7 @@ func startBroker(t *testing.T, env []string, args ...string) *farmProc {
 	})
 	select {
 	case a := <-up:
-		f.Addr, f.Admin = a[0], a[1]
+		f.Addr, f.Metrics, f.Admin = a[0], a[1], a[2]
 	case <-f.proc.Done():
 		b, _ := os.ReadFile(f.logPath)
 		t.Fatalf("broker %s exited before it was up:\n%s", args[0], tail(string(b), 40))
@@ -219,7 +220,7 @@ func (f *farmProc) port() string {
 // compilefarm_compiles_total{result="ok"}; 0 when absent.
 func (f *farmProc) metric(sample string) float64 {
 	f.t.Helper()
-	resp, err := http.Get(f.Admin + "/metrics")
+	resp, err := http.Get(f.Metrics + "/metrics")
 	if err != nil {
 		f.t.Fatalf("scrape metrics: %v", err)
 	}

@@ -1,5 +1,5 @@
 // Package admin is the operator API of a running broker (nodes, CA, code
-// deploys), served next to /metrics on a loopback listener, and the client
+// deploys), served on its own loopback listener, and the client
 // the broker's operator verbs use to call it.
 package admin
 
@@ -135,7 +135,7 @@ func reply(w http.ResponseWriter, v any, err error) {
 
 // Client calls a broker's operator API.
 type Client struct {
-	Base string // e.g. http://127.0.0.1:9140
+	Base string // e.g. http://127.0.0.1:9141
 	HTTP *http.Client
 }
 
@@ -204,7 +204,7 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("call broker at %s (is `broker dev` running, and is --admin its --metrics-listen address?): %w", c.Base, err)
+		return nil, fmt.Errorf("call broker at %s (is the broker running, and is --admin its --admin-listen address?): %w", c.Base, err)
 	}
 	if resp.StatusCode == http.StatusOK {
 		return resp, nil

@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// adminNodes reads the node records from the broker's operator API (same
-// address as /metrics), by certname.
-func adminNodes(ctx context.Context, metricsURL string) (map[string]adminNode, error) {
-	u, err := url.Parse(metricsURL)
+// adminNodes reads the node records from the broker's operator API (its
+// --admin-listen address), by certname.
+func adminNodes(ctx context.Context, adminURL string) (map[string]adminNode, error) {
+	u, err := url.Parse(adminURL)
 	if err != nil {
 		return nil, err
 	}

@@ -173,7 +173,7 @@ func planCheckIns(nodes, uploads int, usedFraction float64) []checkIn {
 // agent half an hour later would. It counts the compiles from the broker's metrics once
 // the queue has drained, and lists the nodes that compiled other than for
 // their used-fact changes, from the operator API (next to /metrics).
-func runCorpus(ctx context.Context, f *agentcert.Farm, nodes []*node, cnodes []corpus.Node, env, metricsURL string,
+func runCorpus(ctx context.Context, f *agentcert.Farm, nodes []*node, cnodes []corpus.Node, env, metricsURL, adminURL string,
 	uploads int, usedFraction float64, progress func(string)) (CorpusResult, error) {
 	res := CorpusResult{CorpusNodes: len(cnodes), Uploads: uploads, UsedFraction: usedFraction}
 	fleet := make([]*corpusNode, len(nodes))
@@ -199,7 +199,7 @@ func runCorpus(ctx context.Context, f *agentcert.Farm, nodes []*node, cnodes []c
 	}
 	res.BaselineCompiles, res.BaselineSeconds = base.compiles, base.seconds
 	progress(fmt.Sprintf("corpus: baseline: %.0f compiles (%.0f failed) in %.1fs", base.compiles.Total(), base.compiles.Failed, base.seconds))
-	before, err := adminNodes(ctx, metricsURL)
+	before, err := adminNodes(ctx, adminURL)
 	if err != nil {
 		return res, fmt.Errorf("read the nodes from the operator API: %w", err)
 	}
@@ -241,7 +241,7 @@ func runCorpus(ctx context.Context, f *agentcert.Farm, nodes []*node, cnodes []c
 	res.Extra = res.Compiles - float64(res.UsedChanges)
 	res.PerThousand = round(res.Compiles*1000/float64(uploads), 2)
 	res.Target = round(float64(res.UsedChanges)*1000/float64(uploads), 2)
-	after, err := adminNodes(ctx, metricsURL)
+	after, err := adminNodes(ctx, adminURL)
 	if err != nil {
 		return res, fmt.Errorf("read the nodes from the operator API: %w", err)
 	}

@@ -32,7 +32,7 @@
 //
 //	go run ./scripts/loadgen --target 127.0.0.1:8140 --clients 1,16,128 --metrics http://127.0.0.1:9140/metrics
 //	go run ./scripts/loadgen --build-corpus /tmp/corpus   # prints /tmp/corpus: broker dev --environments /tmp/corpus
-//	go run ./scripts/loadgen --target 127.0.0.1:8140 --metrics http://127.0.0.1:9140/metrics --phase corpus --nodes 36 --uploads 1000
+//	go run ./scripts/loadgen --target 127.0.0.1:8140 --metrics http://127.0.0.1:9140/metrics --admin http://127.0.0.1:9141 --phase corpus --nodes 36 --uploads 1000
 package main
 
 import (
@@ -127,6 +127,7 @@ func run() error {
 		prefix      = flag.String("prefix", "", "certname prefix (default lg-<time>; certnames are PREFIX-NNNN.<domain>, PREFIX-NNNN-<corpus node>.<domain> in the corpus phase)")
 		domain      = flag.String("domain", "loadgen.test", "certname domain of the synthetic nodes")
 		metricsURL  = flag.String("metrics", "", "the broker's /metrics URL (loopback), to report its CPU per request, catalog outcomes and compile times")
+		adminURL    = flag.String("admin", "http://127.0.0.1:9141", "the broker's operator API (its --admin-listen, loopback), for compile times and the corpus phase's node records")
 		verifyEvery = flag.Int("verify-every", 100, "decompress and check every Nth catalog per client (and each client's first)")
 		warmupLimit = flag.Duration("warmup-timeout", 10*time.Minute, "bound on the warm-up (every node's first compile)")
 		overall     = flag.Duration("timeout", 30*time.Minute, "bound on the whole invocation")
@@ -162,6 +163,9 @@ func run() error {
 	}
 	if *metricsURL != "" {
 		if err := loopback.CheckURL("--metrics", *metricsURL); err != nil {
+			return err
+		}
+		if err := loopback.CheckURL("--admin", *adminURL); err != nil {
 			return err
 		}
 	}
@@ -271,7 +275,7 @@ func run() error {
 				rep.CompileMeanSecs = round((after["compilefarm_compile_duration_seconds_sum"]-before["compilefarm_compile_duration_seconds_sum"])/n, 3)
 			}
 		}
-		if ds, err := compileDurations(ctx, *metricsURL, names); err != nil {
+		if ds, err := compileDurations(ctx, *metricsURL, *adminURL, names); err != nil {
 			progress(fmt.Sprintf("compile durations from the operator API: %v", err))
 		} else if len(ds) > 0 {
 			p := latency.Summarize(ds)
@@ -304,7 +308,7 @@ func run() error {
 	if doCorpus {
 		progress(fmt.Sprintf("corpus: %d check-ins over %d nodes (the %d corpus nodes' facts and roles), %.1f%% changing a fact the role reads",
 			*uploads, len(nodes), len(cnodes), *usedChange*100))
-		res, err := runCorpus(ctx, farm, nodes, cnodes, *environment, *metricsURL, *uploads, *usedChange, progress)
+		res, err := runCorpus(ctx, farm, nodes, cnodes, *environment, *metricsURL, *adminURL, *uploads, *usedChange, progress)
 		if err != nil {
 			return fmt.Errorf("corpus: %w", err)
 		}

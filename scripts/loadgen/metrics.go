@@ -57,13 +57,14 @@ func round(x float64, digits int) float64 {
 	return float64(int64(x*p+0.5)) / p
 }
 
-// compileDurations reads, from the broker's operator API (same address as
-// /metrics), how long each of these nodes' last compile took.
-func compileDurations(ctx context.Context, metricsURL string, names []string) ([]time.Duration, error) {
+// compileDurations reads, from the broker's operator API (at adminURL; only
+// when the broker's /metrics are given), how long each of these nodes' last
+// compile took.
+func compileDurations(ctx context.Context, metricsURL, adminURL string, names []string) ([]time.Duration, error) {
 	if metricsURL == "" {
 		return nil, nil
 	}
-	nodes, err := adminNodes(ctx, metricsURL)
+	nodes, err := adminNodes(ctx, adminURL)
 	if err != nil {
 		return nil, err
 	}

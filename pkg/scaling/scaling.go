@@ -14,9 +14,12 @@
 // What the age does not tell: while a flood drains in order, the age grows
 // by one second per second whatever the concurrency (the oldest job waits
 // until its turn), so a high age says "behind", not "how far behind". The
-// decision therefore scales up by more while the age is far above the high
-// threshold, and not at all while the age is falling (the capacity already
-// added is catching up). A poison message that SQS delivers again after
+// decision therefore scales up by one step per High of age (the longer the
+// lane has been behind, the bigger the step: a 100,000-job deploy reaches
+// its cap in minutes, not the hour that one step per cool-down would take),
+// at most doubling the cap per change (a change shows in the metric only
+// minutes later, so a doubling overshoots at most twofold), and not at all
+// while the age is falling (the capacity already added is catching up). A poison message that SQS delivers again after
 // each visibility timeout keeps the age high with nothing else to do; the
 // lane's max bounds what that costs, and the dead-letter queue ends it.
 //
@@ -47,8 +50,8 @@ type Sample struct {
 	Age  time.Duration
 }
 
-// Config is how one lane scales. Zero durations and a zero MaxStepFactor
-// take the defaults of WithDefaults.
+// Config is how one lane scales. Zero durations take the defaults of
+// WithDefaults.
 type Config struct {
 	Min, Max int // bounds of MaximumConcurrency, within [MinConcurrency, MaxConcurrency]
 	Step     int // concurrency added or removed by one step, ≥ 1
@@ -67,10 +70,6 @@ type Config struct {
 	// Period is the metric's period (1 minute); Stale is how old the newest
 	// datapoint may be before the decision holds for lack of data.
 	Period, Stale time.Duration
-
-	// MaxStepFactor caps the steps of one scale-up: up by Step × min(
-	// MaxStepFactor, ⌊age/High⌋).
-	MaxStepFactor int
 }
 
 // Defaults of the thresholds, by lane. The urgent lane serves agents that
@@ -84,11 +83,10 @@ var (
 
 // Defaults for every lane.
 const (
-	DefaultLowFor        = 10 * time.Minute
-	DefaultCooldown      = 2 * time.Minute
-	DefaultPeriod        = time.Minute
-	DefaultStale         = 5 * time.Minute
-	DefaultMaxStepFactor = 4
+	DefaultLowFor   = 10 * time.Minute
+	DefaultCooldown = 2 * time.Minute
+	DefaultPeriod   = time.Minute
+	DefaultStale    = 5 * time.Minute
 )
 
 // WithDefaults returns c with its zero fields set: thresholds from
@@ -110,9 +108,6 @@ func (c Config) WithDefaults(lane string) Config {
 	set(&c.Cooldown, DefaultCooldown)
 	set(&c.Period, DefaultPeriod)
 	set(&c.Stale, DefaultStale)
-	if c.MaxStepFactor == 0 {
-		c.MaxStepFactor = DefaultMaxStepFactor
-	}
 	return c
 }
 
@@ -143,9 +138,6 @@ func (c Config) Validate() error {
 	}
 	if c.Period <= 0 || c.Stale <= 0 {
 		bad("period %v and staleness %v must be positive", c.Period, c.Stale)
-	}
-	if c.MaxStepFactor < 1 {
-		bad("max step factor %d is not positive", c.MaxStepFactor)
 	}
 	return errors.Join(errs...)
 }
@@ -180,7 +172,8 @@ func (d Decision) Changed() bool { return d.From != d.To }
 //   - no datapoint within Stale of now: hold (missing data is no evidence
 //     that the age is low, and an idle cap costs nothing);
 //   - newest age ≥ High and not below the one before it: up by
-//     Step × min(MaxStepFactor, ⌊age/High⌋), at most to Max;
+//     Step × ⌊age/High⌋, but by no more than the current cap (at most
+//     double) unless that is less than one Step, and at most to Max;
 //   - every age of the last LowFor ≤ Low, with at least half of that
 //     window's periods reported: down by one Step, at least to Min;
 //   - otherwise hold.
@@ -220,9 +213,10 @@ func Decide(now time.Time, c Config, s State) Decision {
 			d.Reason = fmt.Sprintf("age %v ≥ high %v, already at max %d", newest.Age, c.High, c.Max)
 			return d
 		}
-		steps := min(c.MaxStepFactor, int(newest.Age/c.High))
-		d.To = min(c.Max, s.Current+steps*c.Step)
-		d.Reason = fmt.Sprintf("age %v ≥ high %v: up %d step(s) of %d", newest.Age, c.High, steps, c.Step)
+		steps := int(newest.Age / c.High)
+		by := min(steps*c.Step, max(c.Step, s.Current))
+		d.To = min(c.Max, s.Current+by)
+		d.Reason = fmt.Sprintf("age %v ≥ high %v: up %d (%d step(s) of %d, at most double)", newest.Age, c.High, d.To-s.Current, steps, c.Step)
 		return d
 	}
 	low, why := lowFor(samples, now, c)

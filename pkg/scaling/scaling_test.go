@@ -43,10 +43,10 @@ func TestDecide(t *testing.T) {
 	}{
 		// A deploy: every job enqueued at once, drained in order, so the
 		// age climbs by 60 s a minute.
-		{"flood just past high: one step", bulk(), 2, long, series(0, 0, 60, 120), 12, "up 1 step"},
-		{"flood far past high: more steps", bulk(), 12, long, series(240, 300, 360, 420), 42, "up 3 step"},
-		{"flood very far: at most 4 steps", bulk(), 42, long, series(1500, 1560, 1620), 82, "up 4 step"},
-		{"flood, near max: clamped to max", bulk(), 92, long, series(1560, 1620), 100, "up 4 step"},
+		{"flood just past high: one step, at least", bulk(), 2, long, series(0, 0, 60, 120), 12, "1 step"},
+		{"flood far past high: more steps", bulk(), 32, long, series(240, 300, 360, 420), 62, "3 step"},
+		{"flood very far: at most double", bulk(), 12, long, series(1500, 1560, 1620), 24, "13 step"},
+		{"flood, near max: clamped to max", bulk(), 92, long, series(1560, 1620), 100, "up 8"},
 		{"flood, at max", bulk(), 100, long, series(1560, 1620), 100, "already at max"},
 		// The capacity added catches up: the age falls, still above high.
 		{"slow drain above high: hold", bulk(), 42, long, series(900, 960, 700, 400), 42, "falling"},
@@ -56,20 +56,20 @@ func TestDecide(t *testing.T) {
 		{"down never below min", Config{Min: 5, Max: 100, Step: 10}.WithDefaults("bulk"), 12, long, series(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), 5, "down one step"},
 		// Sawtooth: the urgent lane's age rises and falls with bursts of
 		// check-ins, peaks above high.
-		{"sawtooth, rising peak: up", urgent(), 4, long, series(5, 20, 40, 5, 20, 45), 6, "up 1 step"},
+		{"sawtooth, rising peak: up", urgent(), 4, long, series(5, 20, 40, 5, 20, 45), 6, "1 step"},
 		{"sawtooth, falling after a peak: hold", urgent(), 4, long, series(5, 20, 45, 31), 4, "falling"},
 		{"sawtooth between thresholds: hold", urgent(), 6, long, series(3, 10, 20, 3, 10, 20, 3, 10, 20, 3, 10, 20), 6, "between low"},
 		// A single spike: one minute with an old message, then nothing.
-		{"spike now: up", urgent(), 4, long, series(0, 0, 0, 0, 90), 10, "up 3 step"},
+		{"spike now: up", urgent(), 4, long, series(0, 0, 0, 0, 90), 8, "3 step"},
 		{"spike gone: hold, not yet low for 10m", urgent(), 10, long, series(0, 0, 90, 0, 0, 0), 10, "between low"},
 		// Flapping: the age alternates across both thresholds. Up when
 		// high and rising; never down, as it is never low for 10 minutes.
-		{"flapping, high: up", urgent(), 4, long, series(0, 40, 0, 40, 0, 40), 6, "up 1 step"},
+		{"flapping, high: up", urgent(), 4, long, series(0, 40, 0, 40, 0, 40), 6, "1 step"},
 		{"flapping, low: hold", urgent(), 6, long, series(40, 0, 40, 0, 40, 0, 40, 0, 40, 0, 40, 0), 6, "between low"},
 		// Missing data.
 		{"no datapoints: hold", bulk(), 42, long, nil, 42, "no datapoint"},
 		{"stale datapoints: hold", bulk(), 42, long, []Sample{{now.Add(-20 * time.Minute), 2000 * time.Second}}, 42, "no datapoint"},
-		{"gaps, high: up", bulk(), 2, long, series(-1, 60, -1, -1, 180), 12, "up 1 step"},
+		{"gaps, high: up", bulk(), 2, long, series(-1, 60, -1, -1, 180), 12, "1 step"},
 		{"gaps in a low window, half reported: down", bulk(), 42, long, series(-1, 0, -1, 0, -1, 0, -1, 0, -1, 0, -1, 0), 32, "down one step"},
 		{"too few low datapoints: hold", bulk(), 42, long, series(0, -1, -1, -1, -1, -1, -1, -1, 0, -1, 0), 42, "too few"},
 		{"low datapoints only recent: hold", bulk(), 42, long, series(0, 0, 0, 0), 42, "too few"},
@@ -79,7 +79,7 @@ func TestDecide(t *testing.T) {
 		{"above max", bulk(), 500, now, series(5000), 100, "above max"},
 		// Cool-down.
 		{"cool-down: hold though high", bulk(), 12, now.Add(-90 * time.Second), series(300, 360), 12, "cool-down"},
-		{"cool-down over: up", bulk(), 12, now.Add(-2 * time.Minute), series(300, 360), 42, "up 3 step"},
+		{"cool-down over: up", bulk(), 32, now.Add(-2 * time.Minute), series(300, 360), 62, "3 step"},
 		{"cool-down: hold though low", bulk(), 42, now.Add(-time.Minute), series(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), 42, "cool-down"},
 		// Datapoints after now (clock skew) are ignored.
 		{"future datapoint ignored", bulk(), 2, long, append(series(0, 0), Sample{now.Add(time.Minute), time.Hour}), 2, "too few"},
@@ -160,7 +160,6 @@ func TestConfigValidate(t *testing.T) {
 		{"no step", func(c *Config) { c.Step = 0 }, "step 0"},
 		{"no hysteresis", func(c *Config) { c.Low = c.High }, "no hysteresis"},
 		{"negative cool-down", func(c *Config) { c.Cooldown = -time.Second }, "cool-down"},
-		{"no step factor", func(c *Config) { c.MaxStepFactor = 0 }, "step factor"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

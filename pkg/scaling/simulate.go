@@ -1,0 +1,287 @@
+package scaling
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// Model is how Simulate stands in for SQS, Lambda and CloudWatch. Every
+// lane has its own event source mapping: its own cap and its own pollers.
+type Model struct {
+	Compile   time.Duration // one job's compile, in a warm execution environment
+	ColdStart time.Duration // a new execution environment's init (the Ruby worker's start)
+	BatchSize int           // jobs per invocation, at most; the mapping's BatchSize
+	// RampPerMinute is how many more concurrent invocations Lambda's SQS
+	// pollers add per minute, at most, while a queue has work.
+	RampPerMinute int
+	// MetricLag: the datapoint of the minute [m, m+1) can be read from
+	// m+1+MetricLag on.
+	MetricLag time.Duration
+	Every     time.Duration // the scaler's schedule
+	LookBack  time.Duration // how much of the metric it reads
+}
+
+// DefaultModel is the model of the deploy-wave simulation: 1 s per compile,
+// a 5 s cold start (Ruby and Puppet loading), batches of up to 10, Lambda's
+// documented scale-up of SQS pollers by up to 300 concurrent invocations a
+// minute, datapoints readable a minute after their period ends, the scaler
+// every minute reading 15 minutes.
+var DefaultModel = Model{
+	Compile: time.Second, ColdStart: 5 * time.Second, BatchSize: 10, RampPerMinute: 300,
+	MetricLag: time.Minute, Every: time.Minute, LookBack: 15 * time.Minute,
+}
+
+// SimLane is one lane of a simulation.
+type SimLane struct {
+	Name    string
+	Config  Config  // valid, with defaults set
+	Start   int     // MaximumConcurrency at t=0
+	Burst   int     // jobs enqueued at t=0
+	PerSec  float64 // then jobs per second, Poisson
+	Seed    uint64  // of the arrivals
+	arrived int
+}
+
+// Minute is what one minute of a simulation showed for one lane.
+type Minute struct {
+	Backlog int           // jobs not yet done (queued or in flight) at the minute's end
+	Age     time.Duration // ApproximateAgeOfOldestMessage's Maximum over the minute
+	Cap     int           // MaximumConcurrency at the minute's end
+	Running int           // most concurrent invocations in the minute
+	Done    int           // jobs finished in the minute
+	Change  string        // the scaler's change at the minute's start, if any
+}
+
+// LaneResult is one lane's simulation.
+type LaneResult struct {
+	Name    string
+	Minutes []Minute
+	// Drained is when the last job enqueued at t=0 finished (0 if none
+	// was, or not within the run).
+	Drained time.Duration
+	MaxAge  time.Duration
+	MaxCap  int
+	Changes int
+	Jobs    int // jobs finished
+}
+
+// slot is one execution environment.
+type slot struct {
+	warm     bool
+	busyTill int   // second at which its batch is done
+	batch    []int // enqueue seconds of its jobs
+}
+
+type simLane struct {
+	SimLane
+	rng     *rand.Rand
+	queue   []int // enqueue seconds, oldest first
+	slots   []*slot
+	running int
+	allowed int // concurrency Lambda's pollers have ramped up to
+	cap     int
+	last    time.Time
+	burstOK int // burst jobs done
+	res     LaneResult
+	cur     Minute
+}
+
+// Simulate runs the lanes for d, second by second, against the model and
+// Decide, and returns each lane's minutes.
+func Simulate(m Model, d time.Duration, lanes ...SimLane) []LaneResult {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ls := make([]*simLane, len(lanes))
+	for i, l := range lanes {
+		s := &simLane{SimLane: l, rng: rand.New(rand.NewPCG(l.Seed, 1)), cap: l.Start, last: t0.Add(-time.Hour)}
+		s.res.Name = l.Name
+		for range l.Burst {
+			s.queue = append(s.queue, 0)
+		}
+		ls[i] = s
+	}
+	secs := int(d / time.Second)
+	every := int(m.Every / time.Second)
+	for sec := 0; sec < secs; sec++ {
+		now := t0.Add(time.Duration(sec) * time.Second)
+		for _, l := range ls {
+			if sec%60 == 0 && sec > 0 {
+				l.endMinute()
+			}
+			if sec%every == 0 && sec > 0 {
+				l.scale(m, now, t0)
+			}
+			l.step(m, sec)
+		}
+	}
+	out := make([]LaneResult, len(ls))
+	for i, l := range ls {
+		l.endMinute()
+		out[i] = l.res
+	}
+	return out
+}
+
+// scale runs the scaler for the lane at now.
+func (l *simLane) scale(m Model, now, t0 time.Time) {
+	var samples []Sample
+	for i, mm := range l.res.Minutes {
+		start := t0.Add(time.Duration(i) * time.Minute)
+		if start.Add(time.Minute+m.MetricLag).After(now) || now.Sub(start) > m.LookBack {
+			continue
+		}
+		samples = append(samples, Sample{Time: start, Age: mm.Age})
+	}
+	dec := Decide(now, l.Config, State{Current: l.cap, LastChange: l.last, Samples: samples})
+	if dec.Changed() {
+		l.cur.Change = fmt.Sprintf("%d→%d", dec.From, dec.To)
+		l.cap, l.last = dec.To, now
+		l.res.Changes++
+	}
+}
+
+// step advances the lane by one second.
+func (l *simLane) step(m Model, sec int) {
+	// Arrivals, from the second second on: a job enqueued at 0 is the burst's.
+	if l.PerSec > 0 && sec > 0 {
+		for range poisson(l.rng, l.PerSec) {
+			l.queue = append(l.queue, sec)
+			l.arrived++
+		}
+	}
+	// Batches done this second: their jobs are deleted.
+	for _, s := range l.slots {
+		if s.batch != nil && s.busyTill <= sec {
+			done := len(s.batch)
+			l.cur.Done += done
+			l.res.Jobs += done
+			for _, e := range s.batch {
+				if e == 0 {
+					l.burstOK++
+				}
+			}
+			if l.Burst > 0 && l.burstOK >= l.Burst && l.res.Drained == 0 {
+				l.res.Drained = time.Duration(sec) * time.Second
+			}
+			s.batch = nil
+			l.running--
+		}
+	}
+	// Lambda's pollers ramp up towards the cap while there is work, and
+	// never run more than the cap.
+	perSec := max(1, m.RampPerMinute/60)
+	if len(l.queue) > 0 {
+		l.allowed = min(l.cap, l.allowed+perSec)
+	}
+	l.allowed = min(l.allowed, l.cap)
+	for l.running < l.allowed && len(l.queue) > 0 {
+		s := l.idleSlot()
+		n := min(m.BatchSize, len(l.queue))
+		s.batch = append([]int(nil), l.queue[:n]...)
+		l.queue = l.queue[n:]
+		cost := time.Duration(n) * m.Compile
+		if !s.warm {
+			cost += m.ColdStart
+			s.warm = true
+		}
+		s.busyTill = sec + max(1, int(math.Ceil(cost.Seconds())))
+		l.running++
+	}
+	l.cur.Running = max(l.cur.Running, l.running)
+	// The age of the oldest job not yet deleted.
+	oldest := -1
+	if len(l.queue) > 0 {
+		oldest = l.queue[0]
+	}
+	for _, s := range l.slots {
+		for _, e := range s.batch {
+			if oldest < 0 || e < oldest {
+				oldest = e
+			}
+		}
+	}
+	if oldest >= 0 {
+		l.cur.Age = max(l.cur.Age, time.Duration(sec-oldest)*time.Second)
+	}
+}
+
+// idleSlot returns a warm idle execution environment, or a new one.
+func (l *simLane) idleSlot() *slot {
+	var cold *slot
+	for _, s := range l.slots {
+		if s.batch == nil {
+			if s.warm {
+				return s
+			}
+			cold = s
+		}
+	}
+	if cold != nil {
+		return cold
+	}
+	s := &slot{}
+	l.slots = append(l.slots, s)
+	return s
+}
+
+func (l *simLane) endMinute() {
+	l.cur.Cap = l.cap
+	l.cur.Backlog = len(l.queue)
+	for _, s := range l.slots {
+		l.cur.Backlog += len(s.batch)
+	}
+	l.res.MaxAge = max(l.res.MaxAge, l.cur.Age)
+	l.res.MaxCap = max(l.res.MaxCap, l.cap)
+	l.res.Minutes = append(l.res.Minutes, l.cur)
+	l.cur = Minute{}
+}
+
+// poisson draws from a Poisson distribution of mean lambda (Knuth's
+// method; lambda is small here).
+func poisson(r *rand.Rand, lambda float64) int {
+	limit, k, p := math.Exp(-lambda), 0, 1.0
+	for {
+		p *= r.Float64()
+		if p <= limit {
+			return k
+		}
+		k++
+	}
+}
+
+// Markdown writes the simulation's minutes as a table, one row a minute
+// while anything changes and then one row every 5 minutes.
+func Markdown(res []LaneResult) string {
+	var b strings.Builder
+	b.WriteString("| min |")
+	for _, r := range res {
+		fmt.Fprintf(&b, " %s backlog | %s age (s) | %s cap | %s running | %s change |", r.Name, r.Name, r.Name, r.Name, r.Name)
+	}
+	b.WriteString("\n|--:|")
+	for range res {
+		b.WriteString("--:|--:|--:|--:|:--|")
+	}
+	b.WriteString("\n")
+	n := len(res[0].Minutes)
+	for i := range n {
+		quiet := i > 0
+		for _, r := range res {
+			m, p := r.Minutes[i], r.Minutes[i-min(i, 1)]
+			if m.Change != "" || m.Backlog != p.Backlog && (m.Backlog > 20 || p.Backlog > 20) {
+				quiet = false
+			}
+		}
+		if quiet && i%5 != 0 && i != n-1 {
+			continue
+		}
+		fmt.Fprintf(&b, "| %d |", i)
+		for _, r := range res {
+			m := r.Minutes[i]
+			fmt.Fprintf(&b, " %d | %.0f | %d | %d | %s |", m.Backlog, m.Age.Seconds(), m.Cap, m.Running, m.Change)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}

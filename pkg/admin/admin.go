@@ -20,9 +20,13 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/release"
 )
 
-// CA is what the operator API needs of the certificate authority.
+// CA is what the operator API needs of the certificate authority (see
+// farm.CA for what each method returns).
 type CA interface {
-	Sign(ctx context.Context, certname string) error
+	SignWith(ctx context.Context, certname string, opts farm.SignOptions) error
+	SubmitCSR(ctx context.Context, certname string, csrPEM []byte) error
+	Certificate(ctx context.Context, certname string) ([]byte, error)
+	CACertificate(ctx context.Context) ([]byte, error)
 	Revoke(ctx context.Context, certname string) error
 	List(ctx context.Context) ([]farm.CertStatus, error)
 }
@@ -69,8 +73,10 @@ func (s *Server) Register(mux *http.ServeMux) {
 		reply(w, certs, err)
 	})
 	mux.HandleFunc("POST /admin/v1/ca/sign/{name}", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, map[string]string{"signed": r.PathValue("name")}, s.CA.Sign(r.Context(), r.PathValue("name")))
+		opts := farm.SignOptions{AllowAuthorizationExtensions: r.URL.Query().Get("allow-authorization-extensions") == "true"}
+		reply(w, map[string]string{"signed": r.PathValue("name")}, s.CA.SignWith(r.Context(), r.PathValue("name"), opts))
 	})
+	mux.HandleFunc("POST /admin/v1/ca/generate/{name}", s.generate)
 	mux.HandleFunc("POST /admin/v1/ca/revoke/{name}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, map[string]string{"revoked": r.PathValue("name")}, s.CA.Revoke(r.Context(), r.PathValue("name")))
 	})
@@ -109,6 +115,41 @@ func (s *Server) Register(mux *http.ServeMux) {
 	})
 }
 
+// Issued is a certificate the operator API signed for a request the
+// operator sent (POST /admin/v1/ca/generate/{name}), with the CA's.
+type Issued struct {
+	Certificate string `json:"certificate"` // PEM
+	CA          string `json:"ca"`          // PEM
+}
+
+// generate signs the certificate request in the body (PEM) for {name} at
+// once, with its authorization extensions: `broker ca generate NAME
+// --operator` sends one for pp_cli_auth made with a key it keeps.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	csrPEM, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if err != nil {
+		reply(w, nil, fmt.Errorf("read certificate request: %v: %w", err, farm.ErrInvalid))
+		return
+	}
+	ctx := r.Context()
+	if err := s.CA.SubmitCSR(ctx, name, csrPEM); err != nil {
+		reply(w, nil, err)
+		return
+	}
+	if err := s.CA.SignWith(ctx, name, farm.SignOptions{AllowAuthorizationExtensions: true}); err != nil {
+		reply(w, nil, err)
+		return
+	}
+	cert, err := s.CA.Certificate(ctx, name)
+	if err != nil {
+		reply(w, nil, err)
+		return
+	}
+	caPEM, err := s.CA.CACertificate(ctx)
+	reply(w, Issued{Certificate: string(cert), CA: string(caPEM)}, err)
+}
+
 type errorBody struct {
 	Error string `json:"error"`
 	Kind  string `json:"kind"`
@@ -144,19 +185,32 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 }
 
 func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
-	resp, err := c.send(ctx, method, path, in)
+	var body []byte
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encode request %s %s: %w", method, path, err)
+		}
+		body = b
+	}
+	return c.callRaw(ctx, method, path, body, out)
+}
+
+// callRaw sends body (nil: none) and decodes the JSON answer into out.
+func (c *Client) callRaw(ctx context.Context, method, path string, body []byte, out any) error {
+	resp, err := c.send(ctx, method, path, body)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	answer, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return fmt.Errorf("read broker answer to %s %s: %w", method, path, err)
 	}
 	if out == nil {
 		return nil
 	}
-	if err := json.Unmarshal(body, out); err != nil {
+	if err := json.Unmarshal(answer, out); err != nil {
 		return fmt.Errorf("decode broker answer to %s %s: %w", method, path, err)
 	}
 	return nil
@@ -185,18 +239,14 @@ func (c *Client) stream(ctx context.Context, path string, each func(*json.Decode
 
 // send makes the request and returns the response when its status is 200
 // OK; otherwise the broker's error.
-func (c *Client) send(ctx context.Context, method, path string, in any) (*http.Response, error) {
+func (c *Client) send(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
 	hc := c.HTTP
 	if hc == nil {
 		hc = &http.Client{Timeout: 10 * time.Minute}
 	}
 	var reqBody io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return nil, fmt.Errorf("encode request %s %s: %w", method, path, err)
-		}
-		reqBody = bytes.NewReader(b)
+	if body != nil {
+		reqBody = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, reqBody)
 	if err != nil {
@@ -210,12 +260,12 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 		return resp, nil
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	var eb errorBody
-	if json.Unmarshal(body, &eb) == nil && eb.Error != "" {
+	if json.Unmarshal(answer, &eb) == nil && eb.Error != "" {
 		return nil, fmt.Errorf("broker: %s", eb.Error)
 	}
-	return nil, fmt.Errorf("broker answered %s to %s %s: %s", resp.Status, method, path, bytes.TrimSpace(body))
+	return nil, fmt.Errorf("broker answered %s to %s %s: %s", resp.Status, method, path, bytes.TrimSpace(answer))
 }
 
 // Certs lists the CA's certificates and requests.
@@ -224,9 +274,21 @@ func (c *Client) Certs(ctx context.Context) ([]farm.CertStatus, error) {
 	return out, c.do(ctx, http.MethodGet, "/admin/v1/ca/certs", &out)
 }
 
-// Sign signs a pending certificate request.
-func (c *Client) Sign(ctx context.Context, certname string) error {
-	return c.do(ctx, http.MethodPost, "/admin/v1/ca/sign/"+url.PathEscape(certname), nil)
+// Sign signs a pending certificate request; opts.AllowAuthorizationExtensions
+// signs one requesting authorization extensions (pp_cli_auth) too.
+func (c *Client) Sign(ctx context.Context, certname string, opts farm.SignOptions) error {
+	q := ""
+	if opts.AllowAuthorizationExtensions {
+		q = "?allow-authorization-extensions=true"
+	}
+	return c.do(ctx, http.MethodPost, "/admin/v1/ca/sign/"+url.PathEscape(certname)+q, nil)
+}
+
+// Generate has the CA sign csrPEM for certname at once, authorization
+// extensions included, and returns the certificate and the CA's.
+func (c *Client) Generate(ctx context.Context, certname string, csrPEM []byte) (Issued, error) {
+	var out Issued
+	return out, c.callRaw(ctx, http.MethodPost, "/admin/v1/ca/generate/"+url.PathEscape(certname), csrPEM, &out)
 }
 
 // Revoke revokes a certificate.

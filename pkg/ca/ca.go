@@ -79,9 +79,11 @@ type Options struct {
 	// AllowSubjectAltNames accepts agent requests carrying DNS or IP SANs
 	// (besides the certname itself). Puppet's default, false, refuses them.
 	AllowSubjectAltNames bool
-	// AllowAuthorizationExtensions accepts agent requests carrying Puppet
-	// authorization extensions (OIDs under 1.3.6.1.4.1.34380.1.3). Puppet's
-	// default, false, refuses them; pp_cli_auth is refused always.
+	// AllowAuthorizationExtensions signs agent requests carrying Puppet
+	// authorization extensions (OIDs under 1.3.6.1.4.1.34380.1.3), on
+	// autosign too. Puppet's default, false, leaves them to an operator's
+	// SignWith(AllowAuthorizationExtensions); pp_cli_auth is never signed
+	// without it.
 	AllowAuthorizationExtensions bool
 	// Validity of issued certificates, counted from now (default five years);
 	// not-before is one day earlier.
@@ -394,7 +396,9 @@ func (c *CA) CRL(ctx context.Context) ([]byte, error) {
 
 // SubmitCSR validates a certificate request for certname and stores it,
 // replacing a pending request for the same name, and signs it at once when
-// Options.Autosign is set. It returns a RequestError wrapping farm.ErrInvalid
+// Options.Autosign is set, unless it requests authorization extensions the
+// CA does not sign on its own (pp_cli_auth, always): those wait for an
+// operator (SignWith). It returns a RequestError wrapping farm.ErrInvalid
 // for a request the CA refuses (not PEM, bad signature, CN not certname,
 // weak key, SANs or extensions not allowed) and farm.ErrConflict when
 // certname already has a signed, unrevoked certificate or is one of the
@@ -418,7 +422,11 @@ func (c *CA) SubmitCSR(ctx context.Context, certname string, csrPEM []byte) erro
 		if err != nil {
 			return err
 		}
-		if c.opts.Autosign {
+		held := c.authRefusal(certname, v, farm.SignOptions{})
+		if c.opts.Autosign && held != nil {
+			c.log.Warn("certificate request not autosigned: it requests authorization extensions", "certname", certname, "why", held.Error())
+		}
+		if c.opts.Autosign && held == nil {
 			if err := c.signLocked(ctx, certname, v, revoked); err != nil {
 				return err
 			}
@@ -468,11 +476,18 @@ func (c *CA) checkFree(ctx context.Context, certname string) (revoked *big.Int, 
 	return revoked, nil
 }
 
-// Sign signs the pending request of certname. It returns ErrNotFound when
-// there is no request and ErrConflict when certname already has a signed,
-// unrevoked certificate. The request is checked again against the CA's
-// policy, which may have changed since it was submitted.
+// Sign signs the pending request of certname: SignWith with no options.
 func (c *CA) Sign(ctx context.Context, certname string) error {
+	return c.SignWith(ctx, certname, farm.SignOptions{})
+}
+
+// SignWith signs the pending request of certname. It returns ErrNotFound
+// when there is no request, ErrConflict when certname already has a
+// signed, unrevoked certificate, and ErrInvalid when the request asks for
+// authorization extensions that neither the CA's options nor opts allow.
+// The request is checked again against the CA's policy, which may have
+// changed since it was submitted.
+func (c *CA) SignWith(ctx context.Context, certname string, opts farm.SignOptions) error {
 	if err := checkCertname(certname); err != nil {
 		return fmt.Errorf("sign %q: %w", certname, err)
 	}
@@ -493,6 +508,9 @@ func (c *CA) Sign(ctx context.Context, certname string) error {
 		}
 		v, err := c.vet(certname, csr)
 		if err != nil {
+			return err
+		}
+		if err := c.authRefusal(certname, v, opts); err != nil {
 			return err
 		}
 		revoked, err := c.checkFree(ctx, certname)

@@ -99,12 +99,39 @@ type vetted struct {
 	dnsNames []string // SAN DNS names, certname included
 	ips      []net.IP
 	extra    []pkix.Extension // Puppet extensions copied from the request
+	// auth are the authorization extensions among extra (OIDs under
+	// 1.3.6.1.4.1.34380.1.3); cliAuth is whether pp_cli_auth is one.
+	auth    []string
+	cliAuth bool
+}
+
+// authRefusal says why the CA does not sign v under opts (nil: it may).
+// pp_cli_auth makes its holder an operator (the front door's operator API),
+// so only the operator's explicit opts.AllowAuthorizationExtensions signs
+// it, as Puppet Server only issues it with `puppetserver ca generate
+// --ca-client`; other authorization extensions are signed when the CA
+// allows them (Options.AllowAuthorizationExtensions) or the operator does.
+func (c *CA) authRefusal(certname string, v *vetted, opts farm.SignOptions) error {
+	switch {
+	case len(v.auth) == 0 || opts.AllowAuthorizationExtensions:
+		return nil
+	case v.cliAuth:
+		return invalidf("CSR '%s' requests pp_cli_auth (%s), which makes its holder an operator of the farm (the operator API on the front door); "+
+			"the CA never signs it on its own. If %s is to be an operator, sign it with: broker ca sign %s --allow-authorization-extensions "+
+			"(or create operator certificates with: broker ca generate NAME --operator)", certname, oidPuppetCliAuth, certname, certname)
+	case !c.opts.AllowAuthorizationExtensions:
+		return invalidf("CSR '%s' contains an authorization extension, which is disallowed (%s). "+
+			"To allow authorization extensions, enable allow-authorization-extensions on the farm's CA, or sign this request with: "+
+			"broker ca sign %s --allow-authorization-extensions", certname, strings.Join(v.auth, ", "), certname)
+	}
+	return nil
 }
 
 // vet applies the CA's policy to a request for certname: the CN matches,
 // the key is RSA ≥ 2048 or ECDSA P-256/384/521, the signature holds, no SANs
-// but the certname unless allowed, only Puppet's extensions (authorization
-// extensions only when allowed, pp_cli_auth never).
+// but the certname unless allowed, only Puppet's extensions, none critical.
+// Authorization extensions (pp_cli_auth among them) pass here and are
+// listed in the result: whether they may be signed is authRefusal's call.
 func (c *CA) vet(certname string, csr *x509.CertificateRequest) (*vetted, error) {
 	cn := csr.Subject.CommonName
 	if cn != certname {
@@ -189,14 +216,9 @@ func (c *CA) vetExtensions(certname string, csr *x509.CertificateRequest, v *vet
 		switch {
 		case ext.Id.Equal(oidSubjectAltName):
 			continue // handled by vetSANs
-		case ext.Id.Equal(oidPuppetCliAuth):
-			bad = append(bad, ext.Id.String())
-			continue
 		case under(ext.Id, oidPuppetAuth):
-			if !c.opts.AllowAuthorizationExtensions {
-				return invalidf("CSR '%s' contains an authorization extension, which is disallowed. "+
-					"To allow authorization extensions, enable allow-authorization-extensions on the farm's CA, then submit the request again.", certname)
-			}
+			v.auth = append(v.auth, ext.Id.String())
+			v.cliAuth = v.cliAuth || ext.Id.Equal(oidPuppetCliAuth)
 		case under(ext.Id, oidPuppetRegistered), under(ext.Id, oidPuppetPrivate):
 		default:
 			bad = append(bad, ext.Id.String())

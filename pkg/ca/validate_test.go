@@ -1,6 +1,7 @@
 package ca
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -132,16 +133,6 @@ func TestRefusedRequests(t *testing.T) {
 				return makeCSR(t, csrSpec{cn: name, exts: []pkix.Extension{{Id: asn1.ObjectIdentifier{2, 5, 29, 19}, Value: basicConstraints}}})
 			},
 			want: "Found extensions that are not permitted: 2.5.29.19"},
-		{name: "authorization extension",
-			csr: func(t *testing.T) []byte {
-				return makeCSR(t, csrSpec{cn: name, exts: []pkix.Extension{utf8Ext(t, oidPPAuthRole, "admin", false)}})
-			},
-			want: "CSR 'agent.example.test' contains an authorization extension, which is disallowed."},
-		{name: "pp_cli_auth even when authorization extensions are allowed", opts: Options{AllowAuthorizationExtensions: true},
-			csr: func(t *testing.T) []byte {
-				return makeCSR(t, csrSpec{cn: name, exts: []pkix.Extension{utf8Ext(t, oidPuppetCliAuth, "true", false)}})
-			},
-			want: "Found extensions that are not permitted: 1.3.6.1.4.1.34380.1.3.39"},
 		{name: "critical Puppet extension",
 			csr: func(t *testing.T) []byte {
 				return makeCSR(t, csrSpec{cn: name, exts: []pkix.Extension{utf8Ext(t, oidPPRole, "web", true)}})
@@ -344,5 +335,56 @@ func TestGoldenAgentCSR(t *testing.T) {
 	var re *RequestError
 	if !errors.As(err, &re) || re.Message != `Instance name "agent1.example.test" does not match requested key "agent2.example.test"` {
 		t.Fatalf("SubmitCSR for another name: err = %v", err)
+	}
+}
+
+// TestAuthorizationExtensions: a request for authorization extensions is
+// stored but never autosigned unless the CA allows them, pp_cli_auth
+// never; only the operator's SignWith(AllowAuthorizationExtensions) signs
+// what the CA's options do not.
+func TestAuthorizationExtensions(t *testing.T) {
+	const name = "agent.example.test"
+	tests := []struct {
+		name          string
+		opts          Options
+		ext           pkix.Extension
+		wantAutosign  bool
+		wantSignError string // Sign without options
+	}{
+		{name: "pp_cli_auth", ext: utf8Ext(t, oidPuppetCliAuth, "true", false),
+			wantSignError: "requests pp_cli_auth (1.3.6.1.4.1.34380.1.3.39)"},
+		{name: "pp_cli_auth when the CA allows authorization extensions", opts: Options{AllowAuthorizationExtensions: true},
+			ext: utf8Ext(t, oidPuppetCliAuth, "true", false), wantSignError: "broker ca sign agent.example.test --allow-authorization-extensions"},
+		{name: "pp_authorization", ext: utf8Ext(t, oidPPAuthRole, "admin", false),
+			wantSignError: "CSR 'agent.example.test' contains an authorization extension, which is disallowed (1.3.6.1.4.1.34380.1.3.13)"},
+		{name: "pp_authorization when the CA allows it", opts: Options{AllowAuthorizationExtensions: true},
+			ext: utf8Ext(t, oidPPAuthRole, "admin", false), wantAutosign: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.Autosign = true
+			c := openCA(t, tc.opts)
+			if err := c.SubmitCSR(t.Context(), name, makeCSR(t, csrSpec{cn: name, exts: []pkix.Extension{tc.ext}})); err != nil {
+				t.Fatalf("SubmitCSR: %v (want the request stored)", err)
+			}
+			_, err := c.Certificate(t.Context(), name)
+			if signed := err == nil; signed != tc.wantAutosign {
+				t.Fatalf("autosigned = %v, want %v", signed, tc.wantAutosign)
+			}
+			if tc.wantAutosign {
+				return
+			}
+			err = c.Sign(t.Context(), name)
+			if !errors.Is(err, farm.ErrInvalid) || !strings.Contains(err.Error(), tc.wantSignError) {
+				t.Fatalf("Sign = %v, want ErrInvalid containing %q", err, tc.wantSignError)
+			}
+			if err := c.SignWith(t.Context(), name, farm.SignOptions{AllowAuthorizationExtensions: true}); err != nil {
+				t.Fatalf("SignWith AllowAuthorizationExtensions: %v", err)
+			}
+			cert := mustParseCert(t, mustReadFile(t, c.signedPath(name)))
+			if !slices.ContainsFunc(cert.Extensions, func(e pkix.Extension) bool { return e.Id.Equal(tc.ext.Id) && bytes.Equal(e.Value, tc.ext.Value) }) {
+				t.Errorf("certificate lacks %s: %v", tc.ext.Id, cert.Extensions)
+			}
+		})
 	}
 }

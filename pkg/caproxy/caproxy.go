@@ -516,6 +516,15 @@ func (c *CA) Sign(ctx context.Context, certname string) error {
 	return c.upstreamOnly("sign "+certname, "sign", "puppetserver ca sign --certname "+certname)
 }
 
+// SignWith returns a farm.ErrInvalid error: requests are signed on the
+// upstream CA, and operator certificates made there.
+func (c *CA) SignWith(ctx context.Context, certname string, opts farm.SignOptions) error {
+	if opts.AllowAuthorizationExtensions {
+		return c.upstreamOnly("sign "+certname, "create operator certificates", "puppetserver ca generate --certname "+certname+" --ca-client")
+	}
+	return c.Sign(ctx, certname)
+}
+
 // Revoke returns a farm.ErrInvalid error: certificates are revoked on the
 // upstream CA (this proxy picks up its CRL).
 func (c *CA) Revoke(ctx context.Context, certname string) error {

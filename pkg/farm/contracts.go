@@ -168,6 +168,16 @@ type CertStatus struct {
 // at once when the CA's autosign policy allows. Certificate and
 // CertificateRequest return ErrNotFound when there is none. Sign and Revoke
 // return ErrNotFound for an unknown certname. Safe for concurrent use.
+//
+// A request for Puppet's authorization extensions (OIDs under
+// 1.3.6.1.4.1.34380.1.3), pp_cli_auth (…1.3.39, which makes its holder an
+// operator) above all, is never signed by autosign unless the CA is set to
+// allow them, and pp_cli_auth never is: SubmitCSR stores it as pending,
+// Sign returns ErrInvalid for it, and only SignWith with
+// AllowAuthorizationExtensions (an operator's explicit choice) signs it,
+// copying the extensions into the certificate. A CA that signs nothing
+// itself (a proxy to an upstream CA) returns ErrInvalid from Sign, SignWith,
+// Revoke and List.
 type CA interface {
 	CACertificate(ctx context.Context) ([]byte, error)
 	CRL(ctx context.Context) ([]byte, error)
@@ -175,6 +185,15 @@ type CA interface {
 	Certificate(ctx context.Context, certname string) ([]byte, error)
 	CertificateRequest(ctx context.Context, certname string) ([]byte, error)
 	Sign(ctx context.Context, certname string) error
+	SignWith(ctx context.Context, certname string, opts SignOptions) error
 	Revoke(ctx context.Context, certname string) error
 	List(ctx context.Context) ([]CertStatus, error)
+}
+
+// SignOptions are an operator's choices when signing a request.
+type SignOptions struct {
+	// AllowAuthorizationExtensions signs a request carrying authorization
+	// extensions, pp_cli_auth included (`broker ca sign NAME
+	// --allow-authorization-extensions`).
+	AllowAuthorizationExtensions bool
 }

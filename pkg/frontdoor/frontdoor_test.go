@@ -70,6 +70,7 @@ func newRig(t *testing.T) *rig {
 		Intake: &intake.Intake{Content: store, Nodes: store, Envs: store, Queue: queue, Filter: filter},
 		Nodes:  store, Envs: store, Content: store, Files: code.NewLibrary(store, t.TempDir()), Bucket: store,
 		Metrics: metrics.New(queue), FirstCompileWait: 300 * time.Millisecond, ChangedCompileWait: 200 * time.Millisecond,
+		Operator: operatorAPI(authority),
 	}
 	srv := httptest.NewUnstartedServer(fd.Handler())
 	srv.TLS = authority.ServerTLSConfig(serverCert)

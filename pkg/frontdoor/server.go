@@ -2,7 +2,8 @@
 // HTTP API v3 and CA API v1 that a Puppet 7 agent uses, answered from stored
 // catalogs, code snapshots and the CA, with Puppet Server's default
 // authorization (a node reads and writes only its own node, catalog, facts
-// and report; CA bootstrap and status are open; the rest needs a valid cert).
+// and report; CA bootstrap and status are open; the rest needs a valid cert),
+// and the farm's operator API for operator certificates (pp_cli_auth).
 package frontdoor
 
 import (
@@ -94,6 +95,10 @@ type Server struct {
 	// Classifier, when set, is the external node classifier the node
 	// endpoint answers from (the intake classifies catalog requests).
 	Classifier Classifier
+	// Operator, when set, is the operator API (pkg/admin's routes,
+	// /admin/v1/...), served under OperatorPrefix to operator certificates
+	// only (operator.go); nil leaves those paths out (404).
+	Operator http.Handler
 
 	// PuppetVersion is sent as X-Puppet-Version (the engine's Puppet).
 	PuppetVersion string
@@ -207,6 +212,13 @@ func (s *Server) Handler() http.Handler {
 		rt.handle("GET /puppet/v3/file_bucket_file/{key...}", light.admit(s.anyCert(s.getBucketFile)))
 		rt.handle("HEAD /puppet/v3/file_bucket_file/{key...}", light.admit(s.anyCert(s.headBucketFile)))
 		rt.handle("PUT /puppet/v3/file_bucket_file/{key...}", heavy.admit(s.anyCert(s.putBucketFile)))
+	}
+	if s.Operator != nil {
+		// Not admitted: a handful of operators, and a code deploy may
+		// take minutes that agents' slots should not wait for.
+		op := s.operator(s.Operator)
+		rt.handle("GET "+OperatorPrefix+"/admin/v1/{path...}", op)
+		rt.handle("POST "+OperatorPrefix+"/admin/v1/{path...}", op)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Puppet-Version", s.PuppetVersion)

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
@@ -25,12 +26,23 @@ import (
 // ECDSA P-256 key, as a Puppet agent with key_type=ec would send.
 func NewCSR(t testing.TB, certname string) ([]byte, crypto.Signer) {
 	t.Helper()
+	return NewCSRWith(t, certname)
+}
+
+// PPCliAuth is Puppet's pp_cli_auth extension with the value "true": the
+// mark of an operator certificate.
+var PPCliAuth = pkix.Extension{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 34380, 1, 3, 39}, Value: []byte{0x0c, 4, 't', 'r', 'u', 'e'}}
+
+// NewCSRWith is NewCSR for a request carrying extensions.
+func NewCSRWith(t testing.TB, certname string, exts ...pkix.Extension) ([]byte, crypto.Signer) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatalf("generate key for %s: %v", certname, err)
 	}
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: certname},
+		Subject:         pkix.Name{CommonName: certname},
+		ExtraExtensions: exts,
 	}, key)
 	if err != nil {
 		t.Fatalf("create CSR for %s: %v", certname, err)
@@ -145,6 +157,39 @@ func TestCA(t *testing.T, open func(t *testing.T) farm.CA) {
 		}
 		if string(before) != string(after) {
 			t.Fatalf("refused submit changed the certificate")
+		}
+	})
+
+	t.Run("OperatorRequest", func(t *testing.T) {
+		// A request for pp_cli_auth waits for an operator's explicit
+		// SignWith, which copies the extension.
+		ca := open(t)
+		const name = "operator.example.test"
+		csrPEM, key := NewCSRWith(t, name, PPCliAuth)
+		if err := ca.SubmitCSR(t.Context(), name, csrPEM); err != nil {
+			t.Fatalf("SubmitCSR of a pp_cli_auth request: %v (want it stored, pending)", err)
+		}
+		if st := caStatus(t, ca, name); st.State != farm.CertRequested {
+			t.Fatalf("state after SubmitCSR = %q, want %q", st.State, farm.CertRequested)
+		}
+		if err := ca.Sign(t.Context(), name); !errors.Is(err, farm.ErrInvalid) {
+			t.Fatalf("Sign of a pp_cli_auth request = %v, want ErrInvalid", err)
+		}
+		if err := ca.SignWith(t.Context(), name, farm.SignOptions{}); !errors.Is(err, farm.ErrInvalid) {
+			t.Fatalf("SignWith (no options) of a pp_cli_auth request = %v, want ErrInvalid", err)
+		}
+		if err := ca.SignWith(t.Context(), name, farm.SignOptions{AllowAuthorizationExtensions: true}); err != nil {
+			t.Fatalf("SignWith AllowAuthorizationExtensions: %v", err)
+		}
+		cert := caAgentCert(t, ca, name, key)
+		found := false
+		for _, e := range cert.Extensions {
+			if e.Id.Equal(PPCliAuth.Id) {
+				found = string(e.Value) == string(PPCliAuth.Value)
+			}
+		}
+		if !found {
+			t.Fatalf("the certificate does not carry pp_cli_auth=true: %v", cert.Extensions)
 		}
 	})
 

@@ -27,6 +27,7 @@ import (
 // endpoints, the revocation check and the TLS configuration.
 type authority interface {
 	farm.CA
+	Close() error
 	IsRevoked(serial *big.Int) bool
 	VerifyPeer(certs []*x509.Certificate) error
 	ServerTLSConfig(server tls.Certificate) *tls.Config
@@ -93,40 +94,55 @@ func (c *caFlags) keySource(awsCfg aws.Config) farm.CAKeySource {
 // upstream and table CAs.
 func (c *caFlags) open(ctx context.Context, awsCfg aws.Config, work string, opts ca.Options,
 	certname string, altNames []string, keyType string, log *slog.Logger) (authority, tls.Certificate, func(), error) {
+	auth, err := c.openAuthority(ctx, awsCfg, work, opts, log)
+	if err != nil {
+		return nil, tls.Certificate{}, nil, err
+	}
+	var cert tls.Certificate
+	switch a := auth.(type) {
+	case *caproxy.CA:
+		log.Info("getting the front door's certificate from the upstream CA", "upstream", c.upstream, "certname", certname)
+		if cert, err = a.ServerCert(ctx, certname, altNames, keyType); err != nil {
+			err = fmt.Errorf("server certificate from %s: %w", c.upstream, err)
+		}
+	case *ca.CA:
+		if cert, err = a.IssueServerCert(ctx, certname, altNames, keyType); err != nil {
+			err = fmt.Errorf("issue server certificate: %w", err)
+		}
+	}
+	if err != nil {
+		auth.Close()
+		return nil, tls.Certificate{}, nil, err
+	}
+	return auth, cert, func() { auth.Close() }, nil
+}
+
+// openAuthority opens the chosen CA, without a certificate of its own: a
+// front door's open, and an operator command's with --backend aws.
+func (c *caFlags) openAuthority(ctx context.Context, awsCfg aws.Config, work string, opts ca.Options, log *slog.Logger) (authority, error) {
 	if c.upstream != "" {
 		p, err := caproxy.Open(ctx, caproxy.Options{Upstream: c.upstream, CACertFile: c.upstreamCACert,
 			Dir: filepath.Join(work, "ca-upstream"), Logger: log})
 		if err != nil {
-			return nil, tls.Certificate{}, nil, err
+			return nil, err
 		}
-		log.Info("getting the front door's certificate from the upstream CA", "upstream", c.upstream, "certname", certname)
-		cert, err := p.ServerCert(ctx, certname, altNames, keyType)
-		if err != nil {
-			p.Close()
-			return nil, tls.Certificate{}, nil, fmt.Errorf("server certificate from %s: %w", c.upstream, err)
-		}
-		return p, cert, func() { p.Close() }, nil
+		return p, nil
 	}
-	var (
-		a   *ca.CA
-		err error
-	)
 	if c.table != "" {
 		opts.ServerDir = filepath.Join(work, "server-cert")
 		opts.Name = "" // named by `broker ca init`; the certname is not the CA's name here
 		store := dynamostate.NewCAStore(dynamodb.NewFromConfig(awsCfg), c.table)
-		if a, err = ca.New(ctx, store, c.keySource(awsCfg), opts); err != nil {
-			return nil, tls.Certificate{}, nil, fmt.Errorf("open CA in DynamoDB table %s: %w", c.table, err)
+		a, err := ca.New(ctx, store, c.keySource(awsCfg), opts)
+		if err != nil {
+			return nil, fmt.Errorf("open CA in DynamoDB table %s: %w", c.table, err)
 		}
-	} else if a, err = ca.Open(ctx, c.dir, opts); err != nil {
-		return nil, tls.Certificate{}, nil, err
+		return a, nil
 	}
-	cert, err := a.IssueServerCert(ctx, certname, altNames, keyType)
+	a, err := ca.Open(ctx, c.dir, opts)
 	if err != nil {
-		a.Close()
-		return nil, tls.Certificate{}, nil, fmt.Errorf("issue server certificate: %w", err)
+		return nil, err
 	}
-	return a, cert, func() { a.Close() }, nil
+	return a, nil
 }
 
 // serverAltNames are the names the front door's certificate covers: the

@@ -17,10 +17,6 @@ import (
 
 const defaultAdmin = "http://" + defaultAdminListen
 
-func adminFlag(fs *flag.FlagSet) *string {
-	return fs.String("admin", defaultAdmin, "operator API of the running broker (its --admin-listen address)")
-}
-
 // parseInterspersed parses flags that may come before or after positional
 // arguments (`code deploy production --from DIR`).
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
@@ -58,16 +54,26 @@ func runCA(ctx context.Context, args []string) error {
 	}
 	fs := flag.NewFlagSet("ca", flag.ExitOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: broker ca list | sign NAME | revoke NAME [--admin URL]")
+		fmt.Fprintln(fs.Output(), "usage: broker ca list | sign NAME [--allow-authorization-extensions] | revoke NAME [--admin URL | --backend aws ...]")
+		fmt.Fprintln(fs.Output(), "       broker ca generate NAME --operator [--out DIR] [--admin URL | --backend aws ...]")
 		fmt.Fprintln(fs.Output(), "       broker ca init --ca-table TABLE (--ca-key-file FILE | --ca-key-secret ID)")
 		fs.PrintDefaults()
 	}
-	addr := adminFlag(fs)
+	var op operatorFlags
+	op.register(fs, false)
+	allowAuth := fs.Bool("allow-authorization-extensions", false, "sign: sign a request for Puppet's authorization extensions, "+
+		"pp_cli_auth (an operator certificate) included; the CA refuses them otherwise")
+	operator := fs.Bool("operator", false, "generate: an operator certificate (pp_cli_auth), for the front door's operator API")
+	out := fs.String("out", ".", "generate: directory for NAME.key.pem, NAME.cert.pem and ca.pem")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	c := &admin.Client{Base: *addr}
+	c, done, err := op.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	switch {
 	case len(pos) == 1 && pos[0] == "list":
 		certs, err := c.Certs(ctx)
@@ -84,8 +90,13 @@ func runCA(ctx context.Context, args []string) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Certname, s.State, orDash(s.Serial), exp, s.Fingerprint)
 		}
 		return tw.Flush()
+	case len(pos) == 2 && pos[0] == "generate":
+		if !*operator {
+			return fmt.Errorf("ca generate makes operator certificates only: add --operator (agents request their own certificates)")
+		}
+		return generateOperator(ctx, c, pos[1], *out, os.Stdout)
 	case len(pos) == 2 && pos[0] == "sign":
-		if err := c.Sign(ctx, pos[1]); err != nil {
+		if err := c.Sign(ctx, pos[1], farm.SignOptions{AllowAuthorizationExtensions: *allowAuth}); err != nil {
 			return err
 		}
 		fmt.Printf("signed certificate for %s\n", pos[1])
@@ -98,16 +109,17 @@ func runCA(ctx context.Context, args []string) error {
 		return nil
 	}
 	fs.Usage()
-	return fmt.Errorf("ca: expected list, sign NAME or revoke NAME")
+	return fmt.Errorf("ca: expected list, sign NAME, revoke NAME or generate NAME --operator")
 }
 
 func runCode(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("code", flag.ExitOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: broker code deploy ENV [--from DIR] [--detach] | deploy --all [--detach] | status ENV  [--admin URL]")
+		fmt.Fprintln(fs.Output(), "usage: broker code deploy ENV [--from DIR] [--detach] | deploy --all [--detach] | status ENV  [--admin URL | --backend aws ...]")
 		fs.PrintDefaults()
 	}
-	addr := adminFlag(fs)
+	var op operatorFlags
+	op.register(fs, true)
 	from := fs.String("from", "", "directory holding the environment's code (default: ENV under the broker's --environments)")
 	all := fs.Bool("all", false, "deploy every environment under the broker's --environments, as after a change in its --basemodulepath (global modules): "+
 		"the environments that use the change get new code and recompiles, the others stay as they are")
@@ -116,7 +128,11 @@ func runCode(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	c := &admin.Client{Base: *addr}
+	c, done, err := op.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	switch {
 	case len(pos) == 2 && pos[0] == "status":
 		st, err := c.DeployStatus(ctx, pos[1])
@@ -125,6 +141,8 @@ func runCode(ctx context.Context, args []string) error {
 		}
 		fmt.Println(statusLine(st, 0, time.Since(st.DeployedAt)))
 		return nil
+	case len(pos) >= 1 && pos[0] == "deploy" && op.backend == "aws" && op.environments == "" && *from == "":
+		return errNoCode
 	case len(pos) == 1 && pos[0] == "deploy" && *all:
 		if *from != "" {
 			return fmt.Errorf("code deploy --all reads every environment from the broker's --environments; --from names one environment's directory (code deploy ENV --from DIR)")
@@ -265,19 +283,24 @@ func statusLine(st release.DeployStatus, done0 int, elapsed time.Duration) strin
 
 func runNodes(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("nodes", flag.ExitOnError)
-	addr := adminFlag(fs)
+	var op operatorFlags
+	op.register(fs, false)
 	env := fs.String("environment", "", "list only this environment's nodes (default: every environment)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c := &admin.Client{Base: *addr}
+	c, done, err := op.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	now := time.Now()
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	header := "NODE\tENVIRONMENT\tCATALOG AGE\tCODE_ID\tREASON\tLAST COMPILE\tDURATION\tLAST REPORT"
 	fmt.Fprintln(tw, header)
 	var failures, classifierFailures []string
 	rows := 0
-	err := c.EachNode(ctx, *env, func(n farm.Node) error {
+	err = c.EachNode(ctx, *env, func(n farm.Node) error {
 		// Print as the records arrive: a block of rows at a time (columns
 		// line up within a block), so 100,000 nodes start printing at once.
 		if rows++; rows%500 == 0 {

@@ -177,6 +177,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 		in.Classifier, pool.Classifier, fd.Classifier = enc, enc, enc
 	}
 	adm := adminHandler(&admin.Server{CA: authority, Nodes: store, Envs: envs, Deployer: deployer, Explainer: in})
+	fd.Operator = adm
 	// Client certificates are optional (CA bootstrap), verified against the
 	// CA when given, and refused at the handshake once revoked.
 	return listenAndServe(ctx, log, endpoints{

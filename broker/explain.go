@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/compilefarm/compilefarm/pkg/admin"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/intake"
 )
@@ -27,13 +26,18 @@ func explainCmd(ctx context.Context, out io.Writer, args []string) error {
 		fmt.Fprintln(fs.Output(), "why the farm last compiled NODE (which fact changed, from what to what) and what its catalog reads of its facts")
 		fs.PrintDefaults()
 	}
-	addr := adminFlag(fs)
+	var op operatorFlags
+	op.register(fs, false)
 	asJSON := fs.Bool("json", false, "print the explanation as JSON")
 	node, err := nodeArg(fs, args)
 	if err != nil {
 		return err
 	}
-	c := &admin.Client{Base: *addr}
+	c, done, err := op.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	ex, err := c.Explain(ctx, node)
 	if err != nil {
 		return err

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/compilefarm/compilefarm/pkg/admin"
 	"github.com/compilefarm/compilefarm/pkg/catalog"
 	"github.com/compilefarm/compilefarm/pkg/release"
 )
@@ -26,7 +25,8 @@ code to a share of the nodes or to named ones; --all releases it to every
 node and makes it the stable code.`)
 		fs.PrintDefaults()
 	}
-	addr := adminFlag(fs)
+	var op operatorFlags
+	op.register(fs, false)
 	hold := fs.Bool("hold", false, "hold new code back until released")
 	noHold := fs.Bool("no-hold", false, "stop holding: every node gets the environment's code")
 	percent := fs.Int("percent", -1, "release to this percentage of the environment's nodes (0-100)")
@@ -36,7 +36,11 @@ node and makes it the stable code.`)
 	if err != nil {
 		return err
 	}
-	c := &admin.Client{Base: *addr}
+	c, done, err := op.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	if len(pos) == 2 && pos[0] == "status" {
 		st, err := c.ReleaseStatus(ctx, pos[1])
 		if err != nil {
@@ -140,7 +144,8 @@ func runDiff(ctx context.Context, args []string) error {
 		fmt.Fprintln(fs.Output(), "usage: broker diff NODE [--from CODE_ID] [--to CODE_ID] [--json]")
 		fs.PrintDefaults()
 	}
-	addr := adminFlag(fs)
+	var op operatorFlags
+	op.register(fs, false)
 	from := fs.String("from", "", "code_id (or a prefix) of the older catalog (default: the one before --to)")
 	to := fs.String("to", "", "code_id (or a prefix) of the newer catalog (default: the precompiled candidate, else the current catalog)")
 	asJSON := fs.Bool("json", false, "print the difference as JSON")
@@ -148,7 +153,11 @@ func runDiff(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	c := &admin.Client{Base: *addr}
+	c, done, err := op.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	d, err := c.Diff(ctx, node, *from, *to)
 	if err != nil {
 		return err

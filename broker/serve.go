@@ -17,38 +17,29 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/compilefarm/compilefarm/pkg/admin"
 	"github.com/compilefarm/compilefarm/pkg/awscalls"
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/code"
-	"github.com/compilefarm/compilefarm/pkg/dynamostate"
 	"github.com/compilefarm/compilefarm/pkg/envcache"
-	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/frontdoor"
-	"github.com/compilefarm/compilefarm/pkg/intake"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
-	"github.com/compilefarm/compilefarm/pkg/release"
-	"github.com/compilefarm/compilefarm/pkg/s3store"
-	"github.com/compilefarm/compilefarm/pkg/sqsqueue"
 )
 
 type serveConfig struct {
-	backend, listen, metricsListen, adminListen      string
-	environments, work                               string
-	bucket, prefix, nodesTable, indexTable, envTable string
-	urgentURL, bulkURL                               string
-	certname, dnsAltNames, serverKey                 string
-	ca                                               caFlags
-	autosign, allowSANs                              bool
-	firstWait, changedWait                           time.Duration
-	clockMaxAge                                      time.Duration
-	envCache, fullReportEvery, factsRefresh          time.Duration
-	logLevel                                         string
-	classifier                                       classifierFlags
-	basemodulepath                                   basemodulepathFlag
-	admission                                        admissionFlags
+	backend, listen, metricsListen, adminListen string
+	environments, work                          string
+	aws                                         awsFlags
+	certname, dnsAltNames, serverKey            string
+	autosign, allowSANs                         bool
+	firstWait, changedWait                      time.Duration
+	clockMaxAge                                 time.Duration
+	envCache, fullReportEvery, factsRefresh     time.Duration
+	logLevel                                    string
+	classifier                                  classifierFlags
+	basemodulepath                              basemodulepathFlag
+	admission                                   admissionFlags
 }
 
 // runServe runs the fleet's front door (and operator API) on the AWS
@@ -65,14 +56,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&c.environments, "environments", "", "environmentpath that `broker code deploy` reads from on this task")
 	fs.Var(&c.basemodulepath, "basemodulepath", basemodulepathUsage)
 	fs.StringVar(&c.work, "work", filepath.Join(os.TempDir(), "compilefarm-serve"), "scratch directory")
-	fs.StringVar(&c.bucket, "bucket", "", "S3 bucket of the content store (required)")
-	fs.StringVar(&c.prefix, "prefix", "", "key prefix in the bucket")
-	fs.StringVar(&c.nodesTable, "nodes-table", "", "DynamoDB table of nodes (required)")
-	fs.StringVar(&c.indexTable, "node-index-table", "", "DynamoDB table of the node index, with its by-entry index (required)")
-	fs.StringVar(&c.envTable, "environments-table", "", "DynamoDB table of environments (required)")
-	fs.StringVar(&c.urgentURL, "urgent-queue-url", "", "SQS urgent compile queue (required)")
-	fs.StringVar(&c.bulkURL, "bulk-queue-url", "", "SQS bulk compile queue (required)")
-	c.ca.register(fs)
+	c.aws.register(fs)
 	fs.StringVar(&c.certname, "certname", strings.ToLower(host), "the front door's certname")
 	fs.StringVar(&c.dnsAltNames, "dns-alt-names", "", "extra names for the server certificate (the load balancer's)")
 	fs.StringVar(&c.serverKey, "server-key", "ecdsa-p256", "server TLS key type: ecdsa-p256 or rsa")
@@ -102,13 +86,7 @@ func runServe(ctx context.Context, args []string) error {
 	if c.backend != "aws" {
 		return fmt.Errorf("serve: --backend %q is not supported (aws; the embedded farm is `broker dev`)", c.backend)
 	}
-	for flagName, v := range map[string]string{"bucket": c.bucket, "nodes-table": c.nodesTable, "node-index-table": c.indexTable, "environments-table": c.envTable,
-		"urgent-queue-url": c.urgentURL, "bulk-queue-url": c.bulkURL} {
-		if v == "" {
-			return fmt.Errorf("serve: --%s is required", flagName)
-		}
-	}
-	if err := c.ca.validate(); err != nil {
+	if err := c.aws.validate(); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	log, err := newLogger(c.logLevel)
@@ -129,18 +107,17 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	}
 	calls := awscalls.New() // every AWS call of this task, on /metrics
 	calls.Instrument(&awsCfg)
-	content := s3store.NewFromConfig(awsCfg, c.bucket, s3store.Options{Prefix: c.prefix})
-	state := dynamostate.NewFromConfig(awsCfg, dynamostate.Options{NodesTable: c.nodesTable, IndexTable: c.indexTable, EnvironmentsTable: c.envTable})
-	queue := sqsqueue.New(sqs.NewFromConfig(awsCfg), sqsqueue.Options{UrgentURL: c.urgentURL, BulkURL: c.bulkURL, Logger: log})
-	filter, err := facts.NewFilter(facts.DefaultVolatile)
-	if err != nil {
-		return err
-	}
 	enc, err := c.classifier.open()
 	if err != nil {
 		return err
 	}
-	authority, serverCert, closeCA, err := c.ca.open(ctx, awsCfg, c.work, ca.Options{Name: c.certname, Autosign: c.autosign, AllowSubjectAltNames: c.allowSANs, Logger: log},
+	f, err := c.aws.openFarm(awsCfg, awsFarmOptions{envCache: c.envCache, clockMaxAge: c.clockMaxAge, factsRefresh: c.factsRefresh,
+		environments: c.environments, baseModulepath: baseModulepath}, log)
+	if err != nil {
+		return err
+	}
+	content, state, queue, envs, in, deployer := f.content, f.state, f.queue, f.envs, f.intake, f.deployer
+	authority, serverCert, closeCA, err := c.aws.ca.open(ctx, awsCfg, c.work, ca.Options{Name: c.certname, Autosign: c.autosign, AllowSubjectAltNames: c.allowSANs, Logger: log},
 		c.certname, serverAltNames(c.certname, c.dnsAltNames), c.serverKey, log)
 	if err != nil {
 		return err
@@ -149,10 +126,6 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	m := metrics.New(queue)
 	m.Registry.MustRegister(calls)
 	lib := code.NewLibrary(content, filepath.Join(c.work, "code"))
-	envs := envcache.New(state, c.envCache) // operators' read-modify-writes read through it
-	in := &intake.Intake{Content: content, Nodes: state, Envs: envs, Queue: queue, Filter: filter, Log: log, ClockMaxAge: c.clockMaxAge,
-		FactsRefresh: c.factsRefresh}
-	deployer := &release.Deployer{Content: content, Envs: envs.ReadThrough(), Nodes: state, Intake: in, Root: c.environments, BaseModulepath: baseModulepath, Log: log}
 	fd := &frontdoor.Server{
 		CA: authority, Revocations: authority, Peers: authority, Intake: in, Nodes: state, Envs: envs,
 		Reports: frontdoor.ReportPolicy{Every: c.fullReportEvery},
@@ -165,10 +138,11 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		in.Classifier, fd.Classifier = enc, enc
 	}
 	adm := adminHandler(&admin.Server{CA: authority, Nodes: state, Envs: state, Deployer: deployer, Explainer: in})
+	fd.Operator = adm
 	return listenAndServe(ctx, log, endpoints{
 		front: c.listen, maxConns: c.admission.maxConns, metrics: c.metricsListen, admin: c.adminListen,
 		frontHandler: fd.Handler(), tlsConf: authority.ServerTLSConfig(serverCert), metricsHandler: metricsHandler(m), adminHandler: adm,
-	}, nil, "compilefarm serve is up", "backend", c.backend, "certname", c.certname, "bucket", c.bucket)
+	}, nil, "compilefarm serve is up", "backend", c.backend, "certname", c.certname, "bucket", c.aws.bucket)
 }
 
 // newLogger returns the process's logger at level (--log-level) and makes

@@ -53,19 +53,43 @@ func TestDeployWaveSimulation(t *testing.T) {
 		t.Errorf("bulk lane's cap %d at the end, want its min 2", last.Cap)
 	}
 
-	// How the bulk lane's max bounds the deploy's duration.
+	// How the bulk lane's max bounds the deploy's duration, and what
+	// scaling from the min costs against a cap set at the max beforehand.
 	if testing.Verbose() {
-		fmt.Printf("| bulk max | drained after | bulk age at most | cap changes | urgent age at most |\n|--:|--:|--:|--:|--:|\n")
+		fmt.Printf("| bulk max | drained after | bulk age at most | cap changes | urgent age at most | drained with the cap at max from t=0 |\n|--:|--:|--:|--:|--:|--:|\n")
 	}
 	var prev time.Duration
 	for _, max := range []int{50, 100, 200, 500, 1000} {
 		r := Simulate(DefaultModel, 8*time.Hour, deployWave(max)...)
+		fixed := deployWave(max)
+		fixed[0].Start = max
+		f := Simulate(DefaultModel, 8*time.Hour, fixed...)
 		if testing.Verbose() {
-			fmt.Printf("| %d | %v | %v | %d | %v |\n", max, r[0].Drained, r[0].MaxAge, r[0].Changes, r[1].MaxAge)
+			fmt.Printf("| %d | %v | %v | %d | %v | %v |\n", max, r[0].Drained, r[0].MaxAge, r[0].Changes, r[1].MaxAge, f[0].Drained)
 		}
 		if r[0].Drained == 0 || prev != 0 && r[0].Drained > prev {
 			t.Errorf("bulk max %d: drained after %v, the smaller max after %v", max, r[0].Drained, prev)
 		}
+		if f[0].Drained > r[0].Drained {
+			t.Errorf("bulk max %d: drained after %v from the max, after %v scaling from the min", max, f[0].Drained, r[0].Drained)
+		}
 		prev = r[0].Drained
+	}
+}
+
+// A busier urgent lane: 10% of check-ins need a compile (5.6 a second,
+// more than the min's 2 concurrent compiles serve), e.g. while agents
+// report changed facts after an OS update. The urgent lane scales up,
+// keeps its age bounded, and comes back down when the rate falls back.
+func TestUrgentSurgeSimulation(t *testing.T) {
+	lanes := deployWave(200)[1:]
+	lanes[0].PerSec = 100_000.0 / 1800 * 0.10
+	surge := Simulate(DefaultModel, 30*time.Minute, lanes...)[0]
+	if testing.Verbose() {
+		fmt.Printf("\nurgent lane at 10%% compiles (%.1f/s), max 50, step 2\n\n%s\n", lanes[0].PerSec, Markdown([]LaneResult{surge}))
+	}
+	last := surge.Minutes[len(surge.Minutes)-1]
+	if surge.MaxAge > 10*time.Minute || last.Age > lanes[0].Config.High || last.Backlog > 100 {
+		t.Errorf("urgent surge: age at most %v, at the end %v with %d jobs waiting", surge.MaxAge, last.Age, last.Backlog)
 	}
 }

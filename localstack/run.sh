@@ -284,14 +284,17 @@ cmd_e2e() {
 	local broker="$build/broker"
 
 	say "CA: broker ca init --ca-table $CF_CA_TABLE --ca-key-secret $secret"
+	# Idempotent: a CA made by an earlier run is loaded and kept.
 	local out
 	if ! out=$("$broker" ca init --ca-table "$CF_CA_TABLE" --ca-key-secret "$secret" --key-bits 2048 2>&1); then
-		if grep -qi 'already\|exist\|conflict' <<<"$out"; then
-			say "the CA exists already (an earlier e2e): reusing it"
-		else
-			die "broker ca init failed: $out"
+		if grep -q 'read CA key' <<<"$out"; then
+			die "broker ca init could not use the secret $secret: $out
+If LocalStack gave the stack's (empty) secret a value, delete it and run e2e again:
+  aws secretsmanager delete-secret --force-delete-without-recovery --secret-id $secret"
 		fi
+		die "broker ca init failed: $out"
 	fi
+	printf '%s\n' "$out" | grep -v '^time=' || true
 
 	export COMPILEFARM_BUCKET=$CF_BUCKET COMPILEFARM_NODES_TABLE=$CF_NODES_TABLE \
 		COMPILEFARM_NODE_INDEX_TABLE=$CF_NODE_INDEX_TABLE COMPILEFARM_ENVIRONMENTS_TABLE=$CF_ENVIRONMENTS_TABLE \

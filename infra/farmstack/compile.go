@@ -1,0 +1,161 @@
+package farmstack
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsecrassets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/compilefarm/compilefarm/pkg/dynamostate"
+)
+
+// AssetExcludes keeps what a Docker build of the repository root does not
+// need out of the image assets' build context (cdk.out copies the context
+// at every synth, and its hash changes the image): the git directory, tools
+// and data, built binaries, npm trees, infra/ itself (its own Go module, with
+// cdk.out inside), and the docs and LocalStack setup (no Go package the
+// images build imports them).
+var AssetExcludes = []string{".git", ".tools", ".data", "bin", "node_modules", "infra", "docs", "localstack",
+	"**/cdk.out", "**/*.test", "**/*.out", "**/*.prof"}
+
+// Batching of the compile event sources. The function runs one Ruby worker,
+// so a batch's jobs compile one after the other and the batch must fit in
+// the function's timeout.
+//
+//   - urgent: one job per invocation and no batching window. An agent is
+//     waiting for the catalog (first-compile-wait, 60 s by default), so a job
+//     must neither wait for a batch to fill nor queue behind other compiles
+//     in the same invocation; and MaximumConcurrency then is the number of
+//     urgent compiles in flight, which is what the scaler steers.
+//   - bulk: two jobs per invocation, gathered for up to 10 s. Nobody waits
+//     for these (code deploys, fact-change recompiles); batching halves the
+//     invocations and warm-worker handoffs of a deploy's burst, while the
+//     per-compile timeout below still fits twice into the function's.
+const (
+	UrgentBatchSize      = 1
+	UrgentBatchingWindow = 0
+	BulkBatchSize        = 2
+	BulkBatchingWindow   = 10 // seconds
+)
+
+// maxEngineTimeout is the compile engine's own timeout per catalog
+// (COMPILEFARM_COMPILE_TIMEOUT, the function's default of 2m).
+const maxEngineTimeout = 2 * time.Minute
+
+// EngineTimeout is the per-catalog compile timeout given to the function:
+// 2 minutes, or less if a full bulk batch of compiles (plus 30 s for the
+// rest of the invocation) would not fit in the function's timeout.
+func EngineTimeout(functionTimeoutSeconds int) time.Duration {
+	t := time.Duration(functionTimeoutSeconds-30) * time.Second / BulkBatchSize
+	if t > maxEngineTimeout {
+		t = maxEngineTimeout
+	}
+	return t.Truncate(time.Second)
+}
+
+// Compile is the compile Lambda (functions/compile) and its event sources.
+type Compile struct {
+	Construct constructs.Construct // the construct holding the resources
+	Function  awslambda.Function
+	// Sources by lane name, for the scaler (their mapping IDs and ARNs).
+	Sources map[string]awslambdaeventsources.SqsEventSource
+	// Initial MaximumConcurrency by lane name: the lane's minimum; the
+	// scaler moves it within [min, max].
+	InitialConcurrency map[string]int
+}
+
+// CompileProps are what the compile function is wired to.
+type CompileProps struct {
+	RepoRoot string // the repository root: the Docker build context
+	Storage  *Storage
+	Queues   *Queues
+}
+
+// NewCompile declares the compile function from functions/compile/Dockerfile.
+func NewCompile(scope constructs.Construct, id string, cfg Config, p CompileProps) *Compile {
+	c := &Compile{Construct: constructs.NewConstruct(scope, jsii.String(id)),
+		Sources: map[string]awslambdaeventsources.SqsEventSource{}, InitialConcurrency: map[string]int{}}
+	st, q := p.Storage, p.Queues
+	logs := awslogs.NewLogGroup(c.Construct, jsii.String("Logs"), &awslogs.LogGroupProps{
+		LogGroupName:  jsii.String("/aws/lambda/" + cfg.Name("compile")),
+		Retention:     awslogs.RetentionDays_ONE_MONTH,
+		RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
+	})
+	c.Function = awslambda.NewDockerImageFunction(c.Construct, jsii.String("Function"), &awslambda.DockerImageFunctionProps{
+		FunctionName: jsii.String(cfg.Name("compile")),
+		Description:  jsii.String("compilefarm " + cfg.Stage + ": compiles Puppet catalogs from the urgent and bulk queues"),
+		Code: awslambda.DockerImageCode_FromImageAsset(jsii.String(p.RepoRoot), &awslambda.AssetImageCodeProps{
+			File:    jsii.String("functions/compile/Dockerfile"),
+			Exclude: jsii.Strings(AssetExcludes...),
+			// The Dockerfile builds the bootstrap with GOARCH=amd64, so the
+			// image is x86_64 even though its base image has an arm64 build.
+			Platform: awsecrassets.Platform_LINUX_AMD64(),
+		}),
+		Architecture: awslambda.Architecture_X86_64(),
+		MemorySize:   jsii.Number(cfg.CompileMemoryMiB),
+		Timeout:      awscdk.Duration_Seconds(jsii.Number(cfg.CompileTimeoutSeconds)),
+		// Code checkouts and the worker's state live under /tmp
+		// (COMPILEFARM_WORKDIR): more than the default 512 MiB.
+		EphemeralStorageSize: awscdk.Size_Mebibytes(jsii.Number(2048)),
+		LogGroup:             logs,
+		// Exactly the variables functions/compile/main.go reads that the
+		// stack decides (tests check the names against main.go). Left at
+		// their defaults: COMPILEFARM_PREFIX (the bucket is the stage's
+		// own), COMPILEFARM_WORKDIR (the image sets it), COMPILEFARM_RUBY,
+		// and the optional COMPILEFARM_EXTERNAL_NODES(_TIMEOUT) and
+		// COMPILEFARM_EYAML_KEYS, which need a classifier in the image or
+		// a key mount the stack does not have.
+		Environment: &map[string]*string{
+			"COMPILEFARM_BUCKET":             st.Bucket.BucketName(),
+			"COMPILEFARM_NODES_TABLE":        st.Table(dynamostate.RoleNodes).TableName(),
+			"COMPILEFARM_NODE_INDEX_TABLE":   st.Table(dynamostate.RoleNodeIndex).TableName(),
+			"COMPILEFARM_ENVIRONMENTS_TABLE": st.Table(dynamostate.RoleEnvironments).TableName(),
+			"COMPILEFARM_URGENT_QUEUE_URL":   q.Urgent.Queue.QueueUrl(),
+			"COMPILEFARM_BULK_QUEUE_URL":     q.Bulk.Queue.QueueUrl(),
+			"COMPILEFARM_MAX_RECEIVES":       jsii.String(strconv.Itoa(MaxReceives)),
+			"COMPILEFARM_COMPILE_TIMEOUT":    jsii.String(EngineTimeout(cfg.CompileTimeoutSeconds).String()),
+		},
+	})
+	fn := c.Function
+	st.Bucket.GrantReadWrite(fn, nil)
+	for _, role := range []string{dynamostate.RoleNodes, dynamostate.RoleNodeIndex, dynamostate.RoleEnvironments} {
+		st.Table(role).GrantReadWriteData(fn)
+	}
+	// Collectors' recompiles are queued from the function; the event
+	// sources grant the receive side themselves.
+	q.Urgent.Queue.GrantSendMessages(fn)
+	q.Bulk.Queue.GrantSendMessages(fn)
+
+	for _, l := range []struct {
+		lane          *Lane
+		min           int
+		batch, window int
+	}{
+		{q.Urgent, cfg.UrgentConcurrencyMin, UrgentBatchSize, UrgentBatchingWindow},
+		{q.Bulk, cfg.BulkConcurrencyMin, BulkBatchSize, BulkBatchingWindow},
+	} {
+		props := &awslambdaeventsources.SqsEventSourceProps{
+			BatchSize:               jsii.Number(l.batch),
+			MaxConcurrency:          jsii.Number(l.min),
+			ReportBatchItemFailures: jsii.Bool(true),
+		}
+		if l.window > 0 {
+			props.MaxBatchingWindow = awscdk.Duration_Seconds(jsii.Number(l.window))
+		}
+		src := awslambdaeventsources.NewSqsEventSource(l.lane.Queue, props)
+		fn.AddEventSource(src)
+		c.Sources[l.lane.Name] = src
+		c.InitialConcurrency[l.lane.Name] = l.min
+	}
+	if EngineTimeout(cfg.CompileTimeoutSeconds) < 10*time.Second {
+		panic(fmt.Sprintf("farmstack: compileTimeoutSeconds %d leaves %s per compile", cfg.CompileTimeoutSeconds, EngineTimeout(cfg.CompileTimeoutSeconds)))
+	}
+	return c
+}

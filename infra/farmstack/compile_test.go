@@ -1,0 +1,122 @@
+package farmstack
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+)
+
+// TestCompileFunction: the image function from functions/compile/Dockerfile
+// with exactly the environment functions/compile/main.go reads.
+func TestCompileFunction(t *testing.T) {
+	s := dev(t)
+	_, fn := s.find(t, "AWS::Lambda::Function", "FunctionName", "compilefarm-dev-compile")
+	if fn["PackageType"] != "Image" || !containsAll(jsonString(fn["Code"]), "ImageUri") {
+		t.Errorf("compile function is not an image: PackageType %v, Code %s", fn["PackageType"], jsonString(fn["Code"]))
+	}
+	// functions/compile/Dockerfile builds an amd64 bootstrap.
+	if jsonString(fn["Architectures"]) != `["x86_64"]` {
+		t.Errorf("Architectures = %s", jsonString(fn["Architectures"]))
+	}
+	if num(fn["MemorySize"]) != 2048 || num(fn["Timeout"]) != 300 {
+		t.Errorf("MemorySize/Timeout = %v/%v, want the defaults 2048/300", fn["MemorySize"], fn["Timeout"])
+	}
+	src, err := os.ReadFile(filepath.Join(repoRoot, "functions", "compile", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := map[string]bool{}
+	for _, m := range regexp.MustCompile(`"(COMPILEFARM_[A-Z0-9_]+)"`).FindAllStringSubmatch(string(src), -1) {
+		reads[m[1]] = true
+	}
+	env := fn["Environment"].(map[string]interface{})["Variables"].(map[string]interface{})
+	for k := range env {
+		if !reads[k] {
+			t.Errorf("the compile function gets %s, which functions/compile/main.go does not read", k)
+		}
+	}
+	for _, k := range []string{"COMPILEFARM_BUCKET", "COMPILEFARM_NODES_TABLE", "COMPILEFARM_NODE_INDEX_TABLE", "COMPILEFARM_ENVIRONMENTS_TABLE",
+		"COMPILEFARM_URGENT_QUEUE_URL", "COMPILEFARM_BULK_QUEUE_URL", "COMPILEFARM_MAX_RECEIVES", "COMPILEFARM_COMPILE_TIMEOUT"} {
+		if !reads[k] {
+			t.Errorf("functions/compile/main.go no longer reads %s", k)
+		}
+		if _, ok := env[k]; !ok {
+			t.Errorf("the compile function does not get %s", k)
+		}
+	}
+	if env["COMPILEFARM_COMPILE_TIMEOUT"] != "2m0s" {
+		t.Errorf("COMPILEFARM_COMPILE_TIMEOUT = %v", env["COMPILEFARM_COMPILE_TIMEOUT"])
+	}
+	// The image assets' build contexts leave out what the builds do not need.
+	dirs, _ := filepath.Glob(filepath.Join(s.out, "asset.*", "functions", "compile", "Dockerfile"))
+	if len(dirs) == 0 {
+		t.Errorf("no image asset with functions/compile/Dockerfile in %s", s.out)
+	}
+	for _, d := range dirs {
+		root := filepath.Dir(filepath.Dir(filepath.Dir(d)))
+		for _, ex := range []string{".git", ".tools", "infra", "bin", "go.mod"} {
+			_, err := os.Stat(filepath.Join(root, ex))
+			if present := err == nil; present != (ex == "go.mod") {
+				t.Errorf("image asset %s: %s present = %v", root, ex, present)
+			}
+		}
+	}
+}
+
+// TestEngineTimeout: a full bulk batch of compiles fits in the function's
+// timeout.
+func TestEngineTimeout(t *testing.T) {
+	for _, fnTimeout := range []int{60, 120, 300, 900} {
+		e := EngineTimeout(fnTimeout)
+		if e > 2*time.Minute || time.Duration(BulkBatchSize)*e+30*time.Second > time.Duration(fnTimeout)*time.Second {
+			t.Errorf("EngineTimeout(%d) = %s: %d compiles do not fit", fnTimeout, e, BulkBatchSize)
+		}
+	}
+}
+
+// TestEventSourceMappings: one per lane, with partial batch responses,
+// the lane's batching and its minimum concurrency to start from.
+func TestEventSourceMappings(t *testing.T) {
+	s := synth(t, map[string]string{"urgentConcurrencyMin": "4", "urgentConcurrencyMax": "40", "bulkConcurrencyMin": "3", "bulkConcurrencyMax": "9"})
+	esms := s.resources("AWS::Lambda::EventSourceMapping")
+	if len(esms) != 2 {
+		t.Fatalf("%d event source mappings, want 2", len(esms))
+	}
+	want := map[string]struct{ batch, window, conc float64 }{
+		"urgent": {UrgentBatchSize, UrgentBatchingWindow, 4},
+		"bulk":   {BulkBatchSize, BulkBatchingWindow, 3},
+	}
+	for lane, w := range want {
+		qID, _ := s.find(t, "AWS::SQS::Queue", "QueueName", "compilefarm-dev-"+lane)
+		found := false
+		for id, r := range esms {
+			p := props(r)
+			if !containsAll(jsonString(p["EventSourceArn"]), `"`+qID+`"`) {
+				continue
+			}
+			found = true
+			if jsonString(p["FunctionResponseTypes"]) != `["ReportBatchItemFailures"]` {
+				t.Errorf("%s (%s) FunctionResponseTypes = %s", lane, id, jsonString(p["FunctionResponseTypes"]))
+			}
+			if num(p["BatchSize"]) != w.batch {
+				t.Errorf("%s BatchSize = %v, want %v", lane, p["BatchSize"], w.batch)
+			}
+			gotWindow := 0.0
+			if v, ok := p["MaximumBatchingWindowInSeconds"]; ok {
+				gotWindow = num(v)
+			}
+			if gotWindow != w.window {
+				t.Errorf("%s MaximumBatchingWindowInSeconds = %v, want %v", lane, gotWindow, w.window)
+			}
+			sc, _ := p["ScalingConfig"].(map[string]interface{})
+			if num(sc["MaximumConcurrency"]) != w.conc {
+				t.Errorf("%s MaximumConcurrency = %v, want %v", lane, sc["MaximumConcurrency"], w.conc)
+			}
+		}
+		if !found {
+			t.Errorf("no event source mapping on the %s queue", lane)
+		}
+	}
+}

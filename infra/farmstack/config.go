@@ -1,0 +1,180 @@
+// Package farmstack is the compilefarm's AWS CDK stack: one construct per
+// concern (storage, queues, compile, fleet, scaling, observability), each in
+// its own file, put together by NewFarmStack.
+//
+// Everything the stack varies on comes from a Config (read from CDK context
+// by ConfigFromContext): the constructs do no environment lookups, so the
+// stack is environment-agnostic and synthesizes offline.
+package farmstack
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// Config is what the stack varies on. The CDK context keys are the field
+// tags; Defaults documents the defaults (also in infra/README.md).
+type Config struct {
+	Stage       string   // stage: part of every resource name (compilefarm-<stage>-...)
+	DNSAltNames []string // dnsAltNames: extra names for the front door's certificate, besides the NLB's DNS name
+
+	UrgentConcurrencyMin, UrgentConcurrencyMax int // urgentConcurrencyMin/Max: the scaler's range for the urgent lane's MaximumConcurrency
+	BulkConcurrencyMin, BulkConcurrencyMax     int // bulkConcurrencyMin/Max: the same for the bulk lane
+
+	CompileMemoryMiB      int // compileMemoryMiB
+	CompileTimeoutSeconds int // compileTimeoutSeconds: the compile function's timeout
+
+	Fleet             bool // fleet: false leaves out the VPC, ECS and the NLB (LocalStack community)
+	FleetDesiredCount int  // fleetDesiredCount: tasks at deploy time, and the autoscaling minimum
+	FleetMaxCount     int  // fleetMaxCount: the autoscaling maximum
+	FleetCPU          int  // fleetCpu: Fargate CPU units per task
+	FleetMemoryMiB    int  // fleetMemoryMiB
+
+	AlarmEmail string // alarmEmail: optional; subscribes the address to an SNS topic the alarms notify
+
+	ReportRetentionDays  int // reportRetentionDays: agent reports expire after this many days (0: never)
+	CatalogRetentionDays int // catalogRetentionDays: catalogs expire after this many days (0, the default: never; see storage.go)
+}
+
+// Defaults is the configuration without any context.
+func Defaults() Config {
+	return Config{
+		Stage:                "dev",
+		UrgentConcurrencyMin: 2, UrgentConcurrencyMax: 50,
+		BulkConcurrencyMin: 2, BulkConcurrencyMax: 20,
+		CompileMemoryMiB:      2048,
+		CompileTimeoutSeconds: 300,
+		Fleet:                 true,
+		FleetDesiredCount:     2,
+		FleetMaxCount:         10,
+		FleetCPU:              1024,
+		FleetMemoryMiB:        2048,
+		ReportRetentionDays:   30,
+	}
+}
+
+// Prod reports whether the stage is a production one ("prod" or
+// "production"): its stateful resources are retained when the stack goes.
+func (c Config) Prod() bool { return c.Stage == "prod" || c.Stage == "production" }
+
+// Name is the stage-qualified name of a resource: compilefarm-<stage>-<what>.
+func (c Config) Name(what string) string { return "compilefarm-" + c.Stage + "-" + what }
+
+// StackName is the stack's name: compilefarm-<stage>.
+func (c Config) StackName() string { return "compilefarm-" + c.Stage }
+
+var stageRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,19}$`)
+
+// Validate checks the limits AWS puts on the values (so a bad context value
+// fails at synth, not halfway through a deployment).
+func (c Config) Validate() error {
+	if !stageRE.MatchString(c.Stage) {
+		return fmt.Errorf("stage %q: want lower-case letters, digits and '-', starting with a letter, at most 20 characters", c.Stage)
+	}
+	for _, l := range []struct {
+		name     string
+		min, max int
+	}{{"urgentConcurrency", c.UrgentConcurrencyMin, c.UrgentConcurrencyMax}, {"bulkConcurrency", c.BulkConcurrencyMin, c.BulkConcurrencyMax}} {
+		// An SQS event source mapping's MaximumConcurrency is 2..1000.
+		if l.min < 2 || l.max > 1000 || l.min > l.max {
+			return fmt.Errorf("%sMin/Max = %d/%d: want 2 <= min <= max <= 1000 (the limits of an SQS event source's MaximumConcurrency)", l.name, l.min, l.max)
+		}
+	}
+	if c.CompileMemoryMiB < 128 || c.CompileMemoryMiB > 10240 {
+		return fmt.Errorf("compileMemoryMiB %d: want 128..10240", c.CompileMemoryMiB)
+	}
+	if c.CompileTimeoutSeconds < 60 || c.CompileTimeoutSeconds > 900 {
+		return fmt.Errorf("compileTimeoutSeconds %d: want 60..900", c.CompileTimeoutSeconds)
+	}
+	if c.Fleet {
+		if c.FleetDesiredCount < 1 || c.FleetMaxCount < c.FleetDesiredCount {
+			return fmt.Errorf("fleetDesiredCount/fleetMaxCount %d/%d: want 1 <= desired <= max", c.FleetDesiredCount, c.FleetMaxCount)
+		}
+		if c.FleetCPU < 256 || c.FleetMemoryMiB < 512 {
+			return fmt.Errorf("fleetCpu/fleetMemoryMiB %d/%d: want a Fargate size (at least 256/512)", c.FleetCPU, c.FleetMemoryMiB)
+		}
+	}
+	if c.ReportRetentionDays < 0 || c.CatalogRetentionDays < 0 {
+		return fmt.Errorf("retention days must not be negative")
+	}
+	return nil
+}
+
+// ConfigFromContext reads the configuration from scope's CDK context (`cdk
+// -c key=value`, cdk.json's "context"), on top of Defaults.
+func ConfigFromContext(scope constructs.Construct) (Config, error) {
+	c := Defaults()
+	node := scope.Node()
+	str := func(key string) (string, bool) {
+		v := node.TryGetContext(jsii.String(key))
+		if v == nil {
+			return "", false
+		}
+		switch v := v.(type) {
+		case string:
+			return strings.TrimSpace(v), true
+		case float64:
+			return strconv.FormatFloat(v, 'f', -1, 64), true
+		case bool:
+			return strconv.FormatBool(v), true
+		}
+		return fmt.Sprint(v), true
+	}
+	var errs []string
+	num := func(key string, dst *int) {
+		if s, ok := str(key); ok && s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("context %s=%q is not a whole number", key, s))
+				return
+			}
+			*dst = n
+		}
+	}
+	if s, ok := str("stage"); ok && s != "" {
+		c.Stage = s
+	}
+	if s, ok := str("dnsAltNames"); ok {
+		for _, n := range strings.Split(s, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				c.DNSAltNames = append(c.DNSAltNames, n)
+			}
+		}
+	}
+	num("urgentConcurrencyMin", &c.UrgentConcurrencyMin)
+	num("urgentConcurrencyMax", &c.UrgentConcurrencyMax)
+	num("bulkConcurrencyMin", &c.BulkConcurrencyMin)
+	num("bulkConcurrencyMax", &c.BulkConcurrencyMax)
+	num("compileMemoryMiB", &c.CompileMemoryMiB)
+	num("compileTimeoutSeconds", &c.CompileTimeoutSeconds)
+	num("fleetDesiredCount", &c.FleetDesiredCount)
+	num("fleetMaxCount", &c.FleetMaxCount)
+	num("fleetCpu", &c.FleetCPU)
+	num("fleetMemoryMiB", &c.FleetMemoryMiB)
+	num("reportRetentionDays", &c.ReportRetentionDays)
+	num("catalogRetentionDays", &c.CatalogRetentionDays)
+	if c.FleetMaxCount < c.FleetDesiredCount {
+		if _, set := str("fleetMaxCount"); !set {
+			c.FleetMaxCount = c.FleetDesiredCount // a larger desired count raises the default maximum
+		}
+	}
+	if s, ok := str("fleet"); ok && s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("context fleet=%q: want true or false", s))
+		}
+		c.Fleet = b
+	}
+	if s, ok := str("alarmEmail"); ok {
+		c.AlarmEmail = s
+	}
+	if len(errs) > 0 {
+		return c, fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return c, c.Validate()
+}

@@ -1,0 +1,236 @@
+package farmstack
+
+import (
+	"strconv"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapplicationautoscaling"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsecrassets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsecs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awselasticloadbalancingv2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/compilefarm/compilefarm/pkg/dynamostate"
+)
+
+// Ports of a fleet task.
+const (
+	FrontDoorPort = 8140 // the front door (TLS), on the NLB
+	PCPPort       = 8142 // the PCP broker port, on the NLB (see the report in infra/README.md: broker serve has no listener there yet)
+	MetricsPort   = 9140 // /metrics and the operator API: a container port, never on the NLB
+)
+
+// Load balancer timings.
+const (
+	// TCPIdleTimeoutSeconds is the NLB's idle timeout for a TCP flow
+	// (default 350 s). PCP clients (pxp-agent) hold one WebSocket open for
+	// days and keep it alive with pings a few minutes apart; an agent's
+	// catalog request can also sit silent while its first compile runs.
+	// 600 s stays well above both, so the NLB never cuts an idle but live
+	// connection (it would do so silently, without a RST to either side).
+	TCPIdleTimeoutSeconds = 600
+	// DeregistrationDelaySeconds: how long a draining task keeps its
+	// existing connections before ECS stops it. A catalog request can
+	// wait up to first-compile-wait (60 s) for a compile; 75 s lets it
+	// finish. broker serve then gets SIGTERM and shuts down within 10 s.
+	DeregistrationDelaySeconds = 75
+	// CPUTargetPercent is the fleet's target-tracking CPU utilization.
+	CPUTargetPercent = 60
+)
+
+// Fleet is the front door fleet: a Fargate service running
+// `broker serve --backend aws` behind a Network Load Balancer that passes
+// TLS through to the tasks (the front door terminates TLS itself: it checks
+// agents' client certificates against the farm's CA).
+type Fleet struct {
+	Construct    constructs.Construct // the construct holding the resources
+	Vpc          awsec2.Vpc
+	Cluster      awsecs.Cluster
+	Service      awsecs.FargateService
+	LoadBalancer awselasticloadbalancingv2.NetworkLoadBalancer
+	TargetGroups map[int]awselasticloadbalancingv2.NetworkTargetGroup // by listener port
+	Logs         awslogs.LogGroup
+}
+
+// FleetProps are what the fleet is wired to.
+type FleetProps struct {
+	RepoRoot string // the Docker build context of broker/Dockerfile
+	Storage  *Storage
+	Queues   *Queues
+}
+
+// NewFleet declares the VPC, the cluster, the service, the NLB and the
+// service's autoscaling.
+func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *Fleet {
+	f := &Fleet{Construct: constructs.NewConstruct(scope, jsii.String(id)), TargetGroups: map[int]awselasticloadbalancingv2.NetworkTargetGroup{}}
+	st, q := p.Storage, p.Queues
+
+	// Two AZs, tasks in private subnets behind one NAT gateway (one per AZ
+	// for prod), plus free gateway endpoints so S3 and DynamoDB traffic,
+	// most of a task's, does not go through the NAT.
+	nats := 1
+	if cfg.Prod() {
+		nats = 2
+	}
+	f.Vpc = awsec2.NewVpc(f.Construct, jsii.String("Vpc"), &awsec2.VpcProps{
+		VpcName:     jsii.String(cfg.Name("vpc")),
+		MaxAzs:      jsii.Number(2),
+		NatGateways: jsii.Number(nats),
+		GatewayEndpoints: &map[string]*awsec2.GatewayVpcEndpointOptions{
+			"S3":       {Service: awsec2.GatewayVpcEndpointAwsService_S3()},
+			"DynamoDB": {Service: awsec2.GatewayVpcEndpointAwsService_DYNAMODB()},
+		},
+	})
+	f.Cluster = awsecs.NewCluster(f.Construct, jsii.String("Cluster"), &awsecs.ClusterProps{
+		ClusterName: jsii.String(cfg.Name("fleet")),
+		Vpc:         f.Vpc,
+	})
+
+	f.LoadBalancer = awselasticloadbalancingv2.NewNetworkLoadBalancer(f.Construct, jsii.String("Nlb"), &awselasticloadbalancingv2.NetworkLoadBalancerProps{
+		// No LoadBalancerName or TargetGroupName: those are limited to 32
+		// characters, too few for compilefarm-<stage>-...; CloudFormation
+		// names them after the stack (which carries the stage).
+		Vpc:              f.Vpc,
+		InternetFacing:   jsii.Bool(true),
+		CrossZoneEnabled: jsii.Bool(true),
+	})
+
+	f.Logs = awslogs.NewLogGroup(f.Construct, jsii.String("Logs"), &awslogs.LogGroupProps{
+		LogGroupName:  jsii.String("/compilefarm/" + cfg.Stage + "/fleet"),
+		Retention:     awslogs.RetentionDays_ONE_MONTH,
+		RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
+	})
+	task := awsecs.NewFargateTaskDefinition(f.Construct, jsii.String("Task"), &awsecs.FargateTaskDefinitionProps{
+		Family:         jsii.String(cfg.Name("front-door")),
+		Cpu:            jsii.Number(cfg.FleetCPU),
+		MemoryLimitMiB: jsii.Number(cfg.FleetMemoryMiB),
+		RuntimePlatform: &awsecs.RuntimePlatform{
+			CpuArchitecture:       awsecs.CpuArchitecture_ARM64(),
+			OperatingSystemFamily: awsecs.OperatingSystemFamily_LINUX(),
+		},
+	})
+	// The certificate's names: the NLB's DNS name (what agents use as
+	// --server) and the extra names from context (a CNAME in front of it).
+	altNames := append([]*string{f.LoadBalancer.LoadBalancerDnsName()}, *jsii.Strings(cfg.DNSAltNames...)...)
+	command := []*string{
+		jsii.String("serve"), jsii.String("--backend"), jsii.String("aws"),
+		jsii.String("--listen"), jsii.String("0.0.0.0:8140"),
+		// The operator API is on this port too: reachable in the task's
+		// network only (no NLB listener, no security group rule).
+		jsii.String("--metrics-listen"), jsii.String("0.0.0.0:9140"),
+		jsii.String("--work"), jsii.String("/tmp/compilefarm-serve"),
+		jsii.String("--bucket"), st.Bucket.BucketName(),
+		jsii.String("--nodes-table"), st.Table(dynamostate.RoleNodes).TableName(),
+		jsii.String("--node-index-table"), st.Table(dynamostate.RoleNodeIndex).TableName(),
+		jsii.String("--environments-table"), st.Table(dynamostate.RoleEnvironments).TableName(),
+		jsii.String("--urgent-queue-url"), q.Urgent.Queue.QueueUrl(),
+		jsii.String("--bulk-queue-url"), q.Bulk.Queue.QueueUrl(),
+		jsii.String("--ca-table"), st.Table(dynamostate.RoleCA).TableName(),
+		jsii.String("--ca-key-secret"), jsii.String(st.CAKeySecretName),
+		jsii.String("--dns-alt-names"), awscdk.Fn_Join(jsii.String(","), &altNames),
+	}
+	task.AddContainer(jsii.String("broker"), &awsecs.ContainerDefinitionOptions{
+		ContainerName: jsii.String("broker"),
+		Image: awsecs.ContainerImage_FromAsset(jsii.String(p.RepoRoot), &awsecs.AssetImageProps{
+			File:    jsii.String("broker/Dockerfile"),
+			Exclude: jsii.Strings(AssetExcludes...),
+			// ContainerImage_FromAsset does not follow RuntimePlatform.
+			Platform: awsecrassets.Platform_LINUX_ARM64(),
+		}),
+		Command: &command,
+		PortMappings: &[]*awsecs.PortMapping{
+			{ContainerPort: jsii.Number(FrontDoorPort), Protocol: awsecs.Protocol_TCP, Name: jsii.String("front-door")},
+			{ContainerPort: jsii.Number(PCPPort), Protocol: awsecs.Protocol_TCP, Name: jsii.String("pcp")},
+			{ContainerPort: jsii.Number(MetricsPort), Protocol: awsecs.Protocol_TCP, Name: jsii.String("metrics")},
+		},
+		Logging: awsecs.LogDriver_AwsLogs(&awsecs.AwsLogDriverProps{
+			StreamPrefix: jsii.String("broker"),
+			LogGroup:     f.Logs,
+		}),
+		// More than the 10 s serve takes to shut down after SIGTERM.
+		StopTimeout: awscdk.Duration_Seconds(jsii.Number(30)),
+	})
+
+	// Grants only: what broker serve calls (s3store, dynamostate,
+	// sqsqueue's SendMessage and GetQueueAttributes, cakey's
+	// GetSecretValue).
+	role := task.TaskRole()
+	st.Bucket.GrantReadWrite(role, nil)
+	for _, t := range st.Tables {
+		t.GrantReadWriteData(role)
+	}
+	for _, l := range q.Lanes() {
+		l.Queue.GrantSendMessages(role)
+	}
+	st.CAKeySecret.GrantRead(role, nil)
+
+	f.Service = awsecs.NewFargateService(f.Construct, jsii.String("Service"), &awsecs.FargateServiceProps{
+		ServiceName:       jsii.String(cfg.Name("front-door")),
+		Cluster:           f.Cluster,
+		TaskDefinition:    task,
+		DesiredCount:      jsii.Number(cfg.FleetDesiredCount),
+		MinHealthyPercent: jsii.Number(100),
+		MaxHealthyPercent: jsii.Number(200),
+		CircuitBreaker:    &awsecs.DeploymentCircuitBreaker{Rollback: jsii.Bool(true)},
+		VpcSubnets:        &awsec2.SubnetSelection{SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS},
+		AssignPublicIp:    jsii.Bool(false),
+		// The first start of a task signs its server certificate and
+		// loads the CA; give it time before the NLB's checks count.
+		HealthCheckGracePeriod: awscdk.Duration_Seconds(jsii.Number(60)),
+	})
+	// The NLB has no security group and does not preserve client IPs for
+	// IP targets: connections reach the tasks from the NLB's addresses in
+	// the VPC.
+	for _, port := range []int{FrontDoorPort, PCPPort} {
+		f.Service.Connections().AllowFrom(awsec2.Peer_Ipv4(f.Vpc.VpcCidrBlock()), awsec2.Port_Tcp(jsii.Number(port)),
+			jsii.String("NLB to the tasks"))
+	}
+
+	for _, port := range []int{FrontDoorPort, PCPPort} {
+		ln := f.LoadBalancer.AddListener(jsii.String("Listener"+itoa(port)), &awselasticloadbalancingv2.BaseNetworkListenerProps{
+			Port:           jsii.Number(port),
+			Protocol:       awselasticloadbalancingv2.Protocol_TCP, // TLS passes through to the task
+			TcpIdleTimeout: awscdk.Duration_Seconds(jsii.Number(TCPIdleTimeoutSeconds)),
+		})
+		tg := ln.AddTargets(jsii.String("Targets"+itoa(port)), &awselasticloadbalancingv2.AddNetworkTargetsProps{
+			Port:     jsii.Number(port),
+			Protocol: awselasticloadbalancingv2.Protocol_TCP,
+			Targets: &[]awselasticloadbalancingv2.INetworkLoadBalancerTarget{
+				f.Service.LoadBalancerTarget(&awsecs.LoadBalancerTargetOptions{
+					ContainerName: jsii.String("broker"), ContainerPort: jsii.Number(port), Protocol: awsecs.Protocol_TCP,
+				}),
+			},
+			// Both target groups check the front door: the task is healthy
+			// when it serves /status/v1/simple over TLS (the health check
+			// needs no client certificate: the front door only requests one).
+			HealthCheck: &awselasticloadbalancingv2.HealthCheck{
+				Protocol:                awselasticloadbalancingv2.Protocol_HTTPS,
+				Port:                    jsii.String(itoa(FrontDoorPort)),
+				Path:                    jsii.String("/status/v1/simple"),
+				Interval:                awscdk.Duration_Seconds(jsii.Number(10)),
+				HealthyThresholdCount:   jsii.Number(2),
+				UnhealthyThresholdCount: jsii.Number(2),
+			},
+			DeregistrationDelay: awscdk.Duration_Seconds(jsii.Number(DeregistrationDelaySeconds)),
+		})
+		f.TargetGroups[port] = tg
+	}
+
+	// CPU target tracking: the front door's work (TLS, catalog and report
+	// handling) is CPU bound; memory follows the per-task cache size.
+	scaling := f.Service.AutoScaleTaskCount(&awsapplicationautoscaling.EnableScalingProps{
+		MinCapacity: jsii.Number(cfg.FleetDesiredCount),
+		MaxCapacity: jsii.Number(cfg.FleetMaxCount),
+	})
+	scaling.ScaleOnCpuUtilization(jsii.String("Cpu"), &awsecs.CpuUtilizationScalingProps{
+		TargetUtilizationPercent: jsii.Number(CPUTargetPercent),
+		ScaleOutCooldown:         awscdk.Duration_Seconds(jsii.Number(60)),
+		ScaleInCooldown:          awscdk.Duration_Seconds(jsii.Number(300)),
+	})
+	return f
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,181 @@
+package farmstack
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/aws/jsii-runtime-go"
+)
+
+// TestFleetLoadBalancer: TCP listeners on 8140 and 8142 (TLS passes
+// through), target groups checking the front door over HTTPS.
+func TestFleetLoadBalancer(t *testing.T) {
+	s := dev(t)
+	for _, typ := range []string{"AWS::EC2::VPC", "AWS::ECS::Cluster", "AWS::ECS::Service", "AWS::ECS::TaskDefinition", "AWS::ElasticLoadBalancingV2::LoadBalancer"} {
+		if n := len(s.resources(typ)); n != 1 {
+			t.Errorf("%d %s, want 1", n, typ)
+		}
+	}
+	_, lb := s.find(t, "AWS::ElasticLoadBalancingV2::LoadBalancer", "Type", "network")
+	if lb["Scheme"] != "internet-facing" {
+		t.Errorf("NLB Scheme = %v", lb["Scheme"])
+	}
+	listeners := s.resources("AWS::ElasticLoadBalancingV2::Listener")
+	ports := map[float64]bool{}
+	for id, r := range listeners {
+		p := props(r)
+		ports[num(p["Port"])] = true
+		if p["Protocol"] != "TCP" {
+			t.Errorf("listener %s Protocol = %v, want TCP (TLS passes through)", id, p["Protocol"])
+		}
+		if !containsAll(jsonString(p["ListenerAttributes"]), `"tcp.idle_timeout.seconds"`, `"600"`) || TCPIdleTimeoutSeconds < 360 {
+			t.Errorf("listener %s ListenerAttributes = %s", id, jsonString(p["ListenerAttributes"]))
+		}
+	}
+	if len(listeners) != 2 || !ports[8140] || !ports[8142] {
+		t.Errorf("listener ports %v, want 8140 and 8142", ports)
+	}
+	tgs := s.resources("AWS::ElasticLoadBalancingV2::TargetGroup")
+	if len(tgs) != 2 {
+		t.Errorf("%d target groups, want 2", len(tgs))
+	}
+	for id, r := range tgs {
+		p := props(r)
+		if p["HealthCheckProtocol"] != "HTTPS" || p["HealthCheckPath"] != "/status/v1/simple" || p["HealthCheckPort"] != "8140" {
+			t.Errorf("target group %s health check %v %v:%v", id, p["HealthCheckProtocol"], p["HealthCheckPort"], p["HealthCheckPath"])
+		}
+		if p["Protocol"] != "TCP" || p["TargetType"] != "ip" {
+			t.Errorf("target group %s Protocol/TargetType = %v/%v", id, p["Protocol"], p["TargetType"])
+		}
+		if !containsAll(jsonString(p["TargetGroupAttributes"]), `"deregistration_delay.timeout_seconds"`, `"75"`) {
+			t.Errorf("target group %s attributes %s", id, jsonString(p["TargetGroupAttributes"]))
+		}
+	}
+	check(t, "CPU target tracking", func() {
+		s.tpl.HasResourceProperties(jsii.String("AWS::ApplicationAutoScaling::ScalingPolicy"), map[string]interface{}{
+			"PolicyType": "TargetTrackingScaling",
+			"TargetTrackingScalingPolicyConfiguration": map[string]interface{}{
+				"PredefinedMetricSpecification": map[string]interface{}{"PredefinedMetricType": "ECSServiceAverageCPUUtilization"},
+				"TargetValue":                   CPUTargetPercent,
+				"ScaleInCooldown":               300, "ScaleOutCooldown": 60,
+			},
+		})
+	})
+}
+
+// TestFleetTask: the container runs broker serve with the stack's
+// resources, flags serve knows, and the NLB's DNS name among the
+// certificate's names; the metrics port is not on the NLB.
+func TestFleetTask(t *testing.T) {
+	s := synth(t, map[string]string{"dnsAltNames": "puppet.example.com, farm.example.com", "fleetCpu": "2048", "fleetMemoryMiB": "4096", "fleetDesiredCount": "3"})
+	_, task := s.find(t, "AWS::ECS::TaskDefinition", "Cpu", "2048")
+	if task["Memory"] != "4096" || !containsAll(jsonString(task["RuntimePlatform"]), `"ARM64"`) {
+		t.Errorf("task Memory %v RuntimePlatform %s", task["Memory"], jsonString(task["RuntimePlatform"]))
+	}
+	_, svc := s.find(t, "AWS::ECS::Service", "LaunchType", "FARGATE")
+	if num(svc["DesiredCount"]) != 3 {
+		t.Errorf("DesiredCount = %v", svc["DesiredCount"])
+	}
+	cds := task["ContainerDefinitions"].([]interface{})
+	if len(cds) != 1 {
+		t.Fatalf("%d containers", len(cds))
+	}
+	c := cds[0].(map[string]interface{})
+	cmd := c["Command"].([]interface{})
+	if cmd[0] != "serve" {
+		t.Errorf("command %s does not run serve", jsonString(cmd))
+	}
+	flags := map[string]interface{}{}
+	for i := 1; i+1 < len(cmd); i += 2 {
+		f, ok := cmd[i].(string)
+		if !ok || !strings.HasPrefix(f, "--") {
+			t.Fatalf("command %s: argument %d is not a flag", jsonString(cmd), i)
+		}
+		flags[strings.TrimPrefix(f, "--")] = cmd[i+1]
+	}
+	// Every flag is one broker serve defines.
+	known := map[string]bool{}
+	files, _ := filepath.Glob(filepath.Join(repoRoot, "broker", "*.go"))
+	re := regexp.MustCompile(`fs\.[A-Za-z0-9]+\((?:&[^,]+, )?"([a-z0-9-]+)"`)
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			known[m[1]] = true
+		}
+	}
+	for f := range flags {
+		if !known[f] {
+			t.Errorf("the container passes --%s, which broker does not define", f)
+		}
+	}
+	bucketID, _ := firstID(s.resources("AWS::S3::Bucket"))
+	for flag, ref := range map[string]string{
+		"backend": `"aws"`, "bucket": bucketID, "ca-key-secret": `"compilefarm/dev/ca-key"`,
+		"metrics-listen": "9140", "listen": "8140",
+	} {
+		if !containsAll(jsonString(flags[flag]), ref) {
+			t.Errorf("--%s = %s, want %s", flag, jsonString(flags[flag]), ref)
+		}
+	}
+	for _, role := range []string{"nodes", "node-index", "environments", "ca"} {
+		id, _ := s.find(t, "AWS::DynamoDB::Table", "TableName", "compilefarm-dev-"+role)
+		fl := map[string]string{"nodes": "nodes-table", "node-index": "node-index-table", "environments": "environments-table", "ca": "ca-table"}[role]
+		if !containsAll(jsonString(flags[fl]), id) {
+			t.Errorf("--%s = %s, want a reference to %s", fl, jsonString(flags[fl]), id)
+		}
+	}
+	for _, lane := range []string{"urgent", "bulk"} {
+		id, _ := s.find(t, "AWS::SQS::Queue", "QueueName", "compilefarm-dev-"+lane)
+		if !containsAll(jsonString(flags[lane+"-queue-url"]), id) {
+			t.Errorf("--%s-queue-url = %s", lane, jsonString(flags[lane+"-queue-url"]))
+		}
+	}
+	lbID, _ := firstID(s.resources("AWS::ElasticLoadBalancingV2::LoadBalancer"))
+	if alt := jsonString(flags["dns-alt-names"]); !containsAll(alt, lbID, "DNSName", "puppet.example.com", "farm.example.com") {
+		t.Errorf("--dns-alt-names = %s", alt)
+	}
+	// The metrics port is a container port, but no listener or security
+	// group rule opens it.
+	if !containsAll(jsonString(c["PortMappings"]), `"ContainerPort":9140`) {
+		t.Errorf("PortMappings %s without 9140", jsonString(c["PortMappings"]))
+	}
+	for id, r := range s.resources("AWS::ElasticLoadBalancingV2::Listener") {
+		if num(props(r)["Port"]) == MetricsPort {
+			t.Errorf("listener %s exposes the metrics port", id)
+		}
+	}
+	for _, typ := range []string{"AWS::EC2::SecurityGroup", "AWS::EC2::SecurityGroupIngress"} {
+		for id, r := range s.resources(typ) {
+			if strings.Contains(jsonString(props(r)), "9140") {
+				t.Errorf("%s %s opens the metrics port: %s", typ, id, jsonString(props(r)))
+			}
+		}
+	}
+}
+
+// TestNoFleet: fleet=false leaves out the VPC, ECS and the NLB.
+func TestNoFleet(t *testing.T) {
+	s := synth(t, map[string]string{"fleet": "false"})
+	for _, typ := range []string{"AWS::EC2::VPC", "AWS::ECS::Cluster", "AWS::ECS::Service", "AWS::ECS::TaskDefinition",
+		"AWS::ElasticLoadBalancingV2::LoadBalancer", "AWS::ElasticLoadBalancingV2::Listener", "AWS::ElasticLoadBalancingV2::TargetGroup",
+		"AWS::Logs::MetricFilter", "AWS::ApplicationAutoScaling::ScalableTarget"} {
+		if n := len(s.resources(typ)); n != 0 {
+			t.Errorf("fleet=false: %d %s", n, typ)
+		}
+	}
+	for _, typ := range []string{"AWS::S3::Bucket", "AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::Lambda::EventSourceMapping", "AWS::CloudWatch::Dashboard", "AWS::Events::Rule"} {
+		if len(s.resources(typ)) == 0 {
+			t.Errorf("fleet=false: no %s", typ)
+		}
+	}
+}
+
+func firstID(rs map[string]map[string]interface{}) (string, map[string]interface{}) {
+	for id, r := range rs {
+		return id, r
+	}
+	return "", nil
+}

@@ -1,0 +1,183 @@
+package farmstack
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// The tests synthesize the stack with the jsii runtime (node on PATH) and
+// inspect the template: with assertions (whose failures panic, turned into
+// t.Errorf by check) and by walking the template's JSON. They run serially
+// (jsii is not safe for concurrent use) and share one synthesis per context.
+
+var (
+	repoRoot, scalerDir, outRoot string
+	synths                       = map[string]*synthed{}
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	defer jsii.Close()
+	var err error
+	if repoRoot, err = filepath.Abs("../.."); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	scalerDir = filepath.Join(repoRoot, "infra", "assets", "scaler")
+	// The scaler's bootstrap is built by `make synth`; a placeholder is
+	// enough to synthesize (the asset is only hashed and copied). It is
+	// ignored by git (infra/.gitignore).
+	if err := os.MkdirAll(scalerDir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if _, err := os.Stat(filepath.Join(scalerDir, "bootstrap")); os.IsNotExist(err) {
+		placeholder := "#!/bin/sh\necho 'placeholder scaler bootstrap (infra tests): run make synth' >&2\nexit 1\n"
+		if err := os.WriteFile(filepath.Join(scalerDir, "bootstrap"), []byte(placeholder), 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	if outRoot, err = os.MkdirTemp("", "farmstack-test-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(outRoot)
+	return m.Run()
+}
+
+// synthed is one synthesis of the stack.
+type synthed struct {
+	stack *FarmStack
+	tpl   assertions.Template
+	json  map[string]interface{}
+	out   string // the cloud assembly directory
+}
+
+// synth returns the stack synthesized with the CDK context ctx (cached).
+func synth(t *testing.T, ctx map[string]string) *synthed {
+	t.Helper()
+	keys := make([]string, 0, len(ctx))
+	for k := range ctx {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var id strings.Builder
+	appCtx := map[string]interface{}{}
+	for _, k := range keys {
+		fmt.Fprintf(&id, "%s=%s;", k, ctx[k])
+		appCtx[k] = ctx[k]
+	}
+	if s, ok := synths[id.String()]; ok {
+		return s
+	}
+	out, err := os.MkdirTemp(outRoot, "out-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s *synthed
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("synth with %v: %v", ctx, r)
+			}
+		}()
+		app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(out), Context: &appCtx})
+		cfg, err := ConfigFromContext(app)
+		if err != nil {
+			t.Fatalf("config from %v: %v", ctx, err)
+		}
+		stack := NewFarmStack(app, Props{Config: cfg, RepoRoot: repoRoot, ScalerAssetDir: scalerDir})
+		tpl := assertions.Template_FromStack(stack.Stack, nil)
+		s = &synthed{stack: stack, tpl: tpl, json: *tpl.ToJSON(), out: out}
+	}()
+	synths[id.String()] = s
+	return s
+}
+
+func dev(t *testing.T) *synthed { return synth(t, nil) }
+
+// check runs an assertion, turning its panic into a test error.
+func check(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("%s: %v", what, r)
+		}
+	}()
+	f()
+}
+
+// resources returns the resources of type typ: logical ID to resource.
+func (s *synthed) resources(typ string) map[string]map[string]interface{} {
+	out := map[string]map[string]interface{}{}
+	for id, r := range s.json["Resources"].(map[string]interface{}) {
+		r := r.(map[string]interface{})
+		if r["Type"] == typ {
+			out[id] = r
+		}
+	}
+	return out
+}
+
+// props returns a resource's Properties.
+func props(r map[string]interface{}) map[string]interface{} {
+	p, _ := r["Properties"].(map[string]interface{})
+	return p
+}
+
+// find returns the logical ID and properties of the one resource of type
+// typ whose property key equals value.
+func (s *synthed) find(t *testing.T, typ, key, value string) (string, map[string]interface{}) {
+	t.Helper()
+	for id, r := range s.resources(typ) {
+		if p := props(r); p != nil && p[key] == value {
+			return id, p
+		}
+	}
+	t.Fatalf("no %s with %s=%q", typ, key, value)
+	return "", nil
+}
+
+// jsonString is v as JSON, for searching references in it.
+func jsonString(v interface{}) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// num reads a template number (JSON decodes numbers as float64).
+func num(v interface{}) float64 {
+	switch v := v.(type) {
+	case float64:
+		return v
+	case int:
+		return float64(v)
+	case string:
+		var f float64
+		fmt.Sscan(v, &f)
+		return f
+	}
+	return -1
+}
+
+// containsAll reports whether s contains every one of subs.
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,162 @@
+package farmstack
+
+import (
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// ScalerCooldown is COMPILEFARM_SCALER_COOLDOWN: the least time between two
+// steps of one lane.
+const ScalerCooldown = "2m"
+
+// Queue-age thresholds (ApproximateAgeOfOldestMessage, seconds) that wake
+// the scaler. The alarms only wake it: the scaler itself decides from the
+// metrics, and the every-minute schedule keeps it stepping while an alarm
+// stays in ALARM (an alarm invokes its action once per state change).
+var ageThresholds = map[string]struct{ high, low float64 }{
+	// An agent waits for an urgent compile (first-compile-wait 60 s).
+	"urgent": {high: 20, low: 5},
+	// Bulk recompiles may wait; a deploy's burst should drain in minutes.
+	"bulk": {high: 300, low: 30},
+}
+
+// Scaling is the scaler Lambda (functions/scaler): it steps each lane's
+// event source MaximumConcurrency between the lane's min and max, woken by
+// queue-age alarms and an every-minute schedule.
+type Scaling struct {
+	Construct constructs.Construct // the construct holding the resources
+	Function  awslambda.Function
+	// Alarms by lane name: high (age above) and low (age below).
+	High, Low map[string]awscloudwatch.Alarm
+	Schedule  awsevents.Rule
+}
+
+// ScalingProps are what the scaler steers.
+type ScalingProps struct {
+	AssetDir string // the directory holding the scaler's bootstrap (infra/assets/scaler)
+	Queues   *Queues
+	Compile  *Compile
+}
+
+// ScalerStep is how far one step moves a lane's concurrency: a quarter of
+// its range, at least 1, so a lane crosses its range in four steps.
+func ScalerStep(min, max int) int {
+	s := (max - min + 3) / 4
+	if s < 1 {
+		s = 1
+	}
+	return s
+}
+
+// NewScaling declares the scaler, its alarms and its schedule.
+func NewScaling(scope constructs.Construct, id string, cfg Config, p ScalingProps) *Scaling {
+	s := &Scaling{Construct: constructs.NewConstruct(scope, jsii.String(id)),
+		High: map[string]awscloudwatch.Alarm{}, Low: map[string]awscloudwatch.Alarm{}}
+	q, c := p.Queues, p.Compile
+	ranges := map[string][2]int{
+		"urgent": {cfg.UrgentConcurrencyMin, cfg.UrgentConcurrencyMax},
+		"bulk":   {cfg.BulkConcurrencyMin, cfg.BulkConcurrencyMax},
+	}
+	// COMPILEFARM_SCALER_LANES, the contract with functions/scaler: a JSON
+	// array of {"lane","queue","mapping","min","max","step"}.
+	var lanes []interface{}
+	for _, l := range q.Lanes() {
+		r := ranges[l.Name]
+		lanes = append(lanes, map[string]interface{}{
+			"lane": l.Name, "queue": l.Queue.QueueName(), "mapping": c.Sources[l.Name].EventSourceMappingId(),
+			"min": r[0], "max": r[1], "step": ScalerStep(r[0], r[1]),
+		})
+	}
+	stack := awscdk.Stack_Of(s.Construct)
+	logs := awslogs.NewLogGroup(s.Construct, jsii.String("Logs"), &awslogs.LogGroupProps{
+		LogGroupName:  jsii.String("/aws/lambda/" + cfg.Name("scaler")),
+		Retention:     awslogs.RetentionDays_ONE_MONTH,
+		RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
+	})
+	s.Function = awslambda.NewFunction(s.Construct, jsii.String("Function"), &awslambda.FunctionProps{
+		FunctionName: jsii.String(cfg.Name("scaler")),
+		Description:  jsii.String("compilefarm " + cfg.Stage + ": steps the compile event sources' MaximumConcurrency with the queues' age"),
+		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
+		Architecture: awslambda.Architecture_ARM_64(),
+		Handler:      jsii.String("bootstrap"),
+		// Built by `make synth` (GOOS=linux GOARCH=arm64 -tags lambda.norpc).
+		Code:       awslambda.Code_FromAsset(jsii.String(p.AssetDir), nil),
+		MemorySize: jsii.Number(128),
+		Timeout:    awscdk.Duration_Seconds(jsii.Number(30)),
+		// One at a time: alarm and schedule invocations must not race on
+		// the same mapping (a throttled async invocation is retried).
+		ReservedConcurrentExecutions: jsii.Number(1),
+		LogGroup:                     logs,
+		Environment: &map[string]*string{
+			// Stack.ToJsonString resolves the queue names and mapping IDs
+			// (tokens) inside the JSON at deploy time.
+			"COMPILEFARM_SCALER_LANES":    stack.ToJsonString(lanes, nil),
+			"COMPILEFARM_SCALER_COOLDOWN": jsii.String(ScalerCooldown),
+		},
+	})
+	fn := s.Function
+	var mappingARNs []*string
+	for _, l := range q.Lanes() {
+		mappingARNs = append(mappingARNs, c.Sources[l.Name].EventSourceMappingArn())
+	}
+	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:       jsii.String("StepEventSourceMappings"),
+		Actions:   jsii.Strings("lambda:GetEventSourceMapping", "lambda:UpdateEventSourceMapping"),
+		Resources: &mappingARNs,
+	}))
+	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:     jsii.String("ReadQueueMetrics"),
+		Actions: jsii.Strings("cloudwatch:GetMetricData"),
+		// GetMetricData supports no resource-level permissions: its
+		// resource must be "*". It only reads metrics (no data service).
+		Resources: jsii.Strings("*"),
+	}))
+
+	action := awscloudwatchactions.NewLambdaAction(fn, &awscloudwatchactions.LambdaActionProps{
+		// One lambda:InvokeFunction permission per alarm (the default id
+		// would collide between the four alarms).
+		UseUniquePermissionId: jsii.Bool(true),
+	})
+	for _, l := range q.Lanes() {
+		th := ageThresholds[l.Name]
+		age := l.Queue.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{
+			Period: awscdk.Duration_Minutes(jsii.Number(1)), Statistic: jsii.String("Maximum"),
+		})
+		high := age.CreateAlarm(s.Construct, jsii.String("AgeHigh-"+l.Name), &awscloudwatch.CreateAlarmOptions{
+			AlarmName:          jsii.String(cfg.Name(l.Name + "-age-high")),
+			AlarmDescription:   jsii.String("The " + l.Name + " queue's oldest message is old: the scaler raises the lane's concurrency"),
+			Threshold:          jsii.Number(th.high),
+			EvaluationPeriods:  jsii.Number(1),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+		})
+		low := age.CreateAlarm(s.Construct, jsii.String("AgeLow-"+l.Name), &awscloudwatch.CreateAlarmOptions{
+			AlarmName:          jsii.String(cfg.Name(l.Name + "-age-low")),
+			AlarmDescription:   jsii.String("The " + l.Name + " queue keeps up: the scaler lowers the lane's concurrency"),
+			Threshold:          jsii.Number(th.low),
+			EvaluationPeriods:  jsii.Number(5),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_LESS_THAN_THRESHOLD,
+			// An idle queue stops reporting: no data means no backlog.
+			TreatMissingData: awscloudwatch.TreatMissingData_BREACHING,
+		})
+		high.AddAlarmAction(action)
+		low.AddAlarmAction(action)
+		s.High[l.Name], s.Low[l.Name] = high, low
+	}
+
+	s.Schedule = awsevents.NewRule(s.Construct, jsii.String("EveryMinute"), &awsevents.RuleProps{
+		RuleName:    jsii.String(cfg.Name("scaler-tick")),
+		Description: jsii.String("Runs the scaler every minute, so it keeps stepping while an age alarm stays in ALARM"),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),
+		Targets:     &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(fn, nil)},
+	})
+	return s
+}

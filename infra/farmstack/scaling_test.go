@@ -1,0 +1,146 @@
+package farmstack
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestScaler: the Go zip function with the agreed environment contract and
+// the IAM it needs.
+func TestScaler(t *testing.T) {
+	s := synth(t, map[string]string{"urgentConcurrencyMin": "2", "urgentConcurrencyMax": "50", "bulkConcurrencyMin": "5", "bulkConcurrencyMax": "6"})
+	id, fn := s.find(t, "AWS::Lambda::Function", "FunctionName", "compilefarm-dev-scaler")
+	if fn["Runtime"] != "provided.al2023" || fn["Handler"] != "bootstrap" || jsonString(fn["Architectures"]) != `["arm64"]` {
+		t.Errorf("scaler Runtime/Handler/Architectures = %v/%v/%s", fn["Runtime"], fn["Handler"], jsonString(fn["Architectures"]))
+	}
+	if !containsAll(jsonString(fn["Code"]), "S3Key") {
+		t.Errorf("scaler Code = %s, want a zip asset", jsonString(fn["Code"]))
+	}
+	env := fn["Environment"].(map[string]interface{})["Variables"].(map[string]interface{})
+	if len(env) != 2 || env["COMPILEFARM_SCALER_COOLDOWN"] != "2m" {
+		t.Errorf("scaler environment %s", jsonString(env))
+	}
+	// COMPILEFARM_SCALER_LANES is a Fn::Join of JSON with the queue names
+	// and mapping IDs; put placeholders in for the references and decode it.
+	join, ok := env["COMPILEFARM_SCALER_LANES"].(map[string]interface{})["Fn::Join"].([]interface{})
+	if !ok {
+		t.Fatalf("COMPILEFARM_SCALER_LANES = %s", jsonString(env["COMPILEFARM_SCALER_LANES"]))
+	}
+	var b strings.Builder
+	for _, part := range join[1].([]interface{}) {
+		switch p := part.(type) {
+		case string:
+			b.WriteString(p)
+		default:
+			b.WriteString("REF:" + regexp.MustCompile(`[^A-Za-z0-9]`).ReplaceAllString(jsonString(p), ""))
+		}
+	}
+	var lanes []struct {
+		Lane, Queue, Mapping string
+		Min, Max, Step       int
+	}
+	if err := json.Unmarshal([]byte(b.String()), &lanes); err != nil {
+		t.Fatalf("COMPILEFARM_SCALER_LANES %s: %v", b.String(), err)
+	}
+	want := map[string][2]int{"urgent": {2, 50}, "bulk": {5, 6}}
+	if len(lanes) != 2 {
+		t.Fatalf("lanes %+v", lanes)
+	}
+	esmIDs := map[string]bool{}
+	for id := range s.resources("AWS::Lambda::EventSourceMapping") {
+		esmIDs["REF:Ref"+id] = true
+	}
+	for _, l := range lanes {
+		w, ok := want[l.Lane]
+		if !ok || l.Min != w[0] || l.Max != w[1] || l.Step < 1 || l.Step > l.Max-l.Min+1 {
+			t.Errorf("lane %+v, want min/max %v", l, w)
+		}
+		qID, _ := s.find(t, "AWS::SQS::Queue", "QueueName", "compilefarm-dev-"+l.Lane)
+		if l.Queue != "REF:FnGetAtt"+qID+"QueueName" {
+			t.Errorf("lane %s queue %q, want the queue name of %s", l.Lane, l.Queue, qID)
+		}
+		if !esmIDs[l.Mapping] {
+			t.Errorf("lane %s mapping %q is not an event source mapping's ID", l.Lane, l.Mapping)
+		}
+	}
+
+	// IAM: Get/UpdateEventSourceMapping on the two mappings, GetMetricData.
+	roleID := fn["Role"].(map[string]interface{})["Fn::GetAtt"].([]interface{})[0].(string)
+	var stmts []map[string]interface{}
+	for _, r := range s.resources("AWS::IAM::Policy") {
+		if jsonString(props(r)["Roles"]) == `[{"Ref":"`+roleID+`"}]` {
+			for _, st := range props(r)["PolicyDocument"].(map[string]interface{})["Statement"].([]interface{}) {
+				stmts = append(stmts, st.(map[string]interface{}))
+			}
+		}
+	}
+	var esm, metrics bool
+	for _, st := range stmts {
+		a := jsonString(st["Action"])
+		if containsAll(a, "lambda:GetEventSourceMapping", "lambda:UpdateEventSourceMapping") {
+			esm = true
+			res := jsonString(st["Resource"])
+			for id := range s.resources("AWS::Lambda::EventSourceMapping") {
+				if !containsAll(res, id, "event-source-mapping:") {
+					t.Errorf("scaler's mapping statement %s does not name %s", res, id)
+				}
+			}
+		}
+		if a == `"cloudwatch:GetMetricData"` {
+			metrics = st["Resource"] == "*"
+		}
+	}
+	if !esm || !metrics {
+		t.Errorf("scaler statements: event source mappings %v, GetMetricData on * %v", esm, metrics)
+	}
+	if len(stmts) != 2 {
+		t.Errorf("scaler %s: statements %s, want just those two", id, jsonString(stmts))
+	}
+}
+
+// TestScalerWiring: per lane a high and a low queue-age alarm whose action
+// is the scaler (with the permission to invoke it), and an every-minute
+// schedule.
+func TestScalerWiring(t *testing.T) {
+	s := dev(t)
+	scalerID, _ := s.find(t, "AWS::Lambda::Function", "FunctionName", "compilefarm-dev-scaler")
+	for _, lane := range []string{"urgent", "bulk"} {
+		qID, _ := s.find(t, "AWS::SQS::Queue", "QueueName", "compilefarm-dev-"+lane)
+		for _, c := range []struct{ name, op string }{{"-age-high", "GreaterThanThreshold"}, {"-age-low", "LessThanThreshold"}} {
+			_, a := s.find(t, "AWS::CloudWatch::Alarm", "AlarmName", "compilefarm-dev-"+lane+c.name)
+			if a["MetricName"] != "ApproximateAgeOfOldestMessage" || a["Namespace"] != "AWS/SQS" || a["ComparisonOperator"] != c.op {
+				t.Errorf("%s%s: %v %v %v", lane, c.name, a["Namespace"], a["MetricName"], a["ComparisonOperator"])
+			}
+			if !containsAll(jsonString(a["Dimensions"]), qID) {
+				t.Errorf("%s%s dimensions %s", lane, c.name, jsonString(a["Dimensions"]))
+			}
+			if acts := jsonString(a["AlarmActions"]); !containsAll(acts, scalerID) {
+				t.Errorf("%s%s AlarmActions %s do not reference the scaler %s", lane, c.name, acts, scalerID)
+			}
+		}
+	}
+	n := 0
+	for _, r := range s.resources("AWS::Lambda::Permission") {
+		p := props(r)
+		if p["Principal"] == "lambda.alarms.cloudwatch.amazonaws.com" && containsAll(jsonString(p["FunctionName"]), scalerID) {
+			n++
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d alarm permissions on the scaler, want 4", n)
+	}
+	_, rule := s.find(t, "AWS::Events::Rule", "ScheduleExpression", "rate(1 minute)")
+	if !containsAll(jsonString(rule["Targets"]), scalerID) {
+		t.Errorf("the schedule's targets %s miss the scaler", jsonString(rule["Targets"]))
+	}
+}
+
+func TestScalerStep(t *testing.T) {
+	for _, c := range []struct{ min, max, want int }{{2, 50, 12}, {2, 2, 1}, {5, 6, 1}, {2, 10, 2}} {
+		if got := ScalerStep(c.min, c.max); got != c.want {
+			t.Errorf("ScalerStep(%d, %d) = %d, want %d", c.min, c.max, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,77 @@
+package farmstack
+
+import (
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/compilefarm/compilefarm/pkg/dynamostate"
+)
+
+// Props locate what the stack builds from disk.
+type Props struct {
+	Config Config
+	// RepoRoot is the repository root: the Docker build context of the
+	// compile function's and the fleet's images.
+	RepoRoot string
+	// ScalerAssetDir holds the scaler's bootstrap (infra/assets/scaler).
+	ScalerAssetDir string
+}
+
+// FarmStack is one stage of the farm: compilefarm-<stage>.
+type FarmStack struct {
+	awscdk.Stack
+	Config        Config
+	Storage       *Storage
+	Queues        *Queues
+	Compile       *Compile
+	Fleet         *Fleet // nil with fleet=false
+	Scaling       *Scaling
+	Observability *Observability
+}
+
+// NewFarmStack declares the stage's stack. It has no Env: the stack is
+// environment-agnostic (no lookups), and deploys to the account and region
+// of the credentials the CLI uses.
+func NewFarmStack(scope constructs.Construct, p Props) *FarmStack {
+	cfg := p.Config
+	stack := awscdk.NewStack(scope, jsii.String(cfg.StackName()), &awscdk.StackProps{
+		StackName:   jsii.String(cfg.StackName()),
+		Description: jsii.String("compilefarm " + cfg.Stage + ": serverless Puppet compile farm (infra/)"),
+	})
+	awscdk.Tags_Of(stack).Add(jsii.String("compilefarm:stage"), jsii.String(cfg.Stage), nil)
+	s := &FarmStack{Stack: stack, Config: cfg}
+	timeout := awscdk.Duration_Seconds(jsii.Number(cfg.CompileTimeoutSeconds))
+	s.Storage = NewStorage(stack, "Storage", cfg)
+	s.Queues = NewQueues(stack, "Queues", cfg, timeout)
+	s.Compile = NewCompile(stack, "Compile", cfg, CompileProps{RepoRoot: p.RepoRoot, Storage: s.Storage, Queues: s.Queues})
+	if cfg.Fleet {
+		s.Fleet = NewFleet(stack, "Fleet", cfg, FleetProps{RepoRoot: p.RepoRoot, Storage: s.Storage, Queues: s.Queues})
+	}
+	s.Scaling = NewScaling(stack, "Scaling", cfg, ScalingProps{AssetDir: p.ScalerAssetDir, Queues: s.Queues, Compile: s.Compile})
+	s.Observability = NewObservability(stack, "Observability", cfg, ObservabilityProps{Queues: s.Queues, Compile: s.Compile, Fleet: s.Fleet})
+	s.outputs()
+	return s
+}
+
+// outputs are what an operator passes to broker (README's walkthrough).
+func (s *FarmStack) outputs() {
+	out := func(id, desc string, v *string) {
+		awscdk.NewCfnOutput(s.Stack, jsii.String(id), &awscdk.CfnOutputProps{Value: v, Description: jsii.String(desc)})
+	}
+	st, q := s.Storage, s.Queues
+	out("Bucket", "--bucket", st.Bucket.BucketName())
+	out("NodesTable", "--nodes-table", st.Table(dynamostate.RoleNodes).TableName())
+	out("NodeIndexTable", "--node-index-table", st.Table(dynamostate.RoleNodeIndex).TableName())
+	out("EnvironmentsTable", "--environments-table", st.Table(dynamostate.RoleEnvironments).TableName())
+	out("CATable", "--ca-table", st.Table(dynamostate.RoleCA).TableName())
+	out("CAKeySecret", "--ca-key-secret", jsii.String(st.CAKeySecretName))
+	out("UrgentQueueUrl", "--urgent-queue-url", q.Urgent.Queue.QueueUrl())
+	out("BulkQueueUrl", "--bulk-queue-url", q.Bulk.Queue.QueueUrl())
+	out("CompileFunction", "the compile Lambda", s.Compile.Function.FunctionName())
+	out("ScalerFunction", "the scaler Lambda", s.Scaling.Function.FunctionName())
+	if s.Fleet != nil {
+		out("LoadBalancerDns", "puppet agent --server", s.Fleet.LoadBalancer.LoadBalancerDnsName())
+		out("Cluster", "the fleet's ECS cluster", s.Fleet.Cluster.ClusterName())
+	}
+}

@@ -1,0 +1,153 @@
+package farmstack
+
+import (
+	"reflect"
+	"sort"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/compilefarm/compilefarm/pkg/dynamostate"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+)
+
+func TestBucket(t *testing.T) {
+	s := dev(t)
+	check(t, "one bucket", func() { s.tpl.ResourceCountIs(jsii.String("AWS::S3::Bucket"), jsii.Number(1)) })
+	check(t, "bucket properties", func() {
+		s.tpl.HasResourceProperties(jsii.String("AWS::S3::Bucket"), map[string]interface{}{
+			"BucketEncryption": map[string]interface{}{"ServerSideEncryptionConfiguration": []interface{}{
+				map[string]interface{}{"ServerSideEncryptionByDefault": map[string]interface{}{"SSEAlgorithm": "AES256"}}}},
+			"PublicAccessBlockConfiguration": map[string]interface{}{
+				"BlockPublicAcls": true, "BlockPublicPolicy": true, "IgnorePublicAcls": true, "RestrictPublicBuckets": true},
+			"VersioningConfiguration": assertions.Match_Absent(),
+			"LifecycleConfiguration": map[string]interface{}{"Rules": assertions.Match_ArrayWith(&[]interface{}{
+				map[string]interface{}{"Id": "expire-reports", "Prefix": string(farm.SpaceReports) + "/", "ExpirationInDays": 30, "Status": "Enabled"},
+			})},
+		})
+	})
+	check(t, "enforceSSL", func() {
+		s.tpl.HasResourceProperties(jsii.String("AWS::S3::BucketPolicy"), map[string]interface{}{
+			"PolicyDocument": map[string]interface{}{"Statement": assertions.Match_ArrayWith(&[]interface{}{
+				assertions.Match_ObjectLike(&map[string]interface{}{
+					"Effect": "Deny", "Condition": map[string]interface{}{"Bool": map[string]interface{}{"aws:SecureTransport": "false"}},
+				}),
+			})},
+		})
+	})
+	// Catalogs do not expire unless asked for (see storage.go).
+	for _, r := range s.resources("AWS::S3::Bucket") {
+		if containsAll(jsonString(props(r)), "expire-catalogs") {
+			t.Errorf("catalogs expire by default: %s", jsonString(props(r)["LifecycleConfiguration"]))
+		}
+	}
+	c := synth(t, map[string]string{"catalogRetentionDays": "90", "reportRetentionDays": "7"})
+	check(t, "catalog and report retention from context", func() {
+		c.tpl.HasResourceProperties(jsii.String("AWS::S3::Bucket"), map[string]interface{}{
+			"LifecycleConfiguration": map[string]interface{}{"Rules": assertions.Match_ArrayWith(&[]interface{}{
+				map[string]interface{}{"Id": "expire-reports", "Prefix": "reports/", "ExpirationInDays": 7, "Status": "Enabled"},
+				map[string]interface{}{"Id": "expire-catalogs", "Prefix": "catalogs/", "ExpirationInDays": 90, "Status": "Enabled"},
+			})},
+		})
+	})
+}
+
+// TestTablesFromDynamostate compares the tables with dynamostate.Tables(),
+// the one definition of their keys and indexes.
+func TestTablesFromDynamostate(t *testing.T) {
+	s := dev(t)
+	specs := dynamostate.Tables()
+	if got := len(s.resources("AWS::DynamoDB::Table")); got != len(specs) {
+		t.Errorf("%d tables, dynamostate.Tables() has %d", got, len(specs))
+	}
+	keySchema := func(pk dynamostate.KeyAttr, sk *dynamostate.KeyAttr) []interface{} {
+		ks := []interface{}{map[string]interface{}{"AttributeName": pk.Name, "KeyType": "HASH"}}
+		if sk != nil {
+			ks = append(ks, map[string]interface{}{"AttributeName": sk.Name, "KeyType": "RANGE"})
+		}
+		return ks
+	}
+	for _, spec := range specs {
+		name := "compilefarm-dev-" + spec.Role
+		_, p := s.find(t, "AWS::DynamoDB::Table", "TableName", name)
+		if got, want := p["KeySchema"], keySchema(spec.PartitionKey, spec.SortKey); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s KeySchema = %s, want %s", name, jsonString(got), jsonString(want))
+		}
+		attrs := map[string]string{}
+		add := func(k *dynamostate.KeyAttr) {
+			if k != nil {
+				attrs[k.Name] = string(k.Type)
+			}
+		}
+		add(&spec.PartitionKey)
+		add(spec.SortKey)
+		var wantGSIs []interface{}
+		for _, ix := range spec.Indexes {
+			add(&ix.PartitionKey)
+			add(ix.SortKey)
+			wantGSIs = append(wantGSIs, map[string]interface{}{
+				"IndexName":  ix.Name,
+				"KeySchema":  keySchema(ix.PartitionKey, ix.SortKey),
+				"Projection": map[string]interface{}{"ProjectionType": string(ix.Projection)},
+			})
+		}
+		var wantAttrs []interface{}
+		for n, typ := range attrs {
+			wantAttrs = append(wantAttrs, map[string]interface{}{"AttributeName": n, "AttributeType": typ})
+		}
+		byName := func(l []interface{}) []interface{} {
+			sort.Slice(l, func(i, j int) bool {
+				return l[i].(map[string]interface{})["AttributeName"].(string) < l[j].(map[string]interface{})["AttributeName"].(string)
+			})
+			return l
+		}
+		gotAttrs, _ := p["AttributeDefinitions"].([]interface{})
+		if !reflect.DeepEqual(byName(gotAttrs), byName(wantAttrs)) {
+			t.Errorf("%s AttributeDefinitions = %s, want %s", name, jsonString(gotAttrs), jsonString(wantAttrs))
+		}
+		gotGSIs, _ := p["GlobalSecondaryIndexes"].([]interface{})
+		if !reflect.DeepEqual(gotGSIs, wantGSIs) {
+			t.Errorf("%s GlobalSecondaryIndexes = %s, want %s", name, jsonString(gotGSIs), jsonString(wantGSIs))
+		}
+		if p["BillingMode"] != "PAY_PER_REQUEST" {
+			t.Errorf("%s BillingMode = %v", name, p["BillingMode"])
+		}
+		if jsonString(p["PointInTimeRecoverySpecification"]) != `{"PointInTimeRecoveryEnabled":true}` {
+			t.Errorf("%s PITR = %s", name, jsonString(p["PointInTimeRecoverySpecification"]))
+		}
+	}
+}
+
+// TestRemovalPolicies: prod keeps its state when the stack goes; other
+// stages may delete it.
+func TestRemovalPolicies(t *testing.T) {
+	for _, c := range []struct {
+		stage, policy string
+		protect       bool
+	}{{"dev", "Delete", false}, {"prod", "Retain", true}} {
+		s := synth(t, map[string]string{"stage": c.stage})
+		for _, typ := range []string{"AWS::DynamoDB::Table", "AWS::S3::Bucket", "AWS::SecretsManager::Secret"} {
+			for id, r := range s.resources(typ) {
+				if r["DeletionPolicy"] != c.policy {
+					t.Errorf("%s: %s %s DeletionPolicy = %v, want %s", c.stage, typ, id, r["DeletionPolicy"], c.policy)
+				}
+				if typ == "AWS::DynamoDB::Table" && props(r)["DeletionProtectionEnabled"] != c.protect {
+					t.Errorf("%s: table %s DeletionProtectionEnabled = %v", c.stage, id, props(r)["DeletionProtectionEnabled"])
+				}
+			}
+		}
+	}
+}
+
+// TestCAKeySecret: the secret exists without a value, so that `broker ca
+// init --ca-key-secret` can put the CA key in it (cakey.Secret.CreateKey).
+func TestCAKeySecret(t *testing.T) {
+	s := dev(t)
+	_, p := s.find(t, "AWS::SecretsManager::Secret", "Name", "compilefarm/dev/ca-key")
+	for _, k := range []string{"SecretString", "GenerateSecretString"} {
+		if _, ok := p[k]; ok {
+			t.Errorf("the CA key secret has %s: broker ca init would find a value that is not a key", k)
+		}
+	}
+}

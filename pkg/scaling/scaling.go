@@ -15,13 +15,15 @@
 // by one second per second whatever the concurrency (the oldest job waits
 // until its turn), so a high age says "behind", not "how far behind". The
 // decision therefore scales up by one step per High of age (the longer the
-// lane has been behind, the bigger the step: a 100,000-job deploy reaches
-// its cap in minutes, not the hour that one step per cool-down would take),
-// at most doubling the cap per change (a change shows in the metric only
-// minutes later, so a doubling overshoots at most twofold), and not at all
-// while the age is falling (the capacity already added is catching up). A poison message that SQS delivers again after
-// each visibility timeout keeps the age high with nothing else to do; the
-// lane's max bounds what that costs, and the dead-letter queue ends it.
+// lane has been behind, the bigger the step: in the simulated 100,000-job
+// deploy the bulk lane goes from 2 to 200 in 12 minutes, where one step of
+// 10 per cool-down would take 40), at most doubling the cap per change (a
+// change shows in the metric only minutes later, so a doubling overshoots
+// at most twofold), and not at all while the age is falling (the capacity
+// already added is catching up). A poison message that SQS delivers again
+// after each visibility timeout keeps the age high with nothing else to
+// do; the lane's max bounds what that costs, and the dead-letter queue
+// ends it.
 //
 // Scaling down frees concurrency for the other lane and the rest of the
 // account, and protects the stores from a cap nobody needs; an idle cap

@@ -4,7 +4,7 @@
 #
 #   localstack/run.sh up       start LocalStack (docker compose) and wait until it is healthy
 #   localstack/run.sh deploy   cdklocal bootstrap + deploy of the stack compilefarm-local
-#   localstack/run.sh e2e      CA, code deploy, front door, `puppet agent -t`, `broker nodes`
+#   localstack/run.sh e2e      CA, front door, code deploy, `puppet agent -t`, `broker nodes`
 #   localstack/run.sh down     stop LocalStack and forget its state
 #   localstack/run.sh status   LocalStack's health and the tier in use
 #
@@ -274,7 +274,6 @@ cmd_e2e() {
 	eval "$(lsfarm outputs "$outputs" "$stack")"
 	local secret=${CF_CA_KEY_SECRET:-$stack/ca-key}
 	local port=${E2E_PORT:-18140} admin_port=${E2E_ADMIN_PORT:-19141} metrics_port=${E2E_METRICS_PORT:-19140}
-	local admin="http://127.0.0.1:$admin_port"
 	local certname=${E2E_CERTNAME:-agent-$(date +%s).localstack.test}
 	work=$(mktemp -d "${TMPDIR:-/tmp}/compilefarm-localstack-e2e.XXXXXX")
 	trap cleanup EXIT
@@ -313,7 +312,7 @@ If LocalStack gave the stack's (empty) secret a value, delete it and run e2e aga
 		say "compiles: the deployed compile function (LocalStack Lambda, event source mappings on both queues)"
 	fi
 
-	say "front door and operator API: broker serve --backend aws on 127.0.0.1:$port (log: $work/serve.log)"
+	say "front door: broker serve --backend aws on 127.0.0.1:$port (log: $work/serve.log)"
 	"$broker" serve --backend aws --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin_port" \
 		--metrics-listen "127.0.0.1:$metrics_port" --certname localstack-door.localstack.test \
 		--bucket "$CF_BUCKET" --nodes-table "$CF_NODES_TABLE" --node-index-table "$CF_NODE_INDEX_TABLE" \
@@ -325,9 +324,16 @@ If LocalStack gave the stack's (empty) secret a value, delete it and run e2e aga
 	wait_for 60 "the front door" curl -fsk "https://127.0.0.1:$port/status/v1/simple" ||
 		die "broker serve did not come up: $(tail -n 20 "$work/serve.log")"
 
-	say "broker code deploy production --from examples/environments/production"
-	"$broker" code deploy production --from "$root/examples/environments/production" --admin "$admin" --detach ||
-		die "broker code deploy failed (front door log: $work/serve.log)"
+	# Operator commands run the operator API in their own process on the
+	# stage's resources (--backend aws), as an operator's laptop does on AWS.
+	local stage_flags=(--backend aws --bucket "$CF_BUCKET" --nodes-table "$CF_NODES_TABLE"
+		--node-index-table "$CF_NODE_INDEX_TABLE" --environments-table "$CF_ENVIRONMENTS_TABLE"
+		--urgent-queue-url "$CF_URGENT_QUEUE_URL" --bulk-queue-url "$CF_BULK_QUEUE_URL"
+		--ca-table "$CF_CA_TABLE" --ca-key-secret "$secret")
+	say "broker code deploy production --from examples/environments/production --backend aws"
+	"$broker" code deploy production --environments "$root/examples/environments" \
+		--from "$root/examples/environments/production" --detach "${stage_flags[@]}" ||
+		die "broker code deploy --backend aws failed"
 
 	local server=localhost
 	[[ -n ${E2E_SERVER:-} ]] && { server=${E2E_SERVER%:*}; port=${E2E_SERVER##*:}; }
@@ -348,9 +354,9 @@ If LocalStack gave the stack's (empty) secret a value, delete it and run e2e aga
 	fi
 	say "puppet agent exited $rc"
 
-	say "broker nodes"
+	say "broker nodes --backend aws"
 	local nodes
-	nodes=$("$broker" nodes --admin "$admin") || die "broker nodes failed"
+	nodes=$("$broker" nodes "${stage_flags[@]}") || die "broker nodes --backend aws failed"
 	printf '%s\n' "$nodes"
 	grep -q "$certname" <<<"$nodes" || die "$certname is not in broker nodes"
 

@@ -141,8 +141,8 @@ cmd_up() {
 	local img
 	img=$(image)
 	export LOCALSTACK_IMAGE=$img LOCALSTACK_AUTH_TOKEN=${LOCALSTACK_AUTH_TOKEN:-}
-	if [[ $(tier) == pro && $(uname -m) != aarch64 && $(uname -m) != arm64 ]]; then
-		say "note: the stack's Lambdas and fleet are arm64; on this $(uname -m) host Docker needs arm64 emulation (see README: binfmt)"
+	if [[ $(tier) == pro ]]; then
+		say "note: the fleet and the scaler are arm64, the compile function x86_64: Docker on this $(uname -m) host needs emulation for the other one (README: Architectures)"
 	fi
 	say "tier $(tier), image $img"
 	"${compose[@]}" up -d

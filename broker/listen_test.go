@@ -150,3 +150,24 @@ func TestListenAndServeRefusesPublicAdmin(t *testing.T) {
 		t.Fatalf("listenAndServe with --admin-listen 0.0.0.0:0 = %v, want a refusal", err)
 	}
 }
+
+// TestPublicAdminListenRefusedAtStart: dev and serve refuse a non-loopback
+// --admin-listen before they open anything.
+func TestPublicAdminListenRefusedAtStart(t *testing.T) {
+	tests := []struct {
+		name string
+		run  func(context.Context, []string) error
+		args []string
+	}{
+		{"dev", runDev, []string{"--admin-listen", "0.0.0.0:9141", "--data", t.TempDir()}},
+		{"serve", runServe, []string{"--admin-listen", "0.0.0.0:9141"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.run(t.Context(), tt.args)
+			if err == nil || !strings.Contains(err.Error(), "is not a loopback address") || !strings.Contains(err.Error(), "--backend aws") {
+				t.Fatalf("%s --admin-listen 0.0.0.0:9141 = %v, want the refusal", tt.name, err)
+			}
+		})
+	}
+}

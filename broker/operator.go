@@ -145,6 +145,13 @@ func (o *operatorFlags) awsClient(ctx context.Context) (*admin.Client, func(), e
 	if err != nil {
 		return nil, nil, err
 	}
+	if d := o.aws.ca.dir; d != "" {
+		// An operator's command opens the stage's CA; it never makes one.
+		if _, err := os.Stat(filepath.Join(d, "ca_crt.pem")); err != nil {
+			os.RemoveAll(work)
+			return nil, nil, fmt.Errorf("--ca-dir %s holds no CA (ca_crt.pem): give the directory the stage's front doors sign with", d)
+		}
+	}
 	auth, err := o.aws.ca.openAuthority(ctx, awsCfg, work, ca.Options{Logger: log}, log)
 	if err != nil {
 		os.RemoveAll(work)

@@ -6,7 +6,7 @@ LISTEN  ?= 127.0.0.1:8140
 METRICS ?= 127.0.0.1:9140
 ENVS    ?= examples/environments
 
-.PHONY: run build deps emulators test unit e2e vet fmt-check bench clean
+.PHONY: run build deps emulators test unit e2e vet fmt-check bench clean synth infra-test scaler-bootstrap
 
 build:
 	$(GO) build -o bin/broker ./broker
@@ -31,9 +31,42 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
 # The whole suite: unit tests, contract suites, and the end-to-end tests in
-# test/ that drive a real puppet agent against a real broker.
+# test/ that drive a real puppet agent against a real broker; then the CDK
+# app's tests and a synth (infra/; these need node, and fail without it).
 test: deps emulators fmt-check vet
 	$(GO) test -count=1 -timeout 20m ./...
+	$(MAKE) infra-test synth
+
+# The AWS CDK app (infra/, its own Go module): its tests synthesize the stack
+# with the jsii runtime (node 20+ on PATH; no cdk CLI, Docker or AWS needed).
+# -count=1: the test cache cannot see asset files node reads.
+INFRA_ENV = GOWORK=off JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20
+infra-test:
+	@command -v node >/dev/null 2>&1 || { echo "infra-test: node (20+) is required: the CDK runs in node through jsii" >&2; exit 1; }
+	cd infra && $(INFRA_ENV) $(GO) vet ./...
+	cd infra && $(INFRA_ENV) $(GO) test -count=1 -timeout 15m ./...
+
+# The scaler Lambda's bootstrap, for the CDK app's zip asset.
+SCALER_BOOTSTRAP = infra/assets/scaler/bootstrap
+scaler-bootstrap:
+	@mkdir -p $(dir $(SCALER_BOOTSTRAP))
+	@if [ -d functions/scaler ]; then \
+	  echo "CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -o $(SCALER_BOOTSTRAP) ./functions/scaler (stripped)"; \
+	  rm -f $(SCALER_BOOTSTRAP); \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags="-s -w" -tags lambda.norpc -o $(SCALER_BOOTSTRAP) ./functions/scaler || exit 1; \
+	else \
+	  echo "synth: WARNING: functions/scaler is missing; the scaler asset is a placeholder that fails (do not deploy it)" >&2; \
+	  [ -f $(SCALER_BOOTSTRAP) ] || printf '#!/bin/sh\necho placeholder >&2\nexit 1\n' >$(SCALER_BOOTSTRAP); \
+	fi
+
+# Synthesizes the stack into infra/cdk.out with the pinned CDK CLI
+# (scripts/cdk.sh installs it into .tools/cdk), offline: no notices, no
+# telemetry. CDK_CONTEXT passes context, e.g. CDK_CONTEXT="-c stage=prod".
+CDK_CONTEXT ?=
+synth: scaler-bootstrap
+	scripts/cdk.sh
+	cd infra && $(INFRA_ENV) CDK_DISABLE_CLI_TELEMETRY=true CDK_DISABLE_VERSION_CHECK=1 CDK_HOME=$(CURDIR)/.tools/cdk-home \
+	  ../.tools/cdk/node_modules/.bin/cdk synth --no-notices --quiet $(CDK_CONTEXT)
 
 # The fast lane: every package's tests with -short, in seconds, with no
 # emulator, Ruby/Puppet, puppet agent, openssl binary or network. Tests that
@@ -50,4 +83,4 @@ bench: deps build
 	scripts/bench.sh
 
 clean:
-	rm -rf bin .data
+	rm -rf bin .data infra/cdk.out $(SCALER_BOOTSTRAP)

@@ -1,6 +1,8 @@
 package farmstack
 
 import (
+	"time"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
@@ -17,15 +19,19 @@ import (
 // steps of one lane.
 const ScalerCooldown = "2m"
 
-// Queue-age thresholds (ApproximateAgeOfOldestMessage, seconds) that wake
-// the scaler. The alarms only wake it: the scaler itself decides from the
-// metrics, and the every-minute schedule keeps it stepping while an alarm
-// stays in ALARM (an alarm invokes its action once per state change).
-var ageThresholds = map[string]struct{ high, low float64 }{
+// Queue-age thresholds per lane: the scaler's decision (pkg/scaling) and
+// the alarms that wake it use the same ones, passed to the scaler as the
+// optional "high", "low" and "low_for" of COMPILEFARM_SCALER_LANES (these
+// are also the scaler's own defaults). The scaler raises a lane's
+// concurrency while its oldest message is at least high old and lowers it
+// once the age stayed at or below low for lowFor. The alarms only wake it
+// early: the every-minute schedule keeps it stepping while an alarm stays
+// in ALARM (an alarm invokes its action once per state change).
+var ageThresholds = map[string]struct{ high, low, lowFor time.Duration }{
 	// An agent waits for an urgent compile (first-compile-wait 60 s).
-	"urgent": {high: 20, low: 5},
+	"urgent": {high: 30 * time.Second, low: 5 * time.Second, lowFor: 10 * time.Minute},
 	// Bulk recompiles may wait; a deploy's burst should drain in minutes.
-	"bulk": {high: 300, low: 30},
+	"bulk": {high: 2 * time.Minute, low: 20 * time.Second, lowFor: 10 * time.Minute},
 }
 
 // Scaling is the scaler Lambda (functions/scaler): it steps each lane's
@@ -69,10 +75,11 @@ func NewScaling(scope constructs.Construct, id string, cfg Config, p ScalingProp
 	// array of {"lane","queue","mapping","min","max","step"}.
 	var lanes []interface{}
 	for _, l := range q.Lanes() {
-		r := ranges[l.Name]
+		r, th := ranges[l.Name], ageThresholds[l.Name]
 		lanes = append(lanes, map[string]interface{}{
 			"lane": l.Name, "queue": l.Queue.QueueName(), "mapping": c.Sources[l.Name].EventSourceMappingId(),
 			"min": r[0], "max": r[1], "step": ScalerStep(r[0], r[1]),
+			"high": th.high.String(), "low": th.low.String(), "low_for": th.lowFor.String(),
 		})
 	}
 	stack := awscdk.Stack_Of(s.Construct)
@@ -133,17 +140,17 @@ func NewScaling(scope constructs.Construct, id string, cfg Config, p ScalingProp
 		high := age.CreateAlarm(s.Construct, jsii.String("AgeHigh-"+l.Name), &awscloudwatch.CreateAlarmOptions{
 			AlarmName:          jsii.String(cfg.Name(l.Name + "-age-high")),
 			AlarmDescription:   jsii.String("The " + l.Name + " queue's oldest message is old: the scaler raises the lane's concurrency"),
-			Threshold:          jsii.Number(th.high),
+			Threshold:          jsii.Number(th.high.Seconds()),
 			EvaluationPeriods:  jsii.Number(1),
-			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
 			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 		})
 		low := age.CreateAlarm(s.Construct, jsii.String("AgeLow-"+l.Name), &awscloudwatch.CreateAlarmOptions{
 			AlarmName:          jsii.String(cfg.Name(l.Name + "-age-low")),
 			AlarmDescription:   jsii.String("The " + l.Name + " queue keeps up: the scaler lowers the lane's concurrency"),
-			Threshold:          jsii.Number(th.low),
-			EvaluationPeriods:  jsii.Number(5),
-			ComparisonOperator: awscloudwatch.ComparisonOperator_LESS_THAN_THRESHOLD,
+			Threshold:          jsii.Number(th.low.Seconds()),
+			EvaluationPeriods:  jsii.Number(th.lowFor.Minutes()), // one-minute periods
+			ComparisonOperator: awscloudwatch.ComparisonOperator_LESS_THAN_OR_EQUAL_TO_THRESHOLD,
 			// An idle queue stops reporting: no data means no backlog.
 			TreatMissingData: awscloudwatch.TreatMissingData_BREACHING,
 		})

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestScaler: the Go zip function with the agreed environment contract and
@@ -40,8 +41,13 @@ func TestScaler(t *testing.T) {
 	var lanes []struct {
 		Lane, Queue, Mapping string
 		Min, Max, Step       int
+		High, Low            string
+		LowFor               string `json:"low_for"`
 	}
-	if err := json.Unmarshal([]byte(b.String()), &lanes); err != nil {
+	// The scaler refuses unknown fields; so does this decoding.
+	dec := json.NewDecoder(strings.NewReader(b.String()))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&lanes); err != nil {
 		t.Fatalf("COMPILEFARM_SCALER_LANES %s: %v", b.String(), err)
 	}
 	want := map[string][2]int{"urgent": {2, 50}, "bulk": {5, 6}}
@@ -56,6 +62,25 @@ func TestScaler(t *testing.T) {
 		w, ok := want[l.Lane]
 		if !ok || l.Min != w[0] || l.Max != w[1] || l.Step < 1 || l.Step > l.Max-l.Min+1 {
 			t.Errorf("lane %+v, want min/max %v", l, w)
+		}
+		// The scaler decides with the thresholds the alarms use.
+		th := ageThresholds[l.Lane]
+		for _, c := range []struct {
+			got  string
+			want time.Duration
+		}{{l.High, th.high}, {l.Low, th.low}, {l.LowFor, th.lowFor}} {
+			if d, err := time.ParseDuration(c.got); err != nil || d != c.want {
+				t.Errorf("lane %s: threshold %q, want %s", l.Lane, c.got, c.want)
+			}
+		}
+		for _, c := range []struct {
+			name string
+			want float64
+		}{{"-age-high", th.high.Seconds()}, {"-age-low", th.low.Seconds()}} {
+			_, a := s.find(t, "AWS::CloudWatch::Alarm", "AlarmName", "compilefarm-dev-"+l.Lane+c.name)
+			if num(a["Threshold"]) != c.want {
+				t.Errorf("%s%s Threshold %v, want %v", l.Lane, c.name, a["Threshold"], c.want)
+			}
 		}
 		qID, _ := s.find(t, "AWS::SQS::Queue", "QueueName", "compilefarm-dev-"+l.Lane)
 		if l.Queue != "REF:FnGetAtt"+qID+"QueueName" {
@@ -108,7 +133,7 @@ func TestScalerWiring(t *testing.T) {
 	scalerID, _ := s.find(t, "AWS::Lambda::Function", "FunctionName", "compilefarm-dev-scaler")
 	for _, lane := range []string{"urgent", "bulk"} {
 		qID, _ := s.find(t, "AWS::SQS::Queue", "QueueName", "compilefarm-dev-"+lane)
-		for _, c := range []struct{ name, op string }{{"-age-high", "GreaterThanThreshold"}, {"-age-low", "LessThanThreshold"}} {
+		for _, c := range []struct{ name, op string }{{"-age-high", "GreaterThanOrEqualToThreshold"}, {"-age-low", "LessThanOrEqualToThreshold"}} {
 			_, a := s.find(t, "AWS::CloudWatch::Alarm", "AlarmName", "compilefarm-dev-"+lane+c.name)
 			if a["MetricName"] != "ApproximateAgeOfOldestMessage" || a["Namespace"] != "AWS/SQS" || a["ComparisonOperator"] != c.op {
 				t.Errorf("%s%s: %v %v %v", lane, c.name, a["Namespace"], a["MetricName"], a["ComparisonOperator"])

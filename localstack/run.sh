@@ -130,8 +130,12 @@ wait_healthy() {
 		sleep 2
 	done
 	printf ' up after %ds\n' $((SECONDS - start))
-	printf '%s\n' "$body" | grep -o '"edition": *"[a-z]*"\|"version": *"[^"]*"' | tr '\n' ' ' || true
-	echo
+	local edition
+	edition=$(printf '%s\n' "$body" | sed -n 's/.*"edition": *"\([a-z]*\)".*/\1/p')
+	say "LocalStack edition: ${edition:-unknown}"
+	if [[ $(tier) == pro && $edition != pro && $edition != enterprise ]]; then
+		say "warning: LOCALSTACK_TIER=pro, but LocalStack says edition '${edition:-unknown}': ECS, ECR and ELBv2 need a licensed token (Base tier or above)"
+	fi
 }
 
 cmd_up() {

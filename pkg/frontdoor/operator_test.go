@@ -130,3 +130,29 @@ func TestIsOperator(t *testing.T) {
 		})
 	}
 }
+
+// TestOperatorRevokedOnAnOpenConnection: an operator certificate revoked
+// while its connection stays open is refused on that connection too.
+func TestOperatorRevokedOnAnOpenConnection(t *testing.T) {
+	r := newRig(t)
+	r.operatorCert("late.example.test")
+	c := r.client("late.example.test")
+	get := func() int {
+		resp, err := c.Get(r.srv.URL + "/compilefarm/admin/v1/ca/certs")
+		if err != nil {
+			t.Fatalf("GET: %v", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get(); got != http.StatusOK {
+		t.Fatalf("before the revocation: %d, want 200", got)
+	}
+	if err := r.ca.Revoke(t.Context(), "late.example.test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(); got != http.StatusForbidden {
+		t.Fatalf("after the revocation, on the same connection: %d, want 403", got)
+	}
+}

@@ -1,6 +1,8 @@
-// Package admin is the operator API of a running broker (nodes, CA, code
-// deploys), served on its own loopback listener, and the client
-// the broker's operator verbs use to call it.
+// Package admin is the operator API of a farm (nodes, CA, code deploys) and
+// the client the broker's operator verbs call it with: served on a
+// broker's loopback --admin-listen, on its front door to operator
+// certificates (frontdoor.OperatorPrefix), or in the command's own process
+// over the AWS drivers (InProcess).
 package admin
 
 import (

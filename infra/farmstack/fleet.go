@@ -19,8 +19,8 @@ import (
 // Ports of a fleet task.
 const (
 	FrontDoorPort = 8140 // the front door (TLS), on the NLB
-	PCPPort       = 8142 // the PCP broker port, on the NLB (see the report in infra/README.md: broker serve has no listener there yet)
-	MetricsPort   = 9140 // /metrics and the operator API: a container port, never on the NLB
+	PCPPort       = 8142 // the PCP broker's port, on the NLB (broker serve has no PCP broker yet: see infra/README.md)
+	MetricsPort   = 9140 // /metrics: a container port, never on the NLB
 )
 
 // Load balancer timings.
@@ -118,8 +118,11 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 	command := []*string{
 		jsii.String("serve"), jsii.String("--backend"), jsii.String("aws"),
 		jsii.String("--listen"), jsii.String("0.0.0.0:8140"),
-		// The operator API is on this port too: reachable in the task's
-		// network only (no NLB listener, no security group rule).
+		// /metrics only, on the task's address (for a scraper in the VPC;
+		// no NLB listener and no security group rule open it). The
+		// operator API stays on serve's loopback --admin-listen default:
+		// operators use --backend aws or the front door with an operator
+		// certificate.
 		jsii.String("--metrics-listen"), jsii.String("0.0.0.0:9140"),
 		jsii.String("--work"), jsii.String("/tmp/compilefarm-serve"),
 		jsii.String("--bucket"), st.Bucket.BucketName(),

@@ -43,7 +43,7 @@ die() {
 	exit 1
 }
 
-tier() {
+tier_of_env() {
 	local t=${LOCALSTACK_TIER:-}
 	if [[ -z $t ]]; then
 		if [[ -n ${LOCALSTACK_AUTH_TOKEN:-} ]]; then t=pro; else t=free; fi
@@ -51,9 +51,14 @@ tier() {
 	case $t in
 	free | community) echo free ;;
 	pro | base | ultimate) echo pro ;;
-	*) die "LOCALSTACK_TIER=$t: want free or pro" ;;
+	*)
+		echo "localstack/run.sh: LOCALSTACK_TIER=$t: want free or pro" >&2
+		return 1
+		;;
 	esac
 }
+tier_name=$(tier_of_env) || exit 1
+tier() { echo "$tier_name"; }
 
 image() {
 	if [[ -n ${LOCALSTACK_IMAGE:-} ]]; then
@@ -220,7 +225,7 @@ cmd_deploy() {
 		if [[ ${LOCALSTACK_SKIP_CHECK:-} == 1 ]]; then
 			say "LOCALSTACK_SKIP_CHECK=1: deploying anyway"
 		else
-			die "the stack does not fit LocalStack $t (above). With tier free the CDK app must honour -c compileFunction=false; LOCALSTACK_SKIP_CHECK=1 deploys anyway"
+			die "the stack does not fit LocalStack $t (above; what to change: localstack/README.md, Troubleshooting). LOCALSTACK_SKIP_CHECK=1 deploys anyway"
 		fi
 	fi
 	say "cdklocal bootstrap aws://000000000000/$AWS_REGION"
@@ -275,8 +280,10 @@ cmd_e2e() {
 	aws_env
 	local t
 	t=$(tier)
-	eval "$(lsfarm outputs "$outputs" "$stack")"
-	local secret=${CF_CA_KEY_SECRET:-$stack/ca-key}
+	local assignments
+	assignments=$(lsfarm outputs "$outputs" "$stack") || die "cannot read the stack's outputs from $outputs (above)"
+	eval "$assignments"
+	local secret=${CF_CA_KEY_SECRET:-compilefarm/$stage/ca-key}
 	local port=${E2E_PORT:-18140} admin_port=${E2E_ADMIN_PORT:-19141} metrics_port=${E2E_METRICS_PORT:-19140}
 	local certname=${E2E_CERTNAME:-agent-$(date +%s).localstack.test}
 	work=$(mktemp -d "${TMPDIR:-/tmp}/compilefarm-localstack-e2e.XXXXXX")

@@ -129,13 +129,13 @@ func outputs(file, stack string) error {
 		case len(found) == 1:
 			fmt.Printf("%s=%s\n", w.name, shellQuote(outs[found[0]]))
 		case len(found) > 1:
-			return fmt.Errorf("%s: outputs %s all look like %s; set %s yourself", file, strings.Join(found, ", "), w.name, w.name)
+			return fmt.Errorf("%s: outputs %s all look like %s", file, strings.Join(found, ", "), w.name)
 		case !w.optional:
 			missing = append(missing, w.name)
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%s: no output of stack %s for %s (its outputs: %s); set them in the environment",
+		return fmt.Errorf("%s: no output of stack %s for %s (its outputs: %s)",
 			file, stack, strings.Join(missing, ", "), strings.Join(keys, ", "))
 	}
 	return nil

@@ -1,7 +1,10 @@
 package farmstack
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -77,6 +80,28 @@ func TestStageInNames(t *testing.T) {
 		n, _ := props(r)["FunctionName"].(string)
 		if n != "" && !strings.HasPrefix(n, "compilefarm-qa2-") {
 			t.Errorf("function %s name %q", id, n)
+		}
+	}
+}
+
+// TestContextKeysDocumented: every context key ConfigFromContext reads is
+// in infra/README.md's table.
+func TestContextKeysDocumented(t *testing.T) {
+	src, err := os.ReadFile("config.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := regexp.MustCompile(`(?:str|num)\("([A-Za-z]+)"`).FindAllStringSubmatch(string(src), -1)
+	if len(keys) < 10 {
+		t.Fatalf("found only %d context keys in config.go", len(keys))
+	}
+	for _, k := range keys {
+		if !strings.Contains(string(readme), "`"+k[1]+"`") {
+			t.Errorf("context key %s is not in infra/README.md", k[1])
 		}
 	}
 }

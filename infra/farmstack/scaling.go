@@ -98,10 +98,12 @@ func NewScaling(scope constructs.Construct, id string, cfg Config, p ScalingProp
 		Code:       awslambda.Code_FromAsset(jsii.String(p.AssetDir), nil),
 		MemorySize: jsii.Number(128),
 		Timeout:    awscdk.Duration_Seconds(jsii.Number(30)),
-		// One at a time: alarm and schedule invocations must not race on
-		// the same mapping (a throttled async invocation is retried).
-		ReservedConcurrentExecutions: jsii.Number(1),
-		LogGroup:                     logs,
+		// No reserved concurrency: AWS refuses any reservation that leaves
+		// an account less than 100 unreserved (new accounts have 10 in
+		// all). Two overlapping invocations (an alarm and the schedule)
+		// are harmless: the scaler's cool-down runs from the mapping's
+		// LastModified, so the second sees the first's change.
+		LogGroup: logs,
 		Environment: &map[string]*string{
 			// Stack.ToJsonString resolves the queue names and mapping IDs
 			// (tokens) inside the JSON at deploy time.
@@ -110,6 +112,10 @@ func NewScaling(scope constructs.Construct, id string, cfg Config, p ScalingProp
 		},
 	})
 	fn := s.Function
+	// The mappings start at each lane's min (compile.go) and the scaler
+	// moves them. CloudFormation leaves a mapping alone while its template
+	// does not change; a deploy that changes a mapping (its batch size, say)
+	// sets MaximumConcurrency back to min, and the scaler steps up again.
 	var mappingARNs []*string
 	for _, l := range q.Lanes() {
 		mappingARNs = append(mappingARNs, c.Sources[l.Name].EventSourceMappingArn())

@@ -120,3 +120,33 @@ func TestEventSourceMappings(t *testing.T) {
 		}
 	}
 }
+
+// TestNoCompileFunction: compileFunction=false leaves out the compile
+// function, its event sources and the scaler that steers them; the queues
+// and their DLQ alarms stay.
+func TestNoCompileFunction(t *testing.T) {
+	s := synth(t, map[string]string{"compileFunction": "false", "fleet": "false"})
+	for _, typ := range []string{"AWS::Lambda::EventSourceMapping", "AWS::Events::Rule", "AWS::Lambda::Permission"} {
+		if n := len(s.resources(typ)); n != 0 {
+			t.Errorf("compileFunction=false: %d %s", n, typ)
+		}
+	}
+	for id, r := range s.resources("AWS::Lambda::Function") {
+		p := props(r)
+		if p["PackageType"] == "Image" || p["FunctionName"] == "compilefarm-dev-compile" || p["FunctionName"] == "compilefarm-dev-scaler" {
+			t.Errorf("compileFunction=false: function %s %v", id, p["FunctionName"])
+		}
+	}
+	for _, r := range s.resources("AWS::CloudWatch::Alarm") {
+		if n, _ := props(r)["AlarmName"].(string); !containsAll(n, "dlq-not-empty") {
+			t.Errorf("compileFunction=false: alarm %s", n)
+		}
+	}
+	if n := len(s.resources("AWS::SQS::Queue")); n != 4 {
+		t.Errorf("compileFunction=false: %d queues", n)
+	}
+	outs := jsonString(s.json["Outputs"])
+	if !containsAll(outs, "UrgentQueueUrl", "BulkQueueUrl", "CATable", "CAKeySecret") || containsAll(outs, "CompileFunction") {
+		t.Errorf("compileFunction=false: outputs %s", outs)
+	}
+}

@@ -29,11 +29,18 @@ type Config struct {
 	CompileMemoryMiB      int // compileMemoryMiB
 	CompileTimeoutSeconds int // compileTimeoutSeconds: the compile function's timeout
 
-	Fleet             bool // fleet: false leaves out the VPC, ECS and the NLB (LocalStack community)
-	FleetDesiredCount int  // fleetDesiredCount: tasks at deploy time, and the autoscaling minimum
-	FleetMaxCount     int  // fleetMaxCount: the autoscaling maximum
-	FleetCPU          int  // fleetCpu: Fargate CPU units per task
-	FleetMemoryMiB    int  // fleetMemoryMiB
+	// compileFunction: false leaves out the compile function, its event
+	// sources and the scaler that steers them (LocalStack's free tier runs
+	// no container-image functions; localstack/run.sh runs the bootstrap on
+	// the host instead).
+	CompileFunction bool
+
+	Fleet             bool     // fleet: false leaves out the VPC, ECS and the NLB (LocalStack community)
+	AvailabilityZones []string // availabilityZones: the VPC's zones (comma list, at least 2); default: 2 zones of the region by Fn::GetAZs
+	FleetDesiredCount int      // fleetDesiredCount: tasks at deploy time, and the autoscaling minimum
+	FleetMaxCount     int      // fleetMaxCount: the autoscaling maximum
+	FleetCPU          int      // fleetCpu: Fargate CPU units per task
+	FleetMemoryMiB    int      // fleetMemoryMiB
 
 	AlarmEmail string // alarmEmail: optional; subscribes the address to an SNS topic the alarms notify
 
@@ -49,6 +56,7 @@ func Defaults() Config {
 		BulkConcurrencyMin: 2, BulkConcurrencyMax: 20,
 		CompileMemoryMiB:      2048,
 		CompileTimeoutSeconds: 300,
+		CompileFunction:       true,
 		Fleet:                 true,
 		FleetDesiredCount:     2,
 		FleetMaxCount:         10,
@@ -61,6 +69,11 @@ func Defaults() Config {
 // Prod reports whether the stage is a production one ("prod" or
 // "production"): its stateful resources are retained when the stack goes.
 func (c Config) Prod() bool { return c.Stage == "prod" || c.Stage == "production" }
+
+// Local reports whether the stage is "local", the one localstack/run.sh
+// deploys to LocalStack: it leaves out what LocalStack's free tier cannot
+// run (the bucket's autoDeleteObjects custom resource).
+func (c Config) Local() bool { return c.Stage == "local" }
 
 // Name is the stage-qualified name of a resource: compilefarm-<stage>-<what>.
 func (c Config) Name(what string) string { return "compilefarm-" + c.Stage + "-" + what }
@@ -94,6 +107,9 @@ func (c Config) Validate() error {
 	if c.Fleet {
 		if c.FleetDesiredCount < 1 || c.FleetMaxCount < c.FleetDesiredCount {
 			return fmt.Errorf("fleetDesiredCount/fleetMaxCount %d/%d: want 1 <= desired <= max", c.FleetDesiredCount, c.FleetMaxCount)
+		}
+		if n := len(c.AvailabilityZones); n == 1 {
+			return fmt.Errorf("availabilityZones %v: want at least 2 (the NLB and the service span two)", c.AvailabilityZones)
 		}
 		if c.FleetCPU < 256 || c.FleetMemoryMiB < 512 {
 			return fmt.Errorf("fleetCpu/fleetMemoryMiB %d/%d: want a Fargate size (at least 256/512)", c.FleetCPU, c.FleetMemoryMiB)
@@ -139,13 +155,17 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	if s, ok := str("stage"); ok && s != "" {
 		c.Stage = s
 	}
-	if s, ok := str("dnsAltNames"); ok {
-		for _, n := range strings.Split(s, ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				c.DNSAltNames = append(c.DNSAltNames, n)
+	list := func(key string, dst *[]string) {
+		if s, ok := str(key); ok {
+			for _, n := range strings.Split(s, ",") {
+				if n = strings.TrimSpace(n); n != "" {
+					*dst = append(*dst, n)
+				}
 			}
 		}
 	}
+	list("dnsAltNames", &c.DNSAltNames)
+	list("availabilityZones", &c.AvailabilityZones)
 	num("urgentConcurrencyMin", &c.UrgentConcurrencyMin)
 	num("urgentConcurrencyMax", &c.UrgentConcurrencyMax)
 	num("bulkConcurrencyMin", &c.BulkConcurrencyMin)
@@ -163,13 +183,18 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 			c.FleetMaxCount = c.FleetDesiredCount // a larger desired count raises the default maximum
 		}
 	}
-	if s, ok := str("fleet"); ok && s != "" {
-		b, err := strconv.ParseBool(s)
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("context fleet=%q: want true or false", s))
+	boolean := func(key string, dst *bool) {
+		if s, ok := str(key); ok && s != "" {
+			b, err := strconv.ParseBool(s)
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("context %s=%q: want true or false", key, s))
+				return
+			}
+			*dst = b
 		}
-		c.Fleet = b
 	}
+	boolean("fleet", &c.Fleet)
+	boolean("compileFunction", &c.CompileFunction)
 	if s, ok := str("alarmEmail"); ok {
 		c.AlarmEmail = s
 	}

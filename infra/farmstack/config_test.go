@@ -27,6 +27,7 @@ func TestConfigFromContext(t *testing.T) {
 		"stage": "prod", "dnsAltNames": " puppet.example.com,,farm.example.com ", "urgentConcurrencyMin": "3", "urgentConcurrencyMax": 30.0,
 		"bulkConcurrencyMin": "2", "bulkConcurrencyMax": "4", "compileMemoryMiB": "3008", "compileTimeoutSeconds": "600",
 		"fleetDesiredCount": "12", "fleetCpu": "2048", "fleetMemoryMiB": "4096", "fleet": "true", "alarmEmail": "ops@example.com",
+		"compileFunction": "false", "availabilityZones": "us-east-1a, us-east-1b",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -37,6 +38,7 @@ func TestConfigFromContext(t *testing.T) {
 	want.CompileMemoryMiB, want.CompileTimeoutSeconds = 3008, 600
 	want.FleetDesiredCount, want.FleetMaxCount, want.FleetCPU, want.FleetMemoryMiB = 12, 12, 2048, 4096
 	want.AlarmEmail = "ops@example.com"
+	want.CompileFunction, want.AvailabilityZones = false, []string{"us-east-1a", "us-east-1b"}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got  %+v\nwant %+v", c, want)
 	}
@@ -46,7 +48,7 @@ func TestConfigFromContext(t *testing.T) {
 	for _, bad := range []map[string]interface{}{
 		{"stage": "Dev"}, {"stage": "dev_1"}, {"urgentConcurrencyMin": "1"}, {"bulkConcurrencyMax": "1001"},
 		{"urgentConcurrencyMin": "10", "urgentConcurrencyMax": "5"}, {"compileTimeoutSeconds": "901"},
-		{"compileMemoryMiB": "lots"}, {"fleet": "maybe"}, {"fleetDesiredCount": "0"}, {"fleetDesiredCount": "5", "fleetMaxCount": "4"},
+		{"compileMemoryMiB": "lots"}, {"fleet": "maybe"}, {"compileFunction": "no way"}, {"availabilityZones": "us-east-1a"}, {"fleetDesiredCount": "0"}, {"fleetDesiredCount": "5", "fleetMaxCount": "4"},
 	} {
 		if _, err := configFrom(t, bad); err == nil {
 			t.Errorf("context %v: no error", bad)

@@ -75,15 +75,22 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 	if cfg.Prod() {
 		nats = 2
 	}
-	f.Vpc = awsec2.NewVpc(f.Construct, jsii.String("Vpc"), &awsec2.VpcProps{
+	vpcProps := &awsec2.VpcProps{
 		VpcName:     jsii.String(cfg.Name("vpc")),
-		MaxAzs:      jsii.Number(2),
 		NatGateways: jsii.Number(nats),
 		GatewayEndpoints: &map[string]*awsec2.GatewayVpcEndpointOptions{
 			"S3":       {Service: awsec2.GatewayVpcEndpointAwsService_S3()},
 			"DynamoDB": {Service: awsec2.GatewayVpcEndpointAwsService_DYNAMODB()},
 		},
-	})
+	}
+	if len(cfg.AvailabilityZones) > 0 {
+		// Named zones: no Fn::GetAZs (which some emulators lack), and the
+		// same zones whatever the account's zone mapping says.
+		vpcProps.AvailabilityZones = jsii.Strings(cfg.AvailabilityZones...)
+	} else {
+		vpcProps.MaxAzs = jsii.Number(2) // the region's first two, by Fn::GetAZs
+	}
+	f.Vpc = awsec2.NewVpc(f.Construct, jsii.String("Vpc"), vpcProps)
 	f.Cluster = awsecs.NewCluster(f.Construct, jsii.String("Cluster"), &awsecs.ClusterProps{
 		ClusterName: jsii.String(cfg.Name("fleet")),
 		Vpc:         f.Vpc,

@@ -179,3 +179,21 @@ func firstID(rs map[string]map[string]interface{}) (string, map[string]interface
 	}
 	return "", nil
 }
+
+// TestAvailabilityZones: named zones replace Fn::GetAZs.
+func TestAvailabilityZones(t *testing.T) {
+	if s := dev(t); !strings.Contains(jsonString(s.json["Resources"]), "Fn::GetAZs") {
+		t.Error("without availabilityZones the VPC does not pick zones with Fn::GetAZs")
+	}
+	s := synth(t, map[string]string{"availabilityZones": "eu-west-1a,eu-west-1b"})
+	if strings.Contains(jsonString(s.json["Resources"]), "Fn::GetAZs") {
+		t.Error("with availabilityZones the template still uses Fn::GetAZs")
+	}
+	zones := map[string]bool{}
+	for _, r := range s.resources("AWS::EC2::Subnet") {
+		zones[props(r)["AvailabilityZone"].(string)] = true
+	}
+	if len(zones) != 2 || !zones["eu-west-1a"] || !zones["eu-west-1b"] {
+		t.Errorf("subnet zones %v", zones)
+	}
+}

@@ -18,7 +18,8 @@ type Observability struct {
 	Dashboard awscloudwatch.Dashboard
 	// DLQAlarms by lane name: a job ended in the lane's dead-letter queue.
 	DLQAlarms map[string]awscloudwatch.Alarm
-	// CompileErrors: the compile function's invocations failed (Errors).
+	// CompileErrors: the compile function's invocations failed (Errors);
+	// nil without the compile function.
 	CompileErrors awscloudwatch.Alarm
 	// FleetErrors: ERROR lines in the fleet's logs (nil without a fleet).
 	FleetErrors awscloudwatch.Alarm
@@ -26,7 +27,7 @@ type Observability struct {
 	Topic awssns.Topic
 }
 
-// ObservabilityProps are what is watched. Fleet may be nil.
+// ObservabilityProps are what is watched. Compile and Fleet may be nil.
 type ObservabilityProps struct {
 	Queues  *Queues
 	Compile *Compile
@@ -41,7 +42,7 @@ func MetricsNamespace(cfg Config) string { return "compilefarm/" + cfg.Stage }
 // alarmEmail, the SNS topic they notify.
 func NewObservability(scope constructs.Construct, id string, cfg Config, p ObservabilityProps) *Observability {
 	o := &Observability{Construct: constructs.NewConstruct(scope, jsii.String(id)), DLQAlarms: map[string]awscloudwatch.Alarm{}}
-	q, fn := p.Queues, p.Compile.Function
+	q := p.Queues
 	minute := awscdk.Duration_Minutes(jsii.Number(1))
 	var notify []awscloudwatch.IAlarmAction
 	if cfg.AlarmEmail != "" {
@@ -74,20 +75,6 @@ func NewObservability(scope constructs.Construct, id string, cfg Config, p Obser
 			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 		}))
 	}
-	// Lambda Errors counts failed invocations (init failures, crashes,
-	// timeouts), not jobs the function reports failed in its batch
-	// response: those retry and end in the dead-letter queue above.
-	o.CompileErrors = withActions(fn.MetricErrors(&awscloudwatch.MetricOptions{
-		Period: awscdk.Duration_Minutes(jsii.Number(5)), Statistic: jsii.String("Sum"),
-	}).CreateAlarm(o.Construct, jsii.String("CompileErrors"), &awscloudwatch.CreateAlarmOptions{
-		AlarmName:          jsii.String(cfg.Name("compile-errors")),
-		AlarmDescription:   jsii.String("Invocations of the compile function failed (init failure, crash or timeout)"),
-		Threshold:          jsii.Number(0),
-		EvaluationPeriods:  jsii.Number(1),
-		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-	}))
-
 	o.Dashboard = awscloudwatch.NewDashboard(o.Construct, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
 		DashboardName:   jsii.String(cfg.Name("farm")),
 		DefaultInterval: awscdk.Duration_Hours(jsii.Number(3)),
@@ -118,21 +105,40 @@ func NewObservability(scope constructs.Construct, id string, cfg Config, p Obser
 			return l.DLQ.MetricApproximateNumberOfMessagesVisible(mo("Maximum", l.Name+" DLQ"))
 		})),
 	)
-	o.Dashboard.AddWidgets(
-		graph("Compile duration (ms)", []awscloudwatch.IMetric{
-			fn.MetricDuration(mo("Average", "average")), fn.MetricDuration(mo("p99", "p99")),
-		}),
-		graph("Compile errors and throttles", []awscloudwatch.IMetric{
-			fn.MetricErrors(mo("Sum", "errors")), fn.MetricThrottles(mo("Sum", "throttles")),
-		}),
-		graph("Compile concurrency", []awscloudwatch.IMetric{
-			fn.Metric(jsii.String("ConcurrentExecutions"), mo("Maximum", "concurrent executions")),
-			fn.MetricInvocations(mo("Sum", "invocations")),
-		}),
-	)
-	alarms := []awscloudwatch.IAlarm{o.CompileErrors}
+	var alarms []awscloudwatch.IAlarm
 	for _, l := range q.Lanes() {
 		alarms = append(alarms, o.DLQAlarms[l.Name])
+	}
+
+	if p.Compile != nil {
+		fn := p.Compile.Function
+		// Lambda Errors counts failed invocations (init failures, crashes,
+		// timeouts), not jobs the function reports failed in its batch
+		// response: those retry and end in the dead-letter queue above.
+		o.CompileErrors = withActions(fn.MetricErrors(&awscloudwatch.MetricOptions{
+			Period: awscdk.Duration_Minutes(jsii.Number(5)), Statistic: jsii.String("Sum"),
+		}).CreateAlarm(o.Construct, jsii.String("CompileErrors"), &awscloudwatch.CreateAlarmOptions{
+			AlarmName:          jsii.String(cfg.Name("compile-errors")),
+			AlarmDescription:   jsii.String("Invocations of the compile function failed (init failure, crash or timeout)"),
+			Threshold:          jsii.Number(0),
+			EvaluationPeriods:  jsii.Number(1),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+		}))
+
+		o.Dashboard.AddWidgets(
+			graph("Compile duration (ms)", []awscloudwatch.IMetric{
+				fn.MetricDuration(mo("Average", "average")), fn.MetricDuration(mo("p99", "p99")),
+			}),
+			graph("Compile errors and throttles", []awscloudwatch.IMetric{
+				fn.MetricErrors(mo("Sum", "errors")), fn.MetricThrottles(mo("Sum", "throttles")),
+			}),
+			graph("Compile concurrency", []awscloudwatch.IMetric{
+				fn.Metric(jsii.String("ConcurrentExecutions"), mo("Maximum", "concurrent executions")),
+				fn.MetricInvocations(mo("Sum", "invocations")),
+			}),
+		)
+		alarms = append(alarms, o.CompileErrors)
 	}
 
 	if f := p.Fleet; f != nil {

@@ -24,9 +24,9 @@ type FarmStack struct {
 	Config        Config
 	Storage       *Storage
 	Queues        *Queues
-	Compile       *Compile
-	Fleet         *Fleet // nil with fleet=false
-	Scaling       *Scaling
+	Compile       *Compile // nil with compileFunction=false
+	Fleet         *Fleet   // nil with fleet=false
+	Scaling       *Scaling // nil with compileFunction=false
 	Observability *Observability
 }
 
@@ -44,11 +44,13 @@ func NewFarmStack(scope constructs.Construct, p Props) *FarmStack {
 	timeout := awscdk.Duration_Seconds(jsii.Number(cfg.CompileTimeoutSeconds))
 	s.Storage = NewStorage(stack, "Storage", cfg)
 	s.Queues = NewQueues(stack, "Queues", cfg, timeout)
-	s.Compile = NewCompile(stack, "Compile", cfg, CompileProps{RepoRoot: p.RepoRoot, Storage: s.Storage, Queues: s.Queues})
+	if cfg.CompileFunction {
+		s.Compile = NewCompile(stack, "Compile", cfg, CompileProps{RepoRoot: p.RepoRoot, Storage: s.Storage, Queues: s.Queues})
+		s.Scaling = NewScaling(stack, "Scaling", cfg, ScalingProps{AssetDir: p.ScalerAssetDir, Queues: s.Queues, Compile: s.Compile})
+	}
 	if cfg.Fleet {
 		s.Fleet = NewFleet(stack, "Fleet", cfg, FleetProps{RepoRoot: p.RepoRoot, Storage: s.Storage, Queues: s.Queues})
 	}
-	s.Scaling = NewScaling(stack, "Scaling", cfg, ScalingProps{AssetDir: p.ScalerAssetDir, Queues: s.Queues, Compile: s.Compile})
 	s.Observability = NewObservability(stack, "Observability", cfg, ObservabilityProps{Queues: s.Queues, Compile: s.Compile, Fleet: s.Fleet})
 	s.outputs()
 	return s
@@ -68,8 +70,10 @@ func (s *FarmStack) outputs() {
 	out("CAKeySecret", "--ca-key-secret", jsii.String(st.CAKeySecretName))
 	out("UrgentQueueUrl", "--urgent-queue-url", q.Urgent.Queue.QueueUrl())
 	out("BulkQueueUrl", "--bulk-queue-url", q.Bulk.Queue.QueueUrl())
-	out("CompileFunction", "the compile Lambda", s.Compile.Function.FunctionName())
-	out("ScalerFunction", "the scaler Lambda", s.Scaling.Function.FunctionName())
+	if s.Compile != nil {
+		out("CompileFunction", "the compile Lambda", s.Compile.Function.FunctionName())
+		out("ScalerFunction", "the scaler Lambda", s.Scaling.Function.FunctionName())
+	}
 	if s.Fleet != nil {
 		out("LoadBalancerDns", "puppet agent --server", s.Fleet.LoadBalancer.LoadBalancerDnsName())
 		out("Cluster", "the fleet's ECS cluster", s.Fleet.Cluster.ClusterName())

@@ -84,8 +84,10 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 		LifecycleRules: &rules,
 		RemovalPolicy:  removal,
 		// A non-prod stage's bucket is emptied on stack deletion (a custom
-		// resource Lambda); prod keeps it.
-		AutoDeleteObjects: jsii.Bool(!cfg.Prod()),
+		// resource Lambda); prod keeps it, and stage local (LocalStack,
+		// whose free tier runs no custom resources) leaves it to
+		// LocalStack's own reset.
+		AutoDeleteObjects: jsii.Bool(!cfg.Prod() && !cfg.Local()),
 	})
 
 	// Tables: from dynamostate.Tables(), the one definition of their keys

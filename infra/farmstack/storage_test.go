@@ -151,3 +151,14 @@ func TestCAKeySecret(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalStage: stage local (LocalStack) has no autoDeleteObjects custom
+// resource; dev has one, prod none.
+func TestLocalStage(t *testing.T) {
+	for stage, want := range map[string]int{"local": 0, "dev": 1, "prod": 0} {
+		s := synth(t, map[string]string{"stage": stage})
+		if n := len(s.resources("Custom::S3AutoDeleteObjects")); n != want {
+			t.Errorf("stage %s: %d Custom::S3AutoDeleteObjects, want %d", stage, n, want)
+		}
+	}
+}

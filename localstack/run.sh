@@ -7,13 +7,17 @@
 #   localstack/run.sh e2e      CA, front door, code deploy, `puppet agent -t`, `broker nodes`
 #   localstack/run.sh down     stop LocalStack and forget its state
 #   localstack/run.sh status   LocalStack's health and the tier in use
+#   localstack/run.sh context  the -c context deploy synthesizes with (infra's tests read it)
 #
 # The tier decides what is deployed (LOCALSTACK_TIER, default: pro when
 # LOCALSTACK_AUTH_TOKEN is set, else free):
 #   free  the stack with -c fleet=false -c compileFunction=false; the front
 #         door and the compile function's bootstrap run on this host
 #   pro   the whole stack (fleet on ECS behind the NLB, the compile function
-#         from its container image through ECR), needs a licensed auth token
+#         from its container image through ECR), needs a licensed auth token;
+#         with -c availabilityZones=<region>a,<region>b (LocalStack's
+#         CloudFormation has no Fn::GetAZs) and -c awsEndpointURL= LocalStack's
+#         address on its Docker network, for the fleet's tasks
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,6 +32,11 @@ build="$here/.build"
 cdk_bin="$root/.tools/cdk/node_modules/.bin"
 
 endpoint=${LOCALSTACK_ENDPOINT:-http://localhost.localstack.cloud:4566}
+region=${AWS_REGION:-${AWS_DEFAULT_REGION:-us-east-1}}
+# LocalStack as the containers it starts (ECS tasks, Lambdas) reach it: its
+# container name on the compose network (docker-compose.yml: container_name,
+# networks, MAIN_DOCKER_NETWORK and LAMBDA_DOCKER_NETWORK).
+network_endpoint=http://compilefarm-localstack:4566
 health_url=${LOCALSTACK_HEALTH_URL:-http://127.0.0.1:4566/_localstack/health}
 health_timeout=${LOCALSTACK_HEALTH_TIMEOUT:-240}
 
@@ -101,8 +110,8 @@ or run without it: LOCALSTACK_TIER=free localstack/run.sh $1"
 }
 
 aws_env() {
-	export AWS_ENDPOINT_URL=$endpoint AWS_REGION=${AWS_REGION:-us-east-1}
-	export AWS_DEFAULT_REGION=$AWS_REGION
+	export AWS_ENDPOINT_URL=$endpoint AWS_REGION=$region
+	export AWS_DEFAULT_REGION=$region
 	export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-test} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-test}
 	unset AWS_PROFILE AWS_SESSION_TOKEN
 }
@@ -194,21 +203,41 @@ lsfarm() {
 	"$build/lsfarm" "$@"
 }
 
-cmd_deploy() {
-	require_up
-	need_token deploy
-	cdk_env
-	local t fleet compile_fn
-	t=$(tier)
-	if [[ $t == pro ]]; then
-		need_docker # cdklocal deploy builds the compile function's and the fleet's images and pushes them to LocalStack's ECR
+# deploy_context: the CDK context deploy synthesizes with, one key=value a
+# line. infra/farmstack/localstack_test.go checks the stack with exactly
+# these (run.sh context), so its test fails whenever deploy's check would.
+deploy_context() {
+	local fleet compile_fn
+	if [[ $(tier) == pro ]]; then
 		fleet=true compile_fn=true
 	else
 		fleet=false compile_fn=false
 	fi
 	fleet=${LOCALSTACK_FLEET:-$fleet}
-	local ctx=(-c "stage=$stage" -c "fleet=$fleet" -c "compileFunction=$compile_fn")
-	for kv in ${LOCALSTACK_CDK_CONTEXT:-}; do ctx+=(-c "$kv"); done
+	printf '%s\n' "stage=$stage" "fleet=$fleet" "compileFunction=$compile_fn"
+	if [[ $(tier) == pro ]]; then
+		# LocalStack's CloudFormation does not support Fn::GetAZs: name the
+		# VPC's zones. The fleet's tasks reach LocalStack by its name on the
+		# Docker network they join (README: Troubleshooting).
+		printf '%s\n' "availabilityZones=${region}a,${region}b" "awsEndpointURL=$network_endpoint"
+	fi
+	local kv
+	for kv in ${LOCALSTACK_CDK_CONTEXT:-}; do printf '%s\n' "$kv"; done
+}
+
+cmd_context() { deploy_context; }
+
+cmd_deploy() {
+	require_up
+	need_token deploy
+	cdk_env
+	local t
+	t=$(tier)
+	if [[ $t == pro ]]; then
+		need_docker # cdklocal deploy builds the compile function's and the fleet's images and pushes them to LocalStack's ECR
+	fi
+	local ctx=() kv
+	while IFS= read -r kv; do ctx+=(-c "$kv"); done < <(deploy_context)
 
 	# The scaler is a zip asset: its arm64 bootstrap must exist before synth
 	# (infra/.gitignore: built like this by the Makefile, a placeholder in tests).
@@ -387,8 +416,9 @@ deploy) cmd_deploy ;;
 e2e) cmd_e2e ;;
 down) cmd_down ;;
 status) cmd_status ;;
+context) cmd_context ;;
 *)
-	sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac

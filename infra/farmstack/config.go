@@ -9,6 +9,7 @@ package farmstack
 
 import (
 	"fmt"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -41,6 +42,12 @@ type Config struct {
 	FleetMaxCount     int      // fleetMaxCount: the autoscaling maximum
 	FleetCPU          int      // fleetCpu: Fargate CPU units per task
 	FleetMemoryMiB    int      // fleetMemoryMiB
+
+	// awsEndpointURL: optional; the fleet container gets it as
+	// AWS_ENDPOINT_URL (the AWS SDKs' endpoint for every service). For
+	// emulators: localstack/run.sh passes LocalStack's address on its
+	// Docker network. Empty (the default) on AWS.
+	AWSEndpointURL string
 
 	AlarmEmail string // alarmEmail: optional; subscribes the address to an SNS topic the alarms notify
 
@@ -113,6 +120,11 @@ func (c Config) Validate() error {
 		}
 		if c.FleetCPU < 256 || c.FleetMemoryMiB < 512 {
 			return fmt.Errorf("fleetCpu/fleetMemoryMiB %d/%d: want a Fargate size (at least 256/512)", c.FleetCPU, c.FleetMemoryMiB)
+		}
+	}
+	if c.AWSEndpointURL != "" {
+		if u, err := url.Parse(c.AWSEndpointURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("awsEndpointURL %q: want an http:// or https:// URL with a host", c.AWSEndpointURL)
 		}
 	}
 	if c.ReportRetentionDays < 0 || c.CatalogRetentionDays < 0 {
@@ -197,6 +209,9 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	boolean("compileFunction", &c.CompileFunction)
 	if s, ok := str("alarmEmail"); ok {
 		c.AlarmEmail = s
+	}
+	if s, ok := str("awsEndpointURL"); ok {
+		c.AWSEndpointURL = s
 	}
 	if len(errs) > 0 {
 		return c, fmt.Errorf("%s", strings.Join(errs, "; "))

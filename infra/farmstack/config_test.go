@@ -27,7 +27,7 @@ func TestConfigFromContext(t *testing.T) {
 		"stage": "prod", "dnsAltNames": " puppet.example.com,,farm.example.com ", "urgentConcurrencyMin": "3", "urgentConcurrencyMax": 30.0,
 		"bulkConcurrencyMin": "2", "bulkConcurrencyMax": "4", "compileMemoryMiB": "3008", "compileTimeoutSeconds": "600",
 		"fleetDesiredCount": "12", "fleetCpu": "2048", "fleetMemoryMiB": "4096", "fleet": "true", "alarmEmail": "ops@example.com",
-		"compileFunction": "false", "availabilityZones": "us-east-1a, us-east-1b",
+		"compileFunction": "false", "availabilityZones": "us-east-1a, us-east-1b", "awsEndpointURL": "http://compilefarm-localstack:4566",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -39,6 +39,7 @@ func TestConfigFromContext(t *testing.T) {
 	want.FleetDesiredCount, want.FleetMaxCount, want.FleetCPU, want.FleetMemoryMiB = 12, 12, 2048, 4096
 	want.AlarmEmail = "ops@example.com"
 	want.CompileFunction, want.AvailabilityZones = false, []string{"us-east-1a", "us-east-1b"}
+	want.AWSEndpointURL = "http://compilefarm-localstack:4566"
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got  %+v\nwant %+v", c, want)
 	}
@@ -49,6 +50,7 @@ func TestConfigFromContext(t *testing.T) {
 		{"stage": "Dev"}, {"stage": "dev_1"}, {"urgentConcurrencyMin": "1"}, {"bulkConcurrencyMax": "1001"},
 		{"urgentConcurrencyMin": "10", "urgentConcurrencyMax": "5"}, {"compileTimeoutSeconds": "901"},
 		{"compileMemoryMiB": "lots"}, {"fleet": "maybe"}, {"compileFunction": "no way"}, {"availabilityZones": "us-east-1a"}, {"fleetDesiredCount": "0"}, {"fleetDesiredCount": "5", "fleetMaxCount": "4"},
+		{"awsEndpointURL": "compilefarm-localstack:4566"}, {"awsEndpointURL": "http://"},
 	} {
 		if _, err := configFrom(t, bad); err == nil {
 			t.Errorf("context %v: no error", bad)
@@ -97,7 +99,7 @@ func TestContextKeysDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := regexp.MustCompile(`(?:str|num)\("([A-Za-z]+)"`).FindAllStringSubmatch(string(src), -1)
+	keys := regexp.MustCompile(`(?:str|num|list|boolean)\("([A-Za-z]+)"`).FindAllStringSubmatch(string(src), -1)
 	if len(keys) < 10 {
 		t.Fatalf("found only %d context keys in config.go", len(keys))
 	}

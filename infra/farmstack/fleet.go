@@ -142,8 +142,15 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		jsii.String("--ca-key-secret"), jsii.String(st.CAKeySecretName),
 		jsii.String("--dns-alt-names"), awscdk.Fn_Join(jsii.String(","), &altNames),
 	}
+	// On AWS the SDK finds every endpoint itself; an emulator (LocalStack:
+	// awsEndpointURL) is one endpoint for all services.
+	var env *map[string]*string
+	if cfg.AWSEndpointURL != "" {
+		env = &map[string]*string{"AWS_ENDPOINT_URL": jsii.String(cfg.AWSEndpointURL)}
+	}
 	task.AddContainer(jsii.String("broker"), &awsecs.ContainerDefinitionOptions{
 		ContainerName: jsii.String("broker"),
+		Environment:   env,
 		Image: awsecs.ContainerImage_FromAsset(jsii.String(p.RepoRoot), &awsecs.AssetImageProps{
 			File:    jsii.String("broker/Dockerfile"),
 			Exclude: jsii.Strings(AssetExcludes...),

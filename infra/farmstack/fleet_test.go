@@ -197,3 +197,36 @@ func TestAvailabilityZones(t *testing.T) {
 		t.Errorf("subnet zones %v", zones)
 	}
 }
+
+// TestFleetEndpointURL: the fleet container gets AWS_ENDPOINT_URL only when
+// awsEndpointURL is set (an emulator's address, e.g. LocalStack's on its
+// Docker network); on AWS the SDK finds the endpoints itself.
+func TestFleetEndpointURL(t *testing.T) {
+	container := func(s *synthed) map[string]interface{} {
+		t.Helper()
+		_, task := firstID(s.resources("AWS::ECS::TaskDefinition"))
+		cds, _ := props(task)["ContainerDefinitions"].([]interface{})
+		if len(cds) != 1 {
+			t.Fatalf("%d containers", len(cds))
+		}
+		return cds[0].(map[string]interface{})
+	}
+	if env := jsonString(container(dev(t))["Environment"]); strings.Contains(env, "AWS_ENDPOINT_URL") {
+		t.Errorf("without awsEndpointURL the container's environment is %s", env)
+	}
+	const url = "http://compilefarm-localstack:4566"
+	env, _ := container(synth(t, map[string]string{"awsEndpointURL": url}))["Environment"].([]interface{})
+	found := false
+	for _, e := range env {
+		e := e.(map[string]interface{})
+		if e["Name"] == "AWS_ENDPOINT_URL" {
+			found = true
+			if e["Value"] != url {
+				t.Errorf("AWS_ENDPOINT_URL = %v, want %s", e["Value"], url)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("awsEndpointURL=%s: the container's environment is %s", url, jsonString(env))
+	}
+}

@@ -160,7 +160,9 @@ cmd_up() {
 	img=$(image)
 	export LOCALSTACK_IMAGE=$img LOCALSTACK_AUTH_TOKEN=${LOCALSTACK_AUTH_TOKEN:-}
 	if [[ $(tier) == pro ]]; then
-		say "note: the fleet and the scaler are arm64, the compile function x86_64: Docker on this $(uname -m) host needs emulation for the other one (README: Architectures)"
+		if [[ $(uname -m) != aarch64 && $(uname -m) != arm64 ]]; then
+			say "note: the fleet, the compile function and the scaler are arm64: Docker on this $(uname -m) host needs arm64 emulation (README: Architectures)"
+		fi
 	fi
 	say "tier $(tier), image $img"
 	"${compose[@]}" up -d

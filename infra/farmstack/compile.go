@@ -94,11 +94,12 @@ func NewCompile(scope constructs.Construct, id string, cfg Config, p CompileProp
 		Code: awslambda.DockerImageCode_FromImageAsset(jsii.String(p.RepoRoot), &awslambda.AssetImageCodeProps{
 			File:    jsii.String("functions/compile/Dockerfile"),
 			Exclude: jsii.Strings(AssetExcludes...),
-			// The Dockerfile builds the bootstrap with GOARCH=amd64, so the
-			// image is x86_64 even though its base image has an arm64 build.
-			Platform: awsecrassets.Platform_LINUX_AMD64(),
+			// arm64: Lambda's arm64 costs about 20 % less per GB-second than
+			// x86_64. The Dockerfile builds for the platform it is asked for
+			// (GOARCH=$TARGETARCH; its header says what was checked on arm64).
+			Platform: awsecrassets.Platform_LINUX_ARM64(),
 		}),
-		Architecture: awslambda.Architecture_X86_64(),
+		Architecture: awslambda.Architecture_ARM_64(),
 		MemorySize:   jsii.Number(cfg.CompileMemoryMiB),
 		Timeout:      awscdk.Duration_Seconds(jsii.Number(cfg.CompileTimeoutSeconds)),
 		// Code checkouts and the worker's state live under /tmp

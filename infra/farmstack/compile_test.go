@@ -1,9 +1,11 @@
 package farmstack
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -16,9 +18,44 @@ func TestCompileFunction(t *testing.T) {
 	if fn["PackageType"] != "Image" || !containsAll(jsonString(fn["Code"]), "ImageUri") {
 		t.Errorf("compile function is not an image: PackageType %v, Code %s", fn["PackageType"], jsonString(fn["Code"]))
 	}
-	// functions/compile/Dockerfile builds an amd64 bootstrap.
-	if jsonString(fn["Architectures"]) != `["x86_64"]` {
-		t.Errorf("Architectures = %s", jsonString(fn["Architectures"]))
+	// arm64, and its image asset is built for linux/arm64
+	// (functions/compile/Dockerfile builds for the platform it is given).
+	if jsonString(fn["Architectures"]) != `["arm64"]` {
+		t.Errorf("Architectures = %s, want arm64", jsonString(fn["Architectures"]))
+	}
+	manifests, _ := filepath.Glob(filepath.Join(s.out, "*.assets.json"))
+	platforms := map[string]bool{}
+	for _, m := range manifests {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var assets struct {
+			DockerImages map[string]struct {
+				Source struct {
+					DockerFile string `json:"dockerFile"`
+					Platform   string `json:"platform"`
+				} `json:"source"`
+			} `json:"dockerImages"`
+		}
+		if err := json.Unmarshal(b, &assets); err != nil {
+			t.Fatalf("%s: %v", m, err)
+		}
+		for _, a := range assets.DockerImages {
+			if a.Source.DockerFile == "functions/compile/Dockerfile" {
+				platforms[a.Source.Platform] = true
+			}
+		}
+	}
+	if len(platforms) != 1 || !platforms["linux/arm64"] {
+		t.Errorf("the compile function's image asset is built for %v, want linux/arm64", platforms)
+	}
+	dockerfile, err := os.ReadFile(filepath.Join(repoRoot, "functions", "compile", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !containsAll(string(dockerfile), "ARG TARGETARCH", "GOARCH=$TARGETARCH") || strings.Contains(string(dockerfile), "GOARCH=amd64") {
+		t.Error("functions/compile/Dockerfile does not build the bootstrap for the image's platform (GOARCH=$TARGETARCH)")
 	}
 	if num(fn["MemorySize"]) != 2048 || num(fn["Timeout"]) != 300 {
 		t.Errorf("MemorySize/Timeout = %v/%v, want the defaults 2048/300", fn["MemorySize"], fn["Timeout"])

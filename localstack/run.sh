@@ -243,9 +243,12 @@ cmd_deploy() {
 
 	# The scaler is a zip asset: its arm64 bootstrap must exist before synth
 	# (infra/.gitignore: built like this by the Makefile, a placeholder in tests).
-	say "building the scaler's bootstrap (linux/arm64) into infra/assets/scaler"
-	(cd "$root" && GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -tags lambda.norpc -trimpath \
-		-o infra/assets/scaler/bootstrap ./functions/scaler) || die "go build ./functions/scaler failed"
+	# It goes with the compile function: compileFunction=false (free) has none.
+	if [[ $(deploy_context | sed -n 's/^compileFunction=//p' | tail -n 1) != false ]]; then
+		say "building the scaler's bootstrap (linux/arm64) into infra/assets/scaler"
+		(cd "$root" && GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -tags lambda.norpc -trimpath \
+			-o infra/assets/scaler/bootstrap ./functions/scaler) || die "go build ./functions/scaler failed"
+	fi
 
 	say "synth $stack (${ctx[*]})"
 	rm -rf "$assembly"

@@ -36,7 +36,7 @@ type Config struct {
 	// the host instead).
 	CompileFunction bool
 
-	Fleet             bool     // fleet: false leaves out the VPC, ECS and the NLB (LocalStack community)
+	Fleet             bool     // fleet: false leaves out the VPC, ECS and the NLB (with compileFunction false: LocalStack's free tier)
 	AvailabilityZones []string // availabilityZones: the VPC's zones (comma list, at least 2); default: 2 zones of the region by Fn::GetAZs
 	FleetDesiredCount int      // fleetDesiredCount: tasks at deploy time, and the autoscaling minimum
 	FleetMaxCount     int      // fleetMaxCount: the autoscaling maximum

@@ -11,8 +11,8 @@ import (
 )
 
 // laneSpec is one object of COMPILEFARM_SCALER_LANES. The thresholds are
-// optional Go durations; scaling.UrgentDefaults and scaling.BulkDefaults
-// fill those left out.
+// optional Go durations; the lane's defaults (scaling.Urgent or
+// scaling.Bulk) fill those left out.
 type laneSpec struct {
 	Lane    string `json:"lane"`    // "urgent" or "bulk"
 	Queue   string `json:"queue"`   // the lane's SQS queue name (the metric's QueueName)

@@ -27,7 +27,7 @@ func TestParseLanes(t *testing.T) {
 	if u.Name != "urgent" || u.Queue != "cf-urgent" || u.Mapping != "u-1" || u.Config.Min != 2 || u.Config.Max != 50 || u.Config.Step != 2 {
 		t.Errorf("urgent lane %+v", u)
 	}
-	if u.Config.High != scaling.UrgentDefaults.High || u.Config.Low != scaling.UrgentDefaults.Low || u.Config.Cooldown != 3*time.Minute {
+	if u.Config.High != scaling.Urgent.Config.High || u.Config.Low != scaling.Urgent.Config.Low || u.Config.Cooldown != 3*time.Minute {
 		t.Errorf("urgent lane's defaults: %+v", u.Config)
 	}
 	if b.Config.High != 5*time.Minute || b.Config.Low != time.Minute || b.Config.LowFor != 15*time.Minute || b.Config.Cooldown != 3*time.Minute {
@@ -35,7 +35,7 @@ func TestParseLanes(t *testing.T) {
 	}
 
 	lanes, err = parseLanes(envOf(map[string]string{"COMPILEFARM_SCALER_LANES": `[{"lane":"bulk","queue":"q","mapping":"m","min":2,"max":3,"step":1}]`}))
-	if err != nil || lanes[0].Config.Cooldown != scaling.DefaultCooldown || lanes[0].Config.High != scaling.BulkDefaults.High {
+	if err != nil || lanes[0].Config.Cooldown != scaling.DefaultCooldown || lanes[0].Config.High != scaling.Bulk.Config.High {
 		t.Errorf("defaults: %+v, %v", lanes, err)
 	}
 	lanes, err = parseLanes(envOf(map[string]string{"COMPILEFARM_SCALER_LANES": `[{"lane":"bulk","queue":"q","mapping":"m","min":2,"max":3,"step":1}]`, "COMPILEFARM_SCALER_COOLDOWN": "0s"}))

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/compilefarm/compilefarm/pkg/dynamostate"
+	"github.com/compilefarm/compilefarm/pkg/scaling"
 )
 
 // AssetExcludes keeps what a Docker build of the repository root does not
@@ -25,40 +26,31 @@ import (
 var AssetExcludes = []string{".git", ".tools", ".data", "bin", "node_modules", "infra", "docs", "localstack",
 	"**/cdk.out", "**/*.test", "**/*.out", "**/*.prof"}
 
-// Batching of the compile event sources. The function runs one Ruby worker,
-// so a batch's jobs compile one after the other and the batch must fit in
-// the function's timeout.
-//
-//   - urgent: one job per invocation and no batching window. An agent is
-//     waiting for the catalog (first-compile-wait, 60 s by default), so a job
-//     must neither wait for a batch to fill nor queue behind other compiles
-//     in the same invocation; and MaximumConcurrency then is the number of
-//     urgent compiles in flight, which is what the scaler steers.
-//   - bulk: two jobs per invocation, gathered for up to 10 s. Nobody waits
-//     for these (code deploys, fact-change recompiles); batching halves the
-//     invocations and warm-worker handoffs of a deploy's burst, while the
-//     per-compile timeout below still fits twice into the function's.
-const (
-	UrgentBatchSize      = 1
-	UrgentBatchingWindow = 0
-	BulkBatchSize        = 2
-	BulkBatchingWindow   = 10 // seconds
-)
+// Batching of the compile event sources: the lanes' BatchSize and
+// BatchingWindow in pkg/scaling (scaling.Urgent: 1, no window; scaling.Bulk:
+// 2, 10 s; their doc comments say why), which the simulation in
+// docs/benchmarks.md models too. The function runs one Ruby worker, so a
+// batch's jobs compile one after the other and the batch must fit in the
+// function's timeout (EngineTimeout).
 
 // maxEngineTimeout is the compile engine's own timeout per catalog
 // (COMPILEFARM_COMPILE_TIMEOUT, the function's default of 2m).
 const maxEngineTimeout = 2 * time.Minute
 
 // EngineTimeout is the per-catalog compile timeout given to the function:
-// 2 minutes, or less if a full bulk batch of compiles (plus 30 s for the
-// rest of the invocation) would not fit in the function's timeout.
+// 2 minutes, or less if a full batch of compiles of the lane with the
+// larger batches (plus 30 s for the rest of the invocation) would not fit
+// in the function's timeout.
 func EngineTimeout(functionTimeoutSeconds int) time.Duration {
-	t := time.Duration(functionTimeoutSeconds-30) * time.Second / BulkBatchSize
+	t := time.Duration(functionTimeoutSeconds-30) * time.Second / time.Duration(MaxBatchSize())
 	if t > maxEngineTimeout {
 		t = maxEngineTimeout
 	}
 	return t.Truncate(time.Second)
 }
+
+// MaxBatchSize is the larger of the lanes' batch sizes.
+func MaxBatchSize() int { return max(scaling.Urgent.BatchSize, scaling.Bulk.BatchSize) }
 
 // Compile is the compile Lambda (functions/compile) and its event sources.
 type Compile struct {
@@ -135,20 +127,21 @@ func NewCompile(scope constructs.Construct, id string, cfg Config, p CompileProp
 	q.Bulk.Queue.GrantSendMessages(fn)
 
 	for _, l := range []struct {
-		lane          *Lane
-		min           int
-		batch, window int
+		lane     *Lane
+		min      int
+		settings scaling.Lane
 	}{
-		{q.Urgent, cfg.UrgentConcurrencyMin, UrgentBatchSize, UrgentBatchingWindow},
-		{q.Bulk, cfg.BulkConcurrencyMin, BulkBatchSize, BulkBatchingWindow},
+		{q.Urgent, cfg.UrgentConcurrencyMin, scaling.Urgent},
+		{q.Bulk, cfg.BulkConcurrencyMin, scaling.Bulk},
 	} {
 		props := &awslambdaeventsources.SqsEventSourceProps{
-			BatchSize:               jsii.Number(l.batch),
+			BatchSize:               jsii.Number(l.settings.BatchSize),
 			MaxConcurrency:          jsii.Number(l.min),
 			ReportBatchItemFailures: jsii.Bool(true),
 		}
-		if l.window > 0 {
-			props.MaxBatchingWindow = awscdk.Duration_Seconds(jsii.Number(l.window))
+		if w := l.settings.BatchingWindow; w > 0 {
+			// MaximumBatchingWindowInSeconds: whole seconds.
+			props.MaxBatchingWindow = awscdk.Duration_Seconds(jsii.Number(w.Round(time.Second).Seconds()))
 		}
 		src := awslambdaeventsources.NewSqsEventSource(l.lane.Queue, props)
 		fn.AddEventSource(src)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/scaling"
 )
 
 // TestCompileFunction: the image function from functions/compile/Dockerfile
@@ -102,19 +104,22 @@ func TestCompileFunction(t *testing.T) {
 	}
 }
 
-// TestEngineTimeout: a full bulk batch of compiles fits in the function's
-// timeout.
+// TestEngineTimeout: a full batch of compiles, of either lane, fits in the
+// function's timeout.
 func TestEngineTimeout(t *testing.T) {
 	for _, fnTimeout := range []int{60, 120, 300, 900} {
 		e := EngineTimeout(fnTimeout)
-		if e > 2*time.Minute || time.Duration(BulkBatchSize)*e+30*time.Second > time.Duration(fnTimeout)*time.Second {
-			t.Errorf("EngineTimeout(%d) = %s: %d compiles do not fit", fnTimeout, e, BulkBatchSize)
+		for _, l := range []scaling.Lane{scaling.Urgent, scaling.Bulk} {
+			if e > 2*time.Minute || time.Duration(l.BatchSize)*e+30*time.Second > time.Duration(fnTimeout)*time.Second {
+				t.Errorf("EngineTimeout(%d) = %s: %d compiles of the %s lane do not fit", fnTimeout, e, l.BatchSize, l.Name)
+			}
 		}
 	}
 }
 
 // TestEventSourceMappings: one per lane, with partial batch responses,
-// the lane's batching and its minimum concurrency to start from.
+// the lane's batching (pkg/scaling's, which the simulation models) and its
+// minimum concurrency to start from.
 func TestEventSourceMappings(t *testing.T) {
 	s := synth(t, map[string]string{"urgentConcurrencyMin": "4", "urgentConcurrencyMax": "40", "bulkConcurrencyMin": "3", "bulkConcurrencyMax": "9"})
 	esms := s.resources("AWS::Lambda::EventSourceMapping")
@@ -122,8 +127,8 @@ func TestEventSourceMappings(t *testing.T) {
 		t.Fatalf("%d event source mappings, want 2", len(esms))
 	}
 	want := map[string]struct{ batch, window, conc float64 }{
-		"urgent": {UrgentBatchSize, UrgentBatchingWindow, 4},
-		"bulk":   {BulkBatchSize, BulkBatchingWindow, 3},
+		"urgent": {float64(scaling.Urgent.BatchSize), scaling.Urgent.BatchingWindow.Seconds(), 4},
+		"bulk":   {float64(scaling.Bulk.BatchSize), scaling.Bulk.BatchingWindow.Seconds(), 3},
 	}
 	for lane, w := range want {
 		qID, _ := s.find(t, "AWS::SQS::Queue", "QueueName", "compilefarm-dev-"+lane)

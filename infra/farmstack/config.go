@@ -16,6 +16,8 @@ import (
 
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/compilefarm/compilefarm/pkg/scaling"
 )
 
 // Config is what the stack varies on. The CDK context keys are the field
@@ -24,8 +26,12 @@ type Config struct {
 	Stage       string   // stage: part of every resource name (compilefarm-<stage>-...)
 	DNSAltNames []string // dnsAltNames: extra names for the front door's certificate, besides the NLB's DNS name
 
-	UrgentConcurrencyMin, UrgentConcurrencyMax int // urgentConcurrencyMin/Max: the scaler's range for the urgent lane's MaximumConcurrency
-	BulkConcurrencyMin, BulkConcurrencyMax     int // bulkConcurrencyMin/Max: the same for the bulk lane
+	// urgentConcurrencyMin/Max, bulkConcurrencyMin/Max: the scaler's range
+	// for each lane's MaximumConcurrency; by default the lane's Min and Max
+	// in pkg/scaling (scaling.Urgent, scaling.Bulk: 2/50 and 2/200, chosen
+	// there), like every other setting of the lanes.
+	UrgentConcurrencyMin, UrgentConcurrencyMax int
+	BulkConcurrencyMin, BulkConcurrencyMax     int
 
 	CompileMemoryMiB      int // compileMemoryMiB
 	CompileTimeoutSeconds int // compileTimeoutSeconds: the compile function's timeout
@@ -59,8 +65,8 @@ type Config struct {
 func Defaults() Config {
 	return Config{
 		Stage:                "dev",
-		UrgentConcurrencyMin: 2, UrgentConcurrencyMax: 50,
-		BulkConcurrencyMin: 2, BulkConcurrencyMax: 20,
+		UrgentConcurrencyMin: scaling.Urgent.Config.Min, UrgentConcurrencyMax: scaling.Urgent.Config.Max,
+		BulkConcurrencyMin: scaling.Bulk.Config.Min, BulkConcurrencyMax: scaling.Bulk.Config.Max,
 		CompileMemoryMiB:      2048,
 		CompileTimeoutSeconds: 300,
 		CompileFunction:       true,
@@ -101,8 +107,9 @@ func (c Config) Validate() error {
 		min, max int
 	}{{"urgentConcurrency", c.UrgentConcurrencyMin, c.UrgentConcurrencyMax}, {"bulkConcurrency", c.BulkConcurrencyMin, c.BulkConcurrencyMax}} {
 		// An SQS event source mapping's MaximumConcurrency is 2..1000.
-		if l.min < 2 || l.max > 1000 || l.min > l.max {
-			return fmt.Errorf("%sMin/Max = %d/%d: want 2 <= min <= max <= 1000 (the limits of an SQS event source's MaximumConcurrency)", l.name, l.min, l.max)
+		if l.min < scaling.MinConcurrency || l.max > scaling.MaxConcurrency || l.min > l.max {
+			return fmt.Errorf("%sMin/Max = %d/%d: want %d <= min <= max <= %d (the limits of an SQS event source's MaximumConcurrency)",
+				l.name, l.min, l.max, scaling.MinConcurrency, scaling.MaxConcurrency)
 		}
 	}
 	if c.CompileMemoryMiB < 128 || c.CompileMemoryMiB > 10240 {

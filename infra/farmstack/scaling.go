@@ -1,8 +1,6 @@
 package farmstack
 
 import (
-	"time"
-
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
@@ -13,26 +11,24 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/compilefarm/compilefarm/pkg/scaling"
 )
 
-// ScalerCooldown is COMPILEFARM_SCALER_COOLDOWN: the least time between two
-// steps of one lane.
-const ScalerCooldown = "2m"
-
-// Queue-age thresholds per lane: the scaler's decision (pkg/scaling) and
-// the alarms that wake it use the same ones, passed to the scaler as the
-// optional "high", "low" and "low_for" of COMPILEFARM_SCALER_LANES (these
-// are also the scaler's own defaults). The scaler raises a lane's
-// concurrency while its oldest message is at least high old and lowers it
-// once the age stayed at or below low for lowFor. The alarms only wake it
-// early: the every-minute schedule keeps it stepping while an alarm stays
-// in ALARM (an alarm invokes its action once per state change).
-var ageThresholds = map[string]struct{ high, low, lowFor time.Duration }{
-	// An agent waits for an urgent compile (first-compile-wait 60 s).
-	"urgent": {high: 30 * time.Second, low: 5 * time.Second, lowFor: 10 * time.Minute},
-	// Bulk recompiles may wait; a deploy's burst should drain in minutes.
-	"bulk": {high: 2 * time.Minute, low: 20 * time.Second, lowFor: 10 * time.Minute},
-}
+// The lanes' settings are pkg/scaling's defaults (scaling.Urgent and
+// scaling.Bulk, where their doc comments say why; the simulation in
+// docs/benchmarks.md runs with the same), except min and max, which the
+// context may override (Config). COMPILEFARM_SCALER_COOLDOWN is
+// scaling.DefaultCooldown: the least time between two steps of one lane.
+//
+// Queue-age thresholds: the scaler's decision and the alarms that wake it
+// use the same ones, the lane's High, Low and LowFor, passed to the scaler
+// as the optional "high", "low" and "low_for" of COMPILEFARM_SCALER_LANES.
+// The scaler raises a lane's concurrency while its oldest message is at
+// least high old and lowers it once the age stayed at or below low for
+// low_for. The alarms only wake it early: the every-minute schedule keeps
+// it stepping while an alarm stays in ALARM (an alarm invokes its action
+// once per state change).
 
 // Scaling is the scaler Lambda (functions/scaler): it steps each lane's
 // event source MaximumConcurrency between the lane's min and max, woken by
@@ -52,14 +48,11 @@ type ScalingProps struct {
 	Compile  *Compile
 }
 
-// ScalerStep is how far one step moves a lane's concurrency: a quarter of
-// its range, at least 1, so a lane crosses its range in four steps.
-func ScalerStep(min, max int) int {
-	s := (max - min + 3) / 4
-	if s < 1 {
-		s = 1
-	}
-	return s
+// ScalerStep is how far one step moves lane's concurrency within [lo, hi]:
+// the lane's default step (scaling.Urgent or scaling.Bulk), but no more
+// than the range (a context that narrows it), and at least 1.
+func ScalerStep(lane string, lo, hi int) int {
+	return max(1, min(scaling.DefaultLane(lane).Config.Step, hi-lo))
 }
 
 // NewScaling declares the scaler, its alarms and its schedule.
@@ -75,11 +68,11 @@ func NewScaling(scope constructs.Construct, id string, cfg Config, p ScalingProp
 	// array of {"lane","queue","mapping","min","max","step"}.
 	var lanes []interface{}
 	for _, l := range q.Lanes() {
-		r, th := ranges[l.Name], ageThresholds[l.Name]
+		r, th := ranges[l.Name], scaling.DefaultLane(l.Name).Config
 		lanes = append(lanes, map[string]interface{}{
 			"lane": l.Name, "queue": l.Queue.QueueName(), "mapping": c.Sources[l.Name].EventSourceMappingId(),
-			"min": r[0], "max": r[1], "step": ScalerStep(r[0], r[1]),
-			"high": th.high.String(), "low": th.low.String(), "low_for": th.lowFor.String(),
+			"min": r[0], "max": r[1], "step": ScalerStep(l.Name, r[0], r[1]),
+			"high": th.High.String(), "low": th.Low.String(), "low_for": th.LowFor.String(),
 		})
 	}
 	stack := awscdk.Stack_Of(s.Construct)
@@ -108,7 +101,7 @@ func NewScaling(scope constructs.Construct, id string, cfg Config, p ScalingProp
 			// Stack.ToJsonString resolves the queue names and mapping IDs
 			// (tokens) inside the JSON at deploy time.
 			"COMPILEFARM_SCALER_LANES":    stack.ToJsonString(lanes, nil),
-			"COMPILEFARM_SCALER_COOLDOWN": jsii.String(ScalerCooldown),
+			"COMPILEFARM_SCALER_COOLDOWN": jsii.String(scaling.DefaultCooldown.String()),
 		},
 	})
 	fn := s.Function
@@ -139,14 +132,14 @@ func NewScaling(scope constructs.Construct, id string, cfg Config, p ScalingProp
 		UseUniquePermissionId: jsii.Bool(true),
 	})
 	for _, l := range q.Lanes() {
-		th := ageThresholds[l.Name]
+		th := scaling.DefaultLane(l.Name).Config
 		age := l.Queue.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{
 			Period: awscdk.Duration_Minutes(jsii.Number(1)), Statistic: jsii.String("Maximum"),
 		})
 		high := age.CreateAlarm(s.Construct, jsii.String("AgeHigh-"+l.Name), &awscloudwatch.CreateAlarmOptions{
 			AlarmName:          jsii.String(cfg.Name(l.Name + "-age-high")),
 			AlarmDescription:   jsii.String("The " + l.Name + " queue's oldest message is old: the scaler raises the lane's concurrency"),
-			Threshold:          jsii.Number(th.high.Seconds()),
+			Threshold:          jsii.Number(th.High.Seconds()),
 			EvaluationPeriods:  jsii.Number(1),
 			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
 			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
@@ -154,8 +147,8 @@ func NewScaling(scope constructs.Construct, id string, cfg Config, p ScalingProp
 		low := age.CreateAlarm(s.Construct, jsii.String("AgeLow-"+l.Name), &awscloudwatch.CreateAlarmOptions{
 			AlarmName:          jsii.String(cfg.Name(l.Name + "-age-low")),
 			AlarmDescription:   jsii.String("The " + l.Name + " queue keeps up: the scaler lowers the lane's concurrency"),
-			Threshold:          jsii.Number(th.low.Seconds()),
-			EvaluationPeriods:  jsii.Number(th.lowFor.Minutes()), // one-minute periods
+			Threshold:          jsii.Number(th.Low.Seconds()),
+			EvaluationPeriods:  jsii.Number(th.LowFor.Minutes()), // one-minute periods
 			ComparisonOperator: awscloudwatch.ComparisonOperator_LESS_THAN_OR_EQUAL_TO_THRESHOLD,
 			// An idle queue stops reporting: no data means no backlog.
 			TreatMissingData: awscloudwatch.TreatMissingData_BREACHING,

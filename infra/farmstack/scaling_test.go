@@ -2,10 +2,13 @@ package farmstack
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/scaling"
 )
 
 // TestScaler: the Go zip function with the agreed environment contract and
@@ -20,7 +23,7 @@ func TestScaler(t *testing.T) {
 		t.Errorf("scaler Code = %s, want a zip asset", jsonString(fn["Code"]))
 	}
 	env := fn["Environment"].(map[string]interface{})["Variables"].(map[string]interface{})
-	if len(env) != 2 || env["COMPILEFARM_SCALER_COOLDOWN"] != "2m" {
+	if cd, err := time.ParseDuration(fmt.Sprint(env["COMPILEFARM_SCALER_COOLDOWN"])); len(env) != 2 || err != nil || cd != scaling.DefaultCooldown {
 		t.Errorf("scaler environment %s", jsonString(env))
 	}
 	// COMPILEFARM_SCALER_LANES is a Fn::Join of JSON with the queue names
@@ -60,15 +63,16 @@ func TestScaler(t *testing.T) {
 	}
 	for _, l := range lanes {
 		w, ok := want[l.Lane]
-		if !ok || l.Min != w[0] || l.Max != w[1] || l.Step < 1 || l.Step > l.Max-l.Min+1 {
-			t.Errorf("lane %+v, want min/max %v", l, w)
+		if !ok || l.Min != w[0] || l.Max != w[1] || l.Step != ScalerStep(l.Lane, w[0], w[1]) {
+			t.Errorf("lane %+v, want min/max %v, step %d", l, w, ScalerStep(l.Lane, w[0], w[1]))
 		}
-		// The scaler decides with the thresholds the alarms use.
-		th := ageThresholds[l.Lane]
+		// The scaler decides with the thresholds the alarms use: the
+		// lane's defaults in pkg/scaling.
+		th := scaling.DefaultLane(l.Lane).Config
 		for _, c := range []struct {
 			got  string
 			want time.Duration
-		}{{l.High, th.high}, {l.Low, th.low}, {l.LowFor, th.lowFor}} {
+		}{{l.High, th.High}, {l.Low, th.Low}, {l.LowFor, th.LowFor}} {
 			if d, err := time.ParseDuration(c.got); err != nil || d != c.want {
 				t.Errorf("lane %s: threshold %q, want %s", l.Lane, c.got, c.want)
 			}
@@ -76,10 +80,13 @@ func TestScaler(t *testing.T) {
 		for _, c := range []struct {
 			name string
 			want float64
-		}{{"-age-high", th.high.Seconds()}, {"-age-low", th.low.Seconds()}} {
+		}{{"-age-high", th.High.Seconds()}, {"-age-low", th.Low.Seconds()}} {
 			_, a := s.find(t, "AWS::CloudWatch::Alarm", "AlarmName", "compilefarm-dev-"+l.Lane+c.name)
 			if num(a["Threshold"]) != c.want {
 				t.Errorf("%s%s Threshold %v, want %v", l.Lane, c.name, a["Threshold"], c.want)
+			}
+			if c.name == "-age-low" && num(a["EvaluationPeriods"]) != th.LowFor.Minutes() {
+				t.Errorf("%s%s EvaluationPeriods %v, want %v (low_for in minutes)", l.Lane, c.name, a["EvaluationPeriods"], th.LowFor.Minutes())
 			}
 		}
 		qID, _ := s.find(t, "AWS::SQS::Queue", "QueueName", "compilefarm-dev-"+l.Lane)
@@ -162,10 +169,31 @@ func TestScalerWiring(t *testing.T) {
 	}
 }
 
+// TestScalerStep: the lane's default step, within a narrower range at most
+// the range, at least 1.
 func TestScalerStep(t *testing.T) {
-	for _, c := range []struct{ min, max, want int }{{2, 50, 12}, {2, 2, 1}, {5, 6, 1}, {2, 10, 2}} {
-		if got := ScalerStep(c.min, c.max); got != c.want {
-			t.Errorf("ScalerStep(%d, %d) = %d, want %d", c.min, c.max, got, c.want)
+	u, b := scaling.Urgent.Config, scaling.Bulk.Config
+	for _, c := range []struct {
+		lane           string
+		min, max, want int
+	}{
+		{"urgent", u.Min, u.Max, u.Step}, {"bulk", b.Min, b.Max, b.Step},
+		{"bulk", 2, 2, 1}, {"bulk", 5, 6, 1}, {"bulk", 2, 2 + b.Step - 1, b.Step - 1}, {"bulk", 2, 1000, b.Step},
+	} {
+		if got := ScalerStep(c.lane, c.min, c.max); got != c.want {
+			t.Errorf("ScalerStep(%s, %d, %d) = %d, want %d", c.lane, c.min, c.max, got, c.want)
 		}
+	}
+}
+
+// TestDefaultRangesFromScaling: without context, the stack's concurrency ranges
+// are the lanes' defaults in pkg/scaling.
+func TestDefaultRangesFromScaling(t *testing.T) {
+	d := Defaults()
+	if d.UrgentConcurrencyMin != scaling.Urgent.Config.Min || d.UrgentConcurrencyMax != scaling.Urgent.Config.Max ||
+		d.BulkConcurrencyMin != scaling.Bulk.Config.Min || d.BulkConcurrencyMax != scaling.Bulk.Config.Max {
+		t.Errorf("Defaults() ranges urgent %d/%d, bulk %d/%d; pkg/scaling's: urgent %d/%d, bulk %d/%d",
+			d.UrgentConcurrencyMin, d.UrgentConcurrencyMax, d.BulkConcurrencyMin, d.BulkConcurrencyMax,
+			scaling.Urgent.Config.Min, scaling.Urgent.Config.Max, scaling.Bulk.Config.Min, scaling.Bulk.Config.Max)
 	}
 }

@@ -53,7 +53,7 @@ type Sample struct {
 }
 
 // Config is how one lane scales. Zero durations take the defaults of
-// WithDefaults.
+// WithDefaults; Urgent and Bulk hold each lane's defaults.
 type Config struct {
 	Min, Max int // bounds of MaximumConcurrency, within [MinConcurrency, MaxConcurrency]
 	Step     int // concurrency added or removed by one step, ≥ 1
@@ -74,16 +74,95 @@ type Config struct {
 	Period, Stale time.Duration
 }
 
-// Defaults of the thresholds, by lane. The urgent lane serves agents that
-// wait for their catalog: 30 s is already long. The bulk lane serves a code
-// deploy's recompiles: agents keep their last catalog meanwhile, so it
-// scales when jobs have waited 2 minutes.
-var (
-	UrgentDefaults = Config{High: 30 * time.Second, Low: 5 * time.Second}
-	BulkDefaults   = Config{High: 2 * time.Minute, Low: 20 * time.Second}
-)
+// Lane is a compile lane's default settings: how the scaler steers the
+// MaximumConcurrency of the lane's SQS event source mapping (Config, with
+// every field set), and how that mapping batches jobs into invocations.
+// The CDK stack (infra/farmstack) deploys exactly these (its context
+// overrides only Config.Min and Config.Max), and the simulation
+// (TestDeployWaveSimulation) runs with them; docs/benchmarks.md shows what
+// they do to a 100,000-node deploy.
+type Lane struct {
+	Name   string
+	Config Config
+	// BatchSize is the mapping's BatchSize: jobs per invocation, at most.
+	// The compile function runs one Ruby worker, so a batch's jobs compile
+	// one after the other and a job is done (deleted) only when its whole
+	// batch is.
+	BatchSize int
+	// BatchingWindow is the mapping's MaximumBatchingWindow: how long a
+	// poller may wait for a batch to fill (0: invoke with what is there).
+	BatchingWindow time.Duration
+}
 
-// Defaults for every lane.
+// Urgent is the urgent lane's defaults. The lane serves agents that wait
+// for their catalog (first-compile-wait, 60 s by default), so:
+//   - BatchSize 1, no BatchingWindow: a job neither waits for a batch to
+//     fill nor queues behind other compiles in the same invocation, and
+//     MaximumConcurrency is then the number of urgent compiles in flight.
+//   - High 30 s, Low 5 s: half an agent's wait is already too long; a lane
+//     that keeps up shows the age of one compile, a few seconds.
+//   - Min 2 (AWS's least MaximumConcurrency): ordinary load, 1% of the
+//     check-ins of 100,000 agents every 30 minutes, is 0.56 compiles a
+//     second. Max 50: about nine times what a surge of 10% of the check-ins needs
+//     (5.6 a second); with Bulk's Max it takes 250 of a default account's
+//     1,000 concurrent executions. Step 2: Decide's steps grow with the age
+//     (High 30 s: a 2-minute-old job is 4 steps, at most doubling the
+//     cap), so a surge is met within minutes anyway
+//     (TestUrgentSurgeSimulation), and a small step keeps the way down
+//     gradual: the age of a lane with BatchSize 1 stays low until its cap
+//     is below the load, so each step down may be the one too many.
+var Urgent = Lane{
+	Name: "urgent",
+	Config: Config{Min: 2, Max: 50, Step: 2, High: 30 * time.Second, Low: 5 * time.Second,
+		LowFor: DefaultLowFor, Cooldown: DefaultCooldown, Period: DefaultPeriod, Stale: DefaultStale},
+	BatchSize: 1, BatchingWindow: 0,
+}
+
+// Bulk is the bulk lane's defaults. The lane serves a code deploy's
+// recompiles and fact-change recompiles: agents keep their last catalog
+// meanwhile, so jobs may wait minutes, but a deploy should be done well
+// within the hour.
+//   - BatchSize 2, BatchingWindow 10 s: half the invocations (and the
+//     worker handoffs) of a deploy's burst, while two compiles still fit
+//     the function's timeout (infra's EngineTimeout); a trickle of
+//     recompiles waits at most 10 s for a partner. A flood fills every
+//     batch at once, so the window costs it nothing.
+//   - High 2 min: nobody waits for these jobs, so the lane scales up only
+//     for a real backlog, not for a few recompiles arriving together. Low
+//     20 s: a lane that keeps up (a job's compile plus up to the 10 s
+//     window) shows an age well under it.
+//   - Min 2; Max 200: a 100,000-node deploy with 1 s compiles drains in
+//     about 20 minutes (TestDeployWaveSimulation), where the ramp from Min
+//     (the metric shows the flood only minutes late, and Decide at most
+//     doubles the cap per cool-down) rather than Max bounds the drain: a Max
+//     of 500 or 1000 drains hardly faster (under a minute), 100 takes
+//     about 30 % longer, 20 (the stack's former default) about an hour
+//     and a half. 200 plus Urgent's 50 leave 750 of a default
+//     account's 1,000 concurrent executions to everything else (and AWS
+//     keeps at least 100 unreserved).
+//   - Step 10: Decide's steps grow with the age (one per High of it, at
+//     most doubling the cap), so the step mostly sets the first increase
+//     and the pace down (10 every cool-down once the age stayed low).
+var Bulk = Lane{
+	Name: "bulk",
+	Config: Config{Min: 2, Max: 200, Step: 10, High: 2 * time.Minute, Low: 20 * time.Second,
+		LowFor: DefaultLowFor, Cooldown: DefaultCooldown, Period: DefaultPeriod, Stale: DefaultStale},
+	BatchSize: 2, BatchingWindow: 10 * time.Second,
+}
+
+// DefaultLane returns the defaults of lane name: Urgent for "urgent",
+// Bulk otherwise.
+func DefaultLane(name string) Lane {
+	if name == "urgent" {
+		return Urgent
+	}
+	return Bulk
+}
+
+// Defaults for every lane. DefaultCooldown (2 minutes, the scaler's
+// COMPILEFARM_SCALER_COOLDOWN): a change shows in the one-minute metric a
+// minute or two later, so a shorter cool-down would decide on datapoints
+// from before the last change.
 const (
 	DefaultLowFor   = 10 * time.Minute
 	DefaultCooldown = 2 * time.Minute
@@ -91,14 +170,11 @@ const (
 	DefaultStale    = 5 * time.Minute
 )
 
-// WithDefaults returns c with its zero fields set: thresholds from
-// UrgentDefaults for lane "urgent", from BulkDefaults otherwise, and the
-// Default* constants.
+// WithDefaults returns c with its zero durations set from DefaultLane(lane)
+// (its thresholds, LowFor, Cooldown, Period and Stale). Min, Max and Step
+// stay as they are.
 func (c Config) WithDefaults(lane string) Config {
-	d := BulkDefaults
-	if lane == "urgent" {
-		d = UrgentDefaults
-	}
+	d := DefaultLane(lane).Config
 	set := func(v *time.Duration, def time.Duration) {
 		if *v == 0 {
 			*v = def
@@ -106,10 +182,10 @@ func (c Config) WithDefaults(lane string) Config {
 	}
 	set(&c.High, d.High)
 	set(&c.Low, d.Low)
-	set(&c.LowFor, DefaultLowFor)
-	set(&c.Cooldown, DefaultCooldown)
-	set(&c.Period, DefaultPeriod)
-	set(&c.Stale, DefaultStale)
+	set(&c.LowFor, d.LowFor)
+	set(&c.Cooldown, d.Cooldown)
+	set(&c.Period, d.Period)
+	set(&c.Stale, d.Stale)
 	return c
 }
 

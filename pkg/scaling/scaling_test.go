@@ -176,11 +176,11 @@ func TestConfigValidate(t *testing.T) {
 func TestWithDefaults(t *testing.T) {
 	u := Config{}.WithDefaults("urgent")
 	b := Config{}.WithDefaults("bulk")
-	if u.High != UrgentDefaults.High || b.High != BulkDefaults.High || u.Cooldown != DefaultCooldown || b.LowFor != DefaultLowFor {
+	if u.High != Urgent.Config.High || b.High != Bulk.Config.High || u.Cooldown != DefaultCooldown || b.LowFor != DefaultLowFor {
 		t.Fatalf("defaults: urgent %+v, bulk %+v", u, b)
 	}
 	c := Config{High: time.Hour, Cooldown: time.Second}.WithDefaults("urgent")
-	if c.High != time.Hour || c.Cooldown != time.Second || c.Low != UrgentDefaults.Low {
+	if c.High != time.Hour || c.Cooldown != time.Second || c.Low != Urgent.Config.Low {
 		t.Fatalf("set fields must stay: %+v", c)
 	}
 }

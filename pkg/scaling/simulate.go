@@ -9,11 +9,11 @@ import (
 )
 
 // Model is how Simulate stands in for SQS, Lambda and CloudWatch. Every
-// lane has its own event source mapping: its own cap and its own pollers.
+// lane has its own event source mapping: its own cap, its own pollers and
+// its own batching (SimLane's BatchSize and BatchingWindow).
 type Model struct {
 	Compile   time.Duration // one job's compile, in a warm execution environment
 	ColdStart time.Duration // a new execution environment's init (the Ruby worker's start)
-	BatchSize int           // jobs per invocation, at most; the mapping's BatchSize
 	// RampPerMinute is how many more concurrent invocations Lambda's SQS
 	// pollers add per minute, at most, while a queue has work.
 	RampPerMinute int
@@ -25,19 +25,20 @@ type Model struct {
 }
 
 // DefaultModel is the model of the deploy-wave simulation: 1 s per compile,
-// a 5 s cold start (Ruby and Puppet loading), batches of up to 10, Lambda's
-// documented scale-up of SQS pollers by up to 300 concurrent invocations a
-// minute, datapoints readable a minute after their period ends, the scaler
-// every minute reading 15 minutes.
+// a 5 s cold start (Ruby and Puppet loading), Lambda's documented scale-up
+// of SQS pollers by up to 300 concurrent invocations a minute, datapoints
+// readable a minute after their period ends, the scaler every minute
+// reading 15 minutes.
 var DefaultModel = Model{
-	Compile: time.Second, ColdStart: 5 * time.Second, BatchSize: 10, RampPerMinute: 300,
+	Compile: time.Second, ColdStart: 5 * time.Second, RampPerMinute: 300,
 	MetricLag: time.Minute, Every: time.Minute, LookBack: 15 * time.Minute,
 }
 
-// SimLane is one lane of a simulation.
+// SimLane is one lane of a simulation: its settings (Lane: the scaler's
+// Config, valid with its defaults set, and the mapping's batching, e.g.
+// Urgent or Bulk), its cap at t=0 and its load.
 type SimLane struct {
-	Name    string
-	Config  Config  // valid, with defaults set
+	Lane
 	Start   int     // MaximumConcurrency at t=0
 	Burst   int     // jobs enqueued at t=0
 	PerSec  float64 // then jobs per second, Poisson
@@ -170,15 +171,23 @@ func (l *simLane) step(m Model, sec int) {
 		}
 	}
 	// Lambda's pollers ramp up towards the cap while there is work, and
-	// never run more than the cap.
+	// never run more than the cap. A poller invokes the function with a
+	// full batch at once; with fewer jobs than BatchSize waiting, it waits
+	// for more until the oldest of them has waited BatchingWindow (a
+	// poller receives a job as soon as it is sent, so the window starts
+	// then), and then invokes with what it has.
 	perSec := max(1, m.RampPerMinute/60)
 	if len(l.queue) > 0 {
 		l.allowed = min(l.cap, l.allowed+perSec)
 	}
 	l.allowed = min(l.allowed, l.cap)
+	size := max(1, l.BatchSize)
 	for l.running < l.allowed && len(l.queue) > 0 {
+		n := min(size, len(l.queue))
+		if n < size && time.Duration(sec-l.queue[0])*time.Second < l.BatchingWindow {
+			break
+		}
 		s := l.idleSlot()
-		n := min(m.BatchSize, len(l.queue))
 		s.batch = append([]int(nil), l.queue[:n]...)
 		l.queue = l.queue[n:]
 		cost := time.Duration(n) * m.Compile

@@ -23,8 +23,13 @@
 #     resources; it installs the emulators first, with scripts/emulators/);
 #     it fails the script, after the report is written;
 #  6. runs the warm compile benchmark of the puppet engine, the CA and the
-#     classifier benchmarks;
+#     classifier benchmarks, and the queue-age scaling simulation (pkg/scaling:
+#     a model of both compile lanes on AWS under a 100,000-node deploy, with
+#     the lanes' default settings; no broker, about a second);
 #  7. writes docs/benchmarks.md.
+#
+# `scripts/bench.sh --simulation` prints just the simulation's section of
+# docs/benchmarks.md (step 6's last part) and exits: no broker, no build.
 #
 # Knobs (environment): BENCH_DURATION (10s per run), BENCH_NODES (32),
 # BENCH_CLIENTS (1,16,128), BENCH_CONN_CLIENTS (16), BENCH_FACTS (same,fresh),
@@ -76,6 +81,62 @@ BROKER=bin/broker
 ENVS=scripts/bench/environments
 
 say() { printf 'bench: %s\n' "$*" >&2; }
+
+# simulation_section prints docs/benchmarks.md's section on queue-age
+# scaling: its introduction, then the Markdown the simulation tests print
+# (their settings, tables and what the tables show, computed from the run),
+# without go test's own lines. It returns the tests' exit status; when they
+# fail, the section says so and shows the end of their output.
+sim_cmd=(go test -count=1 -run 'TestDeployWaveSimulation|TestUrgentSurgeSimulation' -v ./pkg/scaling)
+simulation_section() {
+  local out rc=0 a shown=()
+  say "queue-age scaling simulation: ${sim_cmd[*]}"
+  out=$("${sim_cmd[@]}" 2>&1) || rc=$?
+  echo "## Queue-age scaling: a 100,000-node deploy (simulation)"
+  echo
+  echo "A model, not a measurement: \`pkg/scaling.Simulate\` replays both compile lanes second by"
+  echo "second against the scaler's own decision (\`scaling.Decide\`, the code \`functions/scaler\`"
+  echo "runs), with no AWS and no wall clock, and with the lanes' default settings"
+  echo "(\`scaling.Urgent\`, \`scaling.Bulk\`), the ones the stack in infra/ deploys. Produced by"
+  echo
+  echo '```'
+  for a in "${sim_cmd[@]}"; do
+    case $a in *[!A-Za-z0-9_./=-]*) shown+=("'$a'") ;; *) shown+=("$a") ;; esac
+  done
+  echo "${shown[*]}"
+  echo '```'
+  echo
+  echo "**Load.** A code deploy enqueues a recompile of each of 100,000 nodes on the bulk lane at"
+  echo "t=0. Meanwhile 100,000 agents check in every 30 minutes (55.6 a second) and 1% of the"
+  echo "check-ins need a compile on the urgent lane (0.56 a second, Poisson, fixed seed)."
+  echo
+  echo "**Model** (\`scaling.DefaultModel\`). Each lane has its own event source mapping, so its own"
+  echo "MaximumConcurrency, its own pollers and its own batching. A poller invokes the function as"
+  echo "soon as it has a full batch (the lane's batch size); with fewer jobs waiting, it waits for"
+  echo "more until the oldest has waited the lane's batching window, then invokes with what it has."
+  echo "An invocation compiles its batch one job after the other; a new execution environment first"
+  echo "spends a cold start (Ruby and Puppet loading); a job is deleted when its batch ends."
+  echo "Lambda's pollers add concurrent invocations at a bounded rate. \`ApproximateAgeOfOldestMessage\`"
+  echo "is the age of the oldest job not yet deleted, queued or in flight, published as the Maximum"
+  echo "of each minute and readable after a lag. The scaler runs every minute (the EventBridge"
+  echo "schedule; an alarm's state change only invokes it earlier, reading the same metric)."
+  if [ "$rc" -eq 0 ]; then
+    printf '%s\n' "$out" | grep -vE '^(=== (RUN|PAUSE|CONT) |--- (PASS|FAIL|SKIP): |PASS$|FAIL$|ok[[:space:]]|FAIL[[:space:]])' | cat -s
+  else
+    echo
+    echo "**The simulation failed in this run (exit $rc)**: the end of its output:"
+    echo
+    echo '```'
+    printf '%s\n' "$out" | tail -n 20
+    echo '```'
+  fi
+  return "$rc"
+}
+if [ "${1:-}" = "--simulation" ]; then
+  sim_only_rc=0
+  simulation_section || sim_only_rc=$?
+  exit "$sim_only_rc"
+fi
 
 if [ ! -x "$BROKER" ]; then
   say "building $BROKER"
@@ -329,6 +390,12 @@ enc_out=$(run_bench "classifier benchmark" '^Benchmark' "${enc_cmd[@]}")
 # facts, and the facts form decode.
 hot_cmd=(go test -run '^$' -bench 'ReportSummary|PutReport|CatalogFreshFacts|CatalogFacts' -benchtime 200x ./pkg/frontdoor ./pkg/facts)
 hot_out=$(run_bench "front door benchmarks" '^Benchmark' "${hot_cmd[@]}")
+
+# 6e. The queue-age scaling simulation (a model: no broker). Its section is
+# written even when it fails; the script fails after writing the report.
+sim_rc=0
+simulation_section >"$work/simulation.md" || sim_rc=$?
+if [ "$sim_rc" -ne 0 ]; then say "the scaling simulation FAILED (exit $sim_rc)"; fi
 
 # 7. The report. loadgen --tsv lines: phase clients facts per_second p50 p90 p99 max errors
 pick() { awk -F'\t' -v p="$1" -v c="$2" -v f="$3" -v col="$4" '$1==p && $2==c && $3==f {print $col; exit}' "$5"; }
@@ -617,6 +684,8 @@ mkdir -p "$(dirname "$OUT")"
   echo "- Run the load generator by hand against any local broker, e.g."
   echo "  \`go run ./scripts/loadgen --target 127.0.0.1:8140 --metrics http://127.0.0.1:9140/metrics\`"
   echo "  (\`--json\` for machine-readable results, \`--markdown\` for these tables, \`-h\` for the rest)."
+  echo
+  cat "$work/simulation.md"
 } >"$OUT"
 say "wrote $OUT"
 corpus_per1k=$(json_num compiles_per_1000_uploads "$work/corpus.json" 2>/dev/null || true)
@@ -634,4 +703,8 @@ fi
 if [ "$scale_rc" -ne 0 ]; then
   say "scalebench FAILED (exit $scale_rc): see its output above ($OUT holds what it measured before)"
   exit "$scale_rc"
+fi
+if [ "$sim_rc" -ne 0 ]; then
+  say "the queue-age scaling simulation FAILED (exit $sim_rc): see its section in $OUT"
+  exit "$sim_rc"
 fi

@@ -52,10 +52,10 @@ func TestRouterFind(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.target, func(t *testing.T) {
 			r := httptest.NewRequest(tt.method, "https://farm"+tt.target, nil)
-			handler, known := rt.find(r)
+			rte, known := rt.find(r)
 			got = ""
-			if handler != nil {
-				handler(nil, r)
+			if rte != nil {
+				rte.handler(nil, r)
 			}
 			if got != tt.want || known != tt.known {
 				t.Fatalf("find = %q, known %v; want %q, known %v", got, known, tt.want, tt.known)

@@ -220,25 +220,47 @@ func (s *Server) Handler() http.Handler {
 		rt.handle("GET "+OperatorPrefix+"/admin/v1/{path...}", op)
 		rt.handle("POST "+OperatorPrefix+"/admin/v1/{path...}", op)
 	}
+	if s.Metrics == nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.route(w, r, rt) })
+	}
+	for i := range rt {
+		rt[i].metrics = s.Metrics.Endpoint(endpointOf(rt[i].path))
+	}
+	other := s.Metrics.Endpoint(metrics.EndpointOther)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Puppet-Version", s.PuppetVersion)
-		if hasDotSegment(r.URL.Path) {
-			// No path the agent sends has one.
-			jsonError(w, http.StatusBadRequest, "RUNTIME_ERROR",
-				fmt.Sprintf("Bad Request: path %q has a '.' or '..' segment", r.URL.Path))
-			return
+		start := time.Now()
+		sw := newStatusWriter(w)
+		e := s.route(sw, r, rt)
+		if e == nil {
+			e = other
 		}
-		h, known := rt.find(r)
-		switch {
-		case h != nil:
-			h(w, r)
-		case known:
-			s.forbidden(w, r, fmt.Sprintf("method %s is not allowed on this path", r.Method))
-		default:
-			jsonError(w, http.StatusNotFound, "HANDLER_NOT_FOUND",
-				fmt.Sprintf("Not Found: No route for %s %s", r.Method, r.URL.Path))
-		}
+		e.Observe(sw.status(), time.Since(start))
+		sw.release()
 	})
+}
+
+// route answers r by its route, or as Puppet answers a path it has no
+// route for, and returns the route's metrics (nil: no route).
+func (s *Server) route(w http.ResponseWriter, r *http.Request, rt router) *metrics.EndpointMetrics {
+	w.Header().Set("X-Puppet-Version", s.PuppetVersion)
+	if hasDotSegment(r.URL.Path) {
+		// No path the agent sends has one.
+		jsonError(w, http.StatusBadRequest, "RUNTIME_ERROR",
+			fmt.Sprintf("Bad Request: path %q has a '.' or '..' segment", r.URL.Path))
+		return nil
+	}
+	rte, known := rt.find(r)
+	switch {
+	case rte != nil:
+		rte.handler(w, r)
+		return rte.metrics
+	case known:
+		s.forbidden(w, r, fmt.Sprintf("method %s is not allowed on this path", r.Method))
+	default:
+		jsonError(w, http.StatusNotFound, "HANDLER_NOT_FOUND",
+			fmt.Sprintf("Not Found: No route for %s %s", r.Method, r.URL.Path))
+	}
+	return nil
 }
 
 // router finds the handler of a request by method and path, taking the path
@@ -251,8 +273,10 @@ type router []route
 // rest of the path as sent, with its empty segments).
 type route struct {
 	method  string
+	path    string // the pattern's
 	segs    []string
 	handler http.HandlerFunc
+	metrics *metrics.EndpointMetrics // nil without metrics
 }
 
 // handle adds the endpoint "METHOD /pattern".
@@ -261,13 +285,13 @@ func (rt *router) handle(pattern string, h http.HandlerFunc) {
 	if !ok || !strings.HasPrefix(path, "/") {
 		panic(fmt.Sprintf("frontdoor: bad route pattern %q", pattern))
 	}
-	*rt = append(*rt, route{method: method, segs: strings.Split(path[1:], "/"), handler: h})
+	*rt = append(*rt, route{method: method, path: path, segs: strings.Split(path[1:], "/"), handler: h})
 }
 
-// find returns the handler for r (with r's path values set), or nil and
+// find returns the route of r (with r's path values set), or nil and
 // whether some route has r's path with another method. As with
 // http.ServeMux, a GET route also answers HEAD unless a HEAD route does.
-func (rt router) find(r *http.Request) (http.HandlerFunc, bool) {
+func (rt router) find(r *http.Request) (*route, bool) {
 	path := r.URL.EscapedPath()
 	if !strings.HasPrefix(path, "/") {
 		return nil, false
@@ -285,14 +309,14 @@ func (rt router) find(r *http.Request) (http.HandlerFunc, bool) {
 		switch {
 		case rt[i].method == r.Method:
 			setPathValues(r, v)
-			return rt[i].handler, true
+			return &rt[i], true
 		case rt[i].method == http.MethodGet && r.Method == http.MethodHead && get == nil:
 			get, values = &rt[i], v
 		}
 	}
 	if get != nil {
 		setPathValues(r, values)
-		return get.handler, true
+		return get, true
 	}
 	return nil, known
 }

@@ -1,6 +1,7 @@
 // Package metrics holds the farm's Prometheus metrics: compiles by result,
-// compile durations, catalog requests by outcome, the queue backlog, and
-// the front door's admission (requests in progress, waits, refusals).
+// compile durations, catalog requests by outcome, the queue backlog, the
+// front door's requests (by endpoint and status class, with their
+// durations) and its admission (requests in progress, waits, refusals).
 package metrics
 
 import (
@@ -50,6 +51,42 @@ const (
 	RefusedQueueWait = "queue_wait" // no slot within the queue wait
 )
 
+// Front door endpoints (the endpoint label of compilefarm_frontdoor_requests_total
+// and compilefarm_frontdoor_request_duration_seconds): a fixed set, never a path.
+const (
+	EndpointCatalog       = "catalog"        // /puppet/v3/catalog
+	EndpointNode          = "node"           // /puppet/v3/node
+	EndpointFacts         = "facts"          // /puppet/v3/facts
+	EndpointReport        = "report"         // /puppet/v3/report
+	EndpointFileMetadata  = "file_metadata"  // /puppet/v3/file_metadata
+	EndpointFileMetadatas = "file_metadatas" // /puppet/v3/file_metadatas
+	EndpointFileContent   = "file_content"   // /puppet/v3/file_content and static_file_content
+	EndpointFileBucket    = "file_bucket"    // /puppet/v3/file_bucket_file
+	EndpointEnvironments  = "environments"   // /puppet/v3/environments
+	EndpointCA            = "ca"             // /puppet-ca/v1/...
+	EndpointStatus        = "status"         // /status/v1/... (the load balancer's health check)
+	EndpointOperator      = "operator"       // the operator API through the front door
+	EndpointOther         = "other"          // no route: 400, 403 (method), 404
+)
+
+// Endpoints are every Endpoint*.
+var Endpoints = []string{EndpointCatalog, EndpointNode, EndpointFacts, EndpointReport, EndpointFileMetadata,
+	EndpointFileMetadatas, EndpointFileContent, EndpointFileBucket, EndpointEnvironments, EndpointCA,
+	EndpointStatus, EndpointOperator, EndpointOther}
+
+// Status classes (the code label of compilefarm_frontdoor_requests_total):
+// the class of the status code the front door wrote.
+var statusClasses = [...]string{1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx"}
+
+// StatusClass is the code label of status: "2xx" for 200 to 299, and so
+// on; "other" outside 100 to 599.
+func StatusClass(status int) string {
+	if c := status / 100; c >= 1 && c <= 5 {
+		return statusClasses[c]
+	}
+	return "other"
+}
+
 // Farm is the set of metrics one process exports.
 type Farm struct {
 	Registry        *prometheus.Registry
@@ -60,6 +97,8 @@ type Farm struct {
 	InFlight        *prometheus.GaugeVec
 	QueueWait       *prometheus.HistogramVec
 	Refused         *prometheus.CounterVec
+	Requests        *prometheus.CounterVec   // by endpoint and code (status class)
+	RequestDuration *prometheus.HistogramVec // by endpoint
 }
 
 // QueueStatser is the part of a queue the backlog gauges read.
@@ -103,6 +142,17 @@ func New(queue QueueStatser) *Farm {
 			Name: "compilefarm_frontdoor_refused_total",
 			Help: "Front door requests answered 503 + Retry-After for want of capacity, by lane and reason (queue_full, queue_wait).",
 		}, []string{"lane", "reason"}),
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "compilefarm_frontdoor_requests_total",
+			Help: "Front door requests answered, by endpoint (catalog, node, facts, report, file_metadata, ..., other) and code (the status class written: 2xx, 3xx, 4xx, 5xx).",
+		}, []string{"endpoint", "code"}),
+		RequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "compilefarm_frontdoor_request_duration_seconds",
+			Help: "Time from a front door request's arrival to its handler's return, by endpoint; waits for a slot and for compiles included.",
+			// Milliseconds for most requests, up to the 60 s a first
+			// catalog request may wait for its compile.
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"endpoint"}),
 	}
 	for _, r := range []string{CompileOK, CompileFailed, CompileTransient, CompileStale, CompileUnchanged} {
 		m.Compiles.WithLabelValues(r)
@@ -117,7 +167,14 @@ func New(queue QueueStatser) *Farm {
 			m.Refused.WithLabelValues(l, r)
 		}
 	}
+	for _, e := range Endpoints {
+		m.RequestDuration.WithLabelValues(e)
+		for _, c := range statusClasses[1:] {
+			m.Requests.WithLabelValues(e, c)
+		}
+	}
 	reg.MustRegister(m.Compiles, m.CompileDuration, m.CatalogRequests, m.FactUploads, m.InFlight, m.QueueWait, m.Refused,
+		m.Requests, m.RequestDuration,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	if queue != nil {
 		reg.MustRegister(&queueCollector{q: queue})
@@ -182,6 +239,42 @@ func (m *Farm) ObserveRefused(lane, reason string) {
 	if m != nil {
 		m.Refused.WithLabelValues(lane, reason).Inc()
 	}
+}
+
+// EndpointMetrics are one endpoint's request metrics, resolved once (at
+// route set-up), so that observing a request takes no lookup or
+// allocation: an atomic add and a histogram observation.
+type EndpointMetrics struct {
+	farm     *Farm
+	name     string
+	byClass  [6]prometheus.Counter // by status/100; [0] unused
+	duration prometheus.Observer
+}
+
+// Endpoint returns endpoint's request metrics (nil on a nil *Farm; Observe
+// on nil does nothing).
+func (m *Farm) Endpoint(endpoint string) *EndpointMetrics {
+	if m == nil {
+		return nil
+	}
+	e := &EndpointMetrics{farm: m, name: endpoint, duration: m.RequestDuration.WithLabelValues(endpoint)}
+	for c := 1; c <= 5; c++ {
+		e.byClass[c] = m.Requests.WithLabelValues(endpoint, statusClasses[c])
+	}
+	return e
+}
+
+// Observe counts one request answered with status after d.
+func (e *EndpointMetrics) Observe(status int, d time.Duration) {
+	if e == nil {
+		return
+	}
+	if c := status / 100; c >= 1 && c <= 5 {
+		e.byClass[c].Inc()
+	} else {
+		e.farm.Requests.WithLabelValues(e.name, StatusClass(status)).Inc()
+	}
+	e.duration.Observe(d.Seconds())
 }
 
 var (

@@ -44,6 +44,7 @@ type devConfig struct {
 	basemodulepath                         basemodulepathFlag
 	eyamlKeys                              string
 	admission                              admissionFlags
+	emf                                    emfFlags
 }
 
 func runDev(ctx context.Context, args []string) error {
@@ -73,6 +74,7 @@ func runDev(ctx context.Context, args []string) error {
 		"key paths a hiera.yaml names that do not exist here are looked up by file name in it); keep it outside --environments")
 	c.classifier.register(fs)
 	c.admission.register(fs)
+	c.emf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -80,6 +82,9 @@ func runDev(ctx context.Context, args []string) error {
 		return fmt.Errorf("dev: unexpected arguments %q", fs.Args())
 	}
 	if err := c.admission.validate(); err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	if err := c.emf.validate(); err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
 	if err := checkAdminListen(c.adminListen); err != nil {
@@ -178,6 +183,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	}
 	adm := adminHandler(&admin.Server{CA: authority, Nodes: store, Envs: envs, Deployer: deployer, Explainer: in})
 	fd.Operator = adm
+	defer c.emf.start(ctx, m, os.Stderr, log)()
 	// Client certificates are optional (CA bootstrap), verified against the
 	// CA when given, and refused at the handshake once revoked.
 	return listenAndServe(ctx, log, endpoints{

@@ -40,6 +40,7 @@ type serveConfig struct {
 	classifier                                  classifierFlags
 	basemodulepath                              basemodulepathFlag
 	admission                                   admissionFlags
+	emf                                         emfFlags
 }
 
 // runServe runs the fleet's front door (and operator API) on the AWS
@@ -74,10 +75,14 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	c.classifier.register(fs)
 	c.admission.register(fs)
+	c.emf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := c.admission.validate(); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if err := c.emf.validate(); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	if err := checkAdminListen(c.adminListen); err != nil {
@@ -139,6 +144,8 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	}
 	adm := adminHandler(&admin.Server{CA: authority, Nodes: state, Envs: state, Deployer: deployer, Explainer: in})
 	fd.Operator = adm
+	// The EMF lines go where the logs go: the awslogs driver ships both.
+	defer c.emf.start(ctx, m, os.Stderr, log)()
 	return listenAndServe(ctx, log, endpoints{
 		front: c.listen, maxConns: c.admission.maxConns, metrics: c.metricsListen, admin: c.adminListen,
 		frontHandler: fd.Handler(), tlsConf: authority.ServerTLSConfig(serverCert), metricsHandler: metricsHandler(m), adminHandler: adm,

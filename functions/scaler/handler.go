@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -28,7 +29,7 @@ type mappingClient interface {
 	UpdateEventSourceMapping(ctx context.Context, in *lambda.UpdateEventSourceMappingInput, opts ...func(*lambda.Options)) (*lambda.UpdateEventSourceMappingOutput, error)
 }
 
-// lookBack is how much of the age metric the handler reads.
+// lookBack is how much of the queue's metrics the handler reads.
 const lookBack = 15 * time.Minute
 
 // handler evaluates every lane on each invocation.
@@ -81,18 +82,19 @@ func (h *handler) handle(ctx context.Context, ev json.RawMessage) error {
 	return errors.Join(errs...)
 }
 
-// evaluate reads the lane's mapping and age, decides, and applies a change.
+// evaluate reads the lane's mapping and queue metrics, decides, and
+// applies a change.
 func (h *handler) evaluate(ctx context.Context, l lane) error {
 	m, err := h.mappings.GetEventSourceMapping(ctx, &lambda.GetEventSourceMappingInput{UUID: aws.String(l.Mapping)})
 	if err != nil {
 		return fmt.Errorf("lane %s: read event source mapping %s: %w", l.Name, l.Mapping, err)
 	}
 	now := h.now()
-	samples, err := h.ages(ctx, l.Queue, now)
+	samples, inFlight, err := h.queueMetrics(ctx, l.Queue, now)
 	if err != nil {
-		return fmt.Errorf("lane %s: read the age of queue %s: %w", l.Name, l.Queue, err)
+		return fmt.Errorf("lane %s: read the age and messages in flight of queue %s: %w", l.Name, l.Queue, err)
 	}
-	st := scaling.State{Samples: samples}
+	st := scaling.State{Samples: samples, InFlight: inFlight, BatchSize: int(aws.ToInt32(m.BatchSize))}
 	if m.ScalingConfig != nil && m.ScalingConfig.MaximumConcurrency != nil {
 		st.Current = int(*m.ScalingConfig.MaximumConcurrency)
 	}
@@ -109,7 +111,7 @@ func (h *handler) evaluate(ctx context.Context, l lane) error {
 		age = d.Age.Seconds()
 	}
 	attrs := []any{"lane", l.Name, "queue", l.Queue, "mapping", l.Mapping, "age_seconds", age,
-		"datapoints", len(samples), "from", d.From, "to", d.To, "reason", d.Reason}
+		"in_flight", d.InFlight, "datapoints", len(samples), "from", d.From, "to", d.To, "reason", d.Reason}
 	if !d.Changed() {
 		h.log.Info("concurrency unchanged", attrs...)
 		return nil
@@ -125,45 +127,63 @@ func (h *handler) evaluate(ctx context.Context, l lane) error {
 	return nil
 }
 
-// ages reads the last lookBack of the queue's ApproximateAgeOfOldestMessage
-// (Maximum per minute) from CloudWatch.
-func (h *handler) ages(ctx context.Context, queue string, now time.Time) ([]scaling.Sample, error) {
-	in := &cloudwatch.GetMetricDataInput{
-		StartTime: aws.Time(now.Truncate(time.Minute).Add(-lookBack)),
-		EndTime:   aws.Time(now),
-		ScanBy:    cwtypes.ScanByTimestampAscending,
-		MetricDataQueries: []cwtypes.MetricDataQuery{{
-			Id: aws.String("age"),
+// The queue's metrics the handler reads, by their query's Id.
+const (
+	ageQuery      = "age"
+	inFlightQuery = "in_flight"
+)
+
+// queueMetrics reads the last lookBack of the queue's
+// ApproximateAgeOfOldestMessage and ApproximateNumberOfMessagesNotVisible
+// (the messages in flight), Maximum per minute, from CloudWatch in one
+// GetMetricData call (and its pages).
+func (h *handler) queueMetrics(ctx context.Context, queue string, now time.Time) ([]scaling.Sample, []scaling.InFlightSample, error) {
+	query := func(id, metric string) cwtypes.MetricDataQuery {
+		return cwtypes.MetricDataQuery{
+			Id: aws.String(id),
 			MetricStat: &cwtypes.MetricStat{
 				Metric: &cwtypes.Metric{
 					Namespace:  aws.String("AWS/SQS"),
-					MetricName: aws.String("ApproximateAgeOfOldestMessage"),
+					MetricName: aws.String(metric),
 					Dimensions: []cwtypes.Dimension{{Name: aws.String("QueueName"), Value: aws.String(queue)}},
 				},
 				Period: aws.Int32(60),
 				Stat:   aws.String("Maximum"),
 			},
-		}},
+		}
 	}
-	var out []scaling.Sample
+	in := &cloudwatch.GetMetricDataInput{
+		StartTime: aws.Time(now.Truncate(time.Minute).Add(-lookBack)),
+		EndTime:   aws.Time(now),
+		ScanBy:    cwtypes.ScanByTimestampAscending,
+		MetricDataQueries: []cwtypes.MetricDataQuery{
+			query(ageQuery, "ApproximateAgeOfOldestMessage"),
+			query(inFlightQuery, "ApproximateNumberOfMessagesNotVisible"),
+		},
+	}
+	var ages []scaling.Sample
+	var inFlight []scaling.InFlightSample
 	for {
 		page, err := h.metrics.GetMetricData(ctx, in)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, r := range page.MetricDataResults {
-			if aws.ToString(r.Id) != "age" {
-				continue
-			}
+			id := aws.ToString(r.Id)
 			if len(r.Timestamps) != len(r.Values) {
-				return nil, fmt.Errorf("GetMetricData returned %d timestamps for %d values", len(r.Timestamps), len(r.Values))
+				return nil, nil, fmt.Errorf("GetMetricData returned %d timestamps for %d values of %s", len(r.Timestamps), len(r.Values), id)
 			}
 			for i, ts := range r.Timestamps {
-				out = append(out, scaling.Sample{Time: ts, Age: time.Duration(r.Values[i] * float64(time.Second))})
+				switch id {
+				case ageQuery:
+					ages = append(ages, scaling.Sample{Time: ts, Age: time.Duration(r.Values[i] * float64(time.Second))})
+				case inFlightQuery:
+					inFlight = append(inFlight, scaling.InFlightSample{Time: ts, Messages: int(math.Round(r.Values[i]))})
+				}
 			}
 		}
 		if page.NextToken == nil {
-			return out, nil
+			return ages, inFlight, nil
 		}
 		in.NextToken = page.NextToken
 	}

@@ -82,9 +82,9 @@ func cloudwatchClient() *cloudwatch.Client {
 var seq atomic.Int64
 
 // newLane makes, in moto, an SQS queue and a compile function with an event
-// source mapping from it whose MaximumConcurrency is maxConc, and returns
-// the queue's name and the mapping's UUID.
-func newLane(t *testing.T, name string, maxConc int32) (queue, uuid string) {
+// source mapping from it whose MaximumConcurrency is maxConc and BatchSize
+// batch, and returns the queue's name and the mapping's UUID.
+func newLane(t *testing.T, name string, maxConc, batch int32) (queue, uuid string) {
 	t.Helper()
 	ctx := t.Context()
 	n := seq.Add(1)
@@ -108,7 +108,7 @@ func newLane(t *testing.T, name string, maxConc int32) (queue, uuid string) {
 	}
 	m, err := l.CreateEventSourceMapping(ctx, &lambda.CreateEventSourceMappingInput{
 		FunctionName: aws.String(fn), EventSourceArn: aws.String(attrs.Attributes[string(types.QueueAttributeNameQueueArn)]),
-		BatchSize: aws.Int32(10), ScalingConfig: &lambdatypes.ScalingConfig{MaximumConcurrency: aws.Int32(maxConc)},
+		BatchSize: aws.Int32(batch), ScalingConfig: &lambdatypes.ScalingConfig{MaximumConcurrency: aws.Int32(maxConc)},
 	}, trailingSlash)
 	if err != nil {
 		t.Fatalf("create event source mapping: %v", err)
@@ -181,13 +181,25 @@ func bootstrapZip(t *testing.T) []byte {
 // queue, the last at last, in seconds.
 func putAges(t *testing.T, queue string, last time.Time, ages ...int) {
 	t.Helper()
+	putMetric(t, queue, "ApproximateAgeOfOldestMessage", cwtypes.StandardUnitSeconds, last, ages)
+}
+
+// putInFlight stores one ApproximateNumberOfMessagesNotVisible datapoint a
+// minute for queue, the last at last.
+func putInFlight(t *testing.T, queue string, last time.Time, counts ...int) {
+	t.Helper()
+	putMetric(t, queue, "ApproximateNumberOfMessagesNotVisible", cwtypes.StandardUnitCount, last, counts)
+}
+
+func putMetric(t *testing.T, queue, metric string, unit cwtypes.StandardUnit, last time.Time, values []int) {
+	t.Helper()
 	var data []cwtypes.MetricDatum
-	for i, a := range ages {
+	for i, v := range values {
 		data = append(data, cwtypes.MetricDatum{
-			MetricName: aws.String("ApproximateAgeOfOldestMessage"),
+			MetricName: aws.String(metric),
 			Dimensions: []cwtypes.Dimension{{Name: aws.String("QueueName"), Value: aws.String(queue)}},
-			Timestamp:  aws.Time(last.Add(-time.Duration(len(ages)-1-i) * time.Minute)),
-			Value:      aws.Float64(float64(a)), Unit: cwtypes.StandardUnitSeconds,
+			Timestamp:  aws.Time(last.Add(-time.Duration(len(values)-1-i) * time.Minute)),
+			Value:      aws.Float64(float64(v)), Unit: unit,
 		})
 	}
 	// moto does not read a gzip body: PutMetricData goes uncompressed.
@@ -232,7 +244,7 @@ func decisionOf(t *testing.T, logs []map[string]any, lane string) map[string]any
 	return nil
 }
 
-// The handler against moto: it reads each lane's mapping and metric,
+// The handler against moto: it reads each lane's mapping and metrics,
 // scales the flooded bulk lane up and the quiet urgent lane down, logs each
 // decision with its inputs, and holds within the cool-down (the mapping's
 // LastModified).
@@ -240,14 +252,16 @@ func TestHandlerScalesLanes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the moto emulator; skipped with -short")
 	}
-	bulkQueue, bulkMapping := newLane(t, "bulk", 12)
-	urgentQueue, urgentMapping := newLane(t, "urgent", 10)
+	bulkQueue, bulkMapping := newLane(t, "bulk", 12, 2)
+	urgentQueue, urgentMapping := newLane(t, "urgent", 10, 1)
 	_, created := maxConcurrency(t, bulkMapping)
 	// Decide 3 minutes after the mappings were made: past the cool-down.
 	at := created.Add(3 * time.Minute).Truncate(time.Minute).Add(10 * time.Second)
 	last := at.Truncate(time.Minute).Add(-2 * time.Minute)
 	putAges(t, bulkQueue, last, 0, 60, 120, 180, 240, 300, 360, 420)  // a deploy's flood
+	putInFlight(t, bulkQueue, last, 4, 4, 4, 4, 24, 24, 24, 24)       // every invocation a full batch
 	putAges(t, urgentQueue, last, 3, 2, 0, 1, 0, 0, 4, 0, 0, 1, 0, 0) // quiet for 12 minutes
+	putInFlight(t, urgentQueue, last, 1, 1, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0)
 
 	const lanesJSON = `[{"lane":"urgent","queue":%q,"mapping":%q,"min":2,"max":50,"step":2},
 		{"lane":"bulk","queue":%q,"mapping":%q,"min":2,"max":200,"step":10}]`
@@ -276,10 +290,10 @@ func TestHandlerScalesLanes(t *testing.T) {
 		t.Errorf("the alarm is not logged: %v", recs[0])
 	}
 	b := decisionOf(t, recs, "bulk")
-	if b["queue"] != bulkQueue || b["age_seconds"] != 420.0 || b["from"] != 12.0 || b["to"] != 24.0 || b["datapoints"] != 8.0 || !strings.Contains(b["reason"].(string), "high 2m0s") {
+	if b["queue"] != bulkQueue || b["age_seconds"] != 420.0 || b["in_flight"] != 24.0 || b["from"] != 12.0 || b["to"] != 24.0 || b["datapoints"] != 8.0 || !strings.Contains(b["reason"].(string), "high 2m0s") {
 		t.Errorf("bulk decision logged as %v", b)
 	}
-	if u := decisionOf(t, recs, "urgent"); u["from"] != 10.0 || u["to"] != 8.0 || u["age_seconds"] != 0.0 {
+	if u := decisionOf(t, recs, "urgent"); u["from"] != 10.0 || u["to"] != 8.0 || u["age_seconds"] != 0.0 || u["in_flight"] != 1.0 {
 		t.Errorf("urgent decision logged as %v", u)
 	}
 
@@ -311,7 +325,7 @@ func TestHandlerLaneFailureDoesNotStopOthers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the moto emulator; skipped with -short")
 	}
-	queue, mapping := newLane(t, "bulk", 300) // above the lane's max: brought down at once
+	queue, mapping := newLane(t, "bulk", 300, 2) // above the lane's max: brought down at once
 	lanes := []lane{
 		{Name: "urgent", Queue: "compilefarm-missing", Mapping: "00000000-0000-0000-0000-000000000000",
 			Config: scaling.Config{Min: 2, Max: 50, Step: 2}.WithDefaults("urgent")},
@@ -327,7 +341,87 @@ func TestHandlerLaneFailureDoesNotStopOthers(t *testing.T) {
 	if got, _ := maxConcurrency(t, mapping); got != 200 {
 		t.Errorf("bulk lane's MaximumConcurrency %d, want its max 200", got)
 	}
-	if d := decisionOf(t, logLines(t, &logs), "bulk"); d["age_seconds"] != -1.0 || d["datapoints"] != 0.0 {
+	if d := decisionOf(t, logLines(t, &logs), "bulk"); d["age_seconds"] != -1.0 || d["in_flight"] != -1.0 || d["datapoints"] != 0.0 {
 		t.Errorf("bulk decision with no datapoints logged as %v", d)
 	}
+}
+
+// Two urgent lanes (batch size 1) whose age has stayed low for 12 minutes:
+// the busy one, with up to 12 messages in flight at its cap of 14, holds
+// (a cap of 12 would not hold 12 plus a quarter); the idle one steps down;
+// one whose messages in flight CloudWatch has no datapoints of holds.
+func TestHandlerBusyLaneHolds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the moto emulator; skipped with -short")
+	}
+	busyQueue, busyMapping := newLane(t, "urgent", 14, 1)
+	idleQueue, idleMapping := newLane(t, "urgent", 14, 1)
+	blindQueue, blindMapping := newLane(t, "urgent", 14, 1)
+	_, created := maxConcurrency(t, busyMapping)
+	at := created.Add(3 * time.Minute).Truncate(time.Minute).Add(10 * time.Second)
+	last := at.Truncate(time.Minute).Add(-2 * time.Minute)
+	low := []int{1, 1, 2, 1, 1, 1, 2, 1, 1, 1, 1, 1}
+	putAges(t, busyQueue, last, low...)
+	putInFlight(t, busyQueue, last, 10, 11, 12, 11, 10, 12, 11, 11, 10, 12, 11, 11)
+	putAges(t, idleQueue, last, low...)
+	putInFlight(t, idleQueue, last, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+	putAges(t, blindQueue, last, low...) // no messages in flight stored
+
+	c := scaling.Config{Min: 2, Max: 50, Step: 2}.WithDefaults("urgent")
+	lanes := []lane{
+		{Name: "busy", Queue: busyQueue, Mapping: busyMapping, Config: c},
+		{Name: "idle", Queue: idleQueue, Mapping: idleMapping, Config: c},
+		{Name: "blind", Queue: blindQueue, Mapping: blindMapping, Config: c},
+	}
+	var logs bytes.Buffer
+	calls := &recordingReader{metricReader: cloudwatchClient()}
+	h := &handler{lanes: lanes, metrics: calls, mappings: lambdaClient(),
+		log: slog.New(slog.NewJSONHandler(&logs, nil)), now: func() time.Time { return at }}
+	if err := h.handle(t.Context(), json.RawMessage(`{"source":"aws.events","detail-type":"Scheduled Event"}`)); err != nil {
+		t.Fatalf("handle: %v", err)
+	}
+	// One GetMetricData call a lane, for both metrics.
+	if len(calls.queries) != len(lanes) {
+		t.Errorf("%d GetMetricData calls for %d lanes", len(calls.queries), len(lanes))
+	}
+	for _, q := range calls.queries {
+		if strings.Join(q, ",") != "AWS/SQS ApproximateAgeOfOldestMessage Maximum 60,AWS/SQS ApproximateNumberOfMessagesNotVisible Maximum 60" {
+			t.Errorf("GetMetricData asked for %q", q)
+		}
+	}
+	recs := logLines(t, &logs)
+	for _, tt := range []struct {
+		name, mapping string
+		want          int
+		inFlight      float64
+		reason        string
+	}{
+		{"busy", busyMapping, 14, 12, "would not hold them"},
+		{"idle", idleMapping, 12, 0, "down one step"},
+		{"blind", blindMapping, 14, -1, "too few to tell"},
+	} {
+		if got, _ := maxConcurrency(t, tt.mapping); got != tt.want {
+			t.Errorf("%s lane's MaximumConcurrency %d, want %d", tt.name, got, tt.want)
+		}
+		d := decisionOf(t, recs, tt.name)
+		if d["to"] != float64(tt.want) || d["in_flight"] != tt.inFlight || !strings.Contains(d["reason"].(string), tt.reason) {
+			t.Errorf("%s lane's decision logged as %v, want to %d, in_flight %v, reason …%s…", tt.name, d, tt.want, tt.inFlight, tt.reason)
+		}
+	}
+}
+
+// recordingReader records the metrics each GetMetricData call asks for.
+type recordingReader struct {
+	metricReader
+	queries [][]string
+}
+
+func (r *recordingReader) GetMetricData(ctx context.Context, in *cloudwatch.GetMetricDataInput, opts ...func(*cloudwatch.Options)) (*cloudwatch.GetMetricDataOutput, error) {
+	var q []string
+	for _, m := range in.MetricDataQueries {
+		s := m.MetricStat
+		q = append(q, fmt.Sprintf("%s %s %s %d", aws.ToString(s.Metric.Namespace), aws.ToString(s.Metric.MetricName), aws.ToString(s.Stat), aws.ToInt32(s.Period)))
+	}
+	r.queries = append(r.queries, q)
+	return r.metricReader.GetMetricData(ctx, in, opts...)
 }

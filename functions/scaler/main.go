@@ -1,12 +1,15 @@
 // Command scaler is the compile lanes' scaler Lambda: on each invocation (an
 // EventBridge schedule every minute, and the queue-age alarms' state
 // changes) it reads, for every configured lane, the last 15 minutes of its
-// queue's ApproximateAgeOfOldestMessage (CloudWatch GetMetricData) and its
-// event source mapping (Lambda GetEventSourceMapping), decides the
+// queue's ApproximateAgeOfOldestMessage and
+// ApproximateNumberOfMessagesNotVisible (the messages in flight; both in
+// one CloudWatch GetMetricData call) and its event source mapping (Lambda
+// GetEventSourceMapping: its cap, batch size and last change), decides the
 // mapping's ScalingConfig.MaximumConcurrency with pkg/scaling, and sets it
 // when it changes (UpdateEventSourceMapping). Each decision is logged with
-// its inputs (keys lane, queue, mapping, age_seconds, datapoints, from, to,
-// reason).
+// its inputs (keys lane, queue, mapping, age_seconds, in_flight: the most
+// messages in flight in the last low_for or -1 for none, datapoints, from,
+// to, reason).
 //
 // Configuration (environment): COMPILEFARM_SCALER_LANES, a JSON array of
 // {"lane":"urgent"|"bulk","queue":"<queue name>","mapping":"<event source

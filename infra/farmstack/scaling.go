@@ -26,7 +26,9 @@ import (
 // as the optional "high", "low" and "low_for" of COMPILEFARM_SCALER_LANES.
 // The scaler raises a lane's concurrency while its oldest message is at
 // least high old and lowers it once the age stayed at or below low for
-// low_for. The alarms only wake it early: the every-minute schedule keeps
+// low_for, as far as the messages in flight leave room (it reads the
+// queue's ApproximateNumberOfMessagesNotVisible too: GetMetricData, the
+// same permission). The alarms only wake it early: the every-minute schedule keeps
 // it stepping while an alarm stays in ALARM (an alarm invokes its action
 // once per state change).
 

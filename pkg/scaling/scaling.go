@@ -29,6 +29,15 @@
 // account, and protects the stores from a cap nobody needs; an idle cap
 // costs nothing, so the decision is slow to lower it and never does so on
 // missing data.
+//
+// A low age does not tell a busy lane from an idle one either: a lane
+// whose cap just keeps up shows the age of one compile, as an idle lane
+// does (with BatchSize 1 a job waits for no other job), until its cap is
+// below the load and a backlog builds. So the way down also reads the
+// messages in flight (ApproximateNumberOfMessagesNotVisible: received by
+// the mapping's pollers and not yet deleted, at most cap × BatchSize) and
+// never lowers the cap below what the busiest of the last LowFor needed,
+// plus a margin (Decide says which).
 package scaling
 
 import (
@@ -50,6 +59,14 @@ const (
 type Sample struct {
 	Time time.Time
 	Age  time.Duration
+}
+
+// InFlightSample is one datapoint of ApproximateNumberOfMessagesNotVisible:
+// the period's start and the messages in flight, received and not yet
+// deleted (its Maximum statistic).
+type InFlightSample struct {
+	Time     time.Time
+	Messages int
 }
 
 // Config is how one lane scales. Zero durations take the defaults of
@@ -109,8 +126,9 @@ type Lane struct {
 //     (High 30 s: a 2-minute-old job is 4 steps, at most doubling the
 //     cap), so a surge is met within minutes anyway
 //     (TestUrgentSurgeSimulation), and a small step keeps the way down
-//     gradual: the age of a lane with BatchSize 1 stays low until its cap
-//     is below the load, so each step down may be the one too many.
+//     gradual. (With BatchSize 1 the age stays low until the cap is below
+//     the load; what keeps a step down from being the one too many is the
+//     messages in flight, see Decide.)
 var Urgent = Lane{
 	Name: "urgent",
 	Config: Config{Min: 2, Max: 50, Step: 2, High: 30 * time.Second, Low: 5 * time.Second,
@@ -227,16 +245,25 @@ type State struct {
 	Current int
 	// LastChange is when the mapping last changed (its LastModified).
 	LastChange time.Time
-	// Samples are the recent datapoints, in any order, gaps allowed.
-	Samples []Sample
+	// BatchSize is the mapping's BatchSize, jobs per invocation; 0 is
+	// taken as 1 (the least capacity per invocation: the most careful).
+	BatchSize int
+	// Samples are the recent datapoints of the age, InFlight those of the
+	// messages in flight over the same time, each in any order, gaps
+	// allowed.
+	Samples  []Sample
+	InFlight []InFlightSample
 }
 
 // Decision is the new MaximumConcurrency and why.
 type Decision struct {
 	From, To int
 	// Age is the newest sample's age, or -1 when there was none.
-	Age    time.Duration
-	Reason string
+	Age time.Duration
+	// InFlight is the most messages in flight in the last LowFor, or -1
+	// when there was no datapoint.
+	InFlight int
+	Reason   string
 }
 
 // Changed reports whether the decision moves the cap.
@@ -253,13 +280,21 @@ func (d Decision) Changed() bool { return d.From != d.To }
 //     Step × ⌊age/High⌋, but by no more than the current cap (at most
 //     double) unless that is less than one Step, and at most to Max;
 //   - every age of the last LowFor ≤ Low, with at least half of that
-//     window's periods reported: down by one Step, at least to Min;
+//     window's periods reported: down by one Step, at least to Min, but
+//     never to a cap whose capacity (cap × BatchSize) is below the most
+//     messages in flight in the last LowFor plus a quarter of them
+//     (needed): down less than a step, or hold; with fewer in-flight
+//     datapoints than half the window's periods, hold;
 //   - otherwise hold.
 func Decide(now time.Time, c Config, s State) Decision {
-	d := Decision{From: s.Current, To: s.Current, Age: -1}
+	d := Decision{From: s.Current, To: s.Current, Age: -1, InFlight: -1}
 	samples := recent(s.Samples, now)
 	if n := len(samples); n > 0 {
 		d.Age = samples[n-1].Age
+	}
+	peak, inFlightN := inFlightPeak(s.InFlight, now, c)
+	if inFlightN > 0 {
+		d.InFlight = peak
 	}
 	switch {
 	case s.Current == 0:
@@ -306,9 +341,56 @@ func Decide(now time.Time, c Config, s State) Decision {
 		d.Reason = fmt.Sprintf("age ≤ low %v for %v, already at min %d", c.Low, c.LowFor, c.Min)
 		return d
 	}
-	d.To = max(c.Min, s.Current-c.Step)
-	d.Reason = fmt.Sprintf("age ≤ low %v for %v: down one step of %d", c.Low, c.LowFor, c.Step)
+	if periods := int(c.LowFor / c.Period); inFlightN == 0 || 2*inFlightN < periods {
+		d.Reason = fmt.Sprintf("age ≤ low %v for %v, but %d datapoint(s) of messages in flight in that time are too few to tell a busy lane from an idle one: hold", c.Low, c.LowFor, inFlightN)
+		return d
+	}
+	batch := max(1, s.BatchSize)
+	need := needed(peak, batch)
+	d.To = max(c.Min, s.Current-c.Step, need)
+	switch {
+	case d.To >= s.Current:
+		d.To = s.Current
+		d.Reason = fmt.Sprintf("age ≤ low %v for %v, but up to %d message(s) in flight: a cap below %d (× batch size %d) would not hold them plus a quarter, and the cap is %d: hold", c.Low, c.LowFor, peak, need, batch, s.Current)
+	case d.To == need && s.Current-c.Step < need:
+		d.Reason = fmt.Sprintf("age ≤ low %v for %v: down %d, less than a step of %d: up to %d message(s) in flight need a cap of %d (× batch size %d) to hold them plus a quarter", c.Low, c.LowFor, s.Current-d.To, c.Step, peak, need, batch)
+	default:
+		d.Reason = fmt.Sprintf("age ≤ low %v for %v and up to %d message(s) in flight: down one step of %d", c.Low, c.LowFor, peak, c.Step)
+	}
 	return d
+}
+
+// needed is the least cap that a lane whose busiest datapoint of the last
+// LowFor had inFlight messages in flight may be scaled down to: its
+// capacity (cap × batch, batch ≥ 1) holds inFlight plus a quarter, rounded
+// up, so that busiest datapoint would fill at most 80 % of it. The margin:
+//   - the metric is approximate, and SQS publishes it about once a minute,
+//     so a minute's Maximum is a reading, not the minute's peak, and the
+//     arrivals between two readings bunch (agents check in at random);
+//   - a lane near 100 % of its cap queues at every bunch, and with
+//     BatchSize 1 its age shows that only once a backlog has built, when
+//     the agents already wait (TestUrgentSurgeSimulation);
+//   - a quarter rather than a fixed number of jobs: it grows with the
+//     lane, and is 0 for an idle lane, which then steps down to its min.
+func needed(inFlight, batch int) int {
+	if inFlight <= 0 {
+		return 0
+	}
+	capacity := inFlight + (inFlight+3)/4
+	return (capacity + batch - 1) / batch
+}
+
+// inFlightPeak returns the most messages in flight in the datapoints of
+// the last c.LowFor before now, and how many datapoints there were.
+func inFlightPeak(in []InFlightSample, now time.Time, c Config) (peak, n int) {
+	from := now.Add(-c.LowFor)
+	for _, s := range in {
+		if s.Time.Before(from) || s.Time.After(now) {
+			continue
+		}
+		peak, n = max(peak, s.Messages), n+1
+	}
+	return peak, n
 }
 
 // recent returns the samples not after now, oldest first.

@@ -17,11 +17,15 @@ type Model struct {
 	// RampPerMinute is how many more concurrent invocations Lambda's SQS
 	// pollers add per minute, at most, while a queue has work.
 	RampPerMinute int
-	// MetricLag: the datapoint of the minute [m, m+1) can be read from
+	// MetricLag: the datapoints of the minute [m, m+1) can be read from
 	// m+1+MetricLag on.
 	MetricLag time.Duration
 	Every     time.Duration // the scaler's schedule
-	LookBack  time.Duration // how much of the metric it reads
+	LookBack  time.Duration // how much of the metrics it reads
+	// AgeOnly: the scaler reads every minute's messages in flight as 0,
+	// so only the age tells it a lane is busy (as the scaler did before it
+	// read them): for comparison.
+	AgeOnly bool
 }
 
 // DefaultModel is the model of the deploy-wave simulation: 1 s per compile,
@@ -39,10 +43,14 @@ var DefaultModel = Model{
 // Urgent or Bulk), its cap at t=0 and its load.
 type SimLane struct {
 	Lane
-	Start   int     // MaximumConcurrency at t=0
-	Burst   int     // jobs enqueued at t=0
-	PerSec  float64 // then jobs per second, Poisson
-	Seed    uint64  // of the arrivals
+	Start  int     // MaximumConcurrency at t=0
+	Burst  int     // jobs enqueued at t=0
+	PerSec float64 // then jobs per second, Poisson
+	// Until, when set, ends PerSec: from then on jobs arrive at Then a
+	// second (the end of a surge).
+	Until   time.Duration
+	Then    float64
+	Seed    uint64 // of the arrivals
 	arrived int
 }
 
@@ -52,8 +60,15 @@ type Minute struct {
 	Age     time.Duration // ApproximateAgeOfOldestMessage's Maximum over the minute
 	Cap     int           // MaximumConcurrency at the minute's end
 	Running int           // most concurrent invocations in the minute
-	Done    int           // jobs finished in the minute
-	Change  string        // the scaler's change at the minute's start, if any
+	// InFlight is ApproximateNumberOfMessagesNotVisible's Maximum over the
+	// minute, which the scaler reads as late as the age: the most jobs
+	// received by an invocation and not yet deleted, at any second. (SQS
+	// publishes a reading about once a minute, which may miss the
+	// minute's peak; the model has the peak. Jobs a poller holds while
+	// its batching window fills are in flight in SQS, queued here.)
+	InFlight int
+	Done     int    // jobs finished in the minute
+	Change   string // the scaler's change at the minute's start, if any
 }
 
 // LaneResult is one lane's simulation.
@@ -128,14 +143,20 @@ func Simulate(m Model, d time.Duration, lanes ...SimLane) []LaneResult {
 // scale runs the scaler for the lane at now.
 func (l *simLane) scale(m Model, now, t0 time.Time) {
 	var samples []Sample
+	var inFlight []InFlightSample
 	for i, mm := range l.res.Minutes {
 		start := t0.Add(time.Duration(i) * time.Minute)
 		if start.Add(time.Minute+m.MetricLag).After(now) || now.Sub(start) > m.LookBack {
 			continue
 		}
 		samples = append(samples, Sample{Time: start, Age: mm.Age})
+		n := mm.InFlight
+		if m.AgeOnly {
+			n = 0
+		}
+		inFlight = append(inFlight, InFlightSample{Time: start, Messages: n})
 	}
-	dec := Decide(now, l.Config, State{Current: l.cap, LastChange: l.last, Samples: samples})
+	dec := Decide(now, l.Config, State{Current: l.cap, LastChange: l.last, BatchSize: l.BatchSize, Samples: samples, InFlight: inFlight})
 	if dec.Changed() {
 		l.cur.Change = fmt.Sprintf("%d→%d", dec.From, dec.To)
 		l.cap, l.last = dec.To, now
@@ -146,8 +167,12 @@ func (l *simLane) scale(m Model, now, t0 time.Time) {
 // step advances the lane by one second.
 func (l *simLane) step(m Model, sec int) {
 	// Arrivals, from the second second on: a job enqueued at 0 is the burst's.
-	if l.PerSec > 0 && sec > 0 {
-		for range poisson(l.rng, l.PerSec) {
+	rate := l.PerSec
+	if l.Until > 0 && time.Duration(sec)*time.Second >= l.Until {
+		rate = l.Then
+	}
+	if rate > 0 && sec > 0 {
+		for range poisson(l.rng, rate) {
 			l.queue = append(l.queue, sec)
 			l.arrived++
 		}
@@ -199,12 +224,14 @@ func (l *simLane) step(m Model, sec int) {
 		l.running++
 	}
 	l.cur.Running = max(l.cur.Running, l.running)
-	// The age of the oldest job not yet deleted.
+	// The age of the oldest job not yet deleted, and the jobs in flight.
 	oldest := -1
 	if len(l.queue) > 0 {
 		oldest = l.queue[0]
 	}
+	inFlight := 0
 	for _, s := range l.slots {
+		inFlight += len(s.batch)
 		for _, e := range s.batch {
 			if oldest < 0 || e < oldest {
 				oldest = e
@@ -214,6 +241,7 @@ func (l *simLane) step(m Model, sec int) {
 	if oldest >= 0 {
 		l.cur.Age = max(l.cur.Age, time.Duration(sec-oldest)*time.Second)
 	}
+	l.cur.InFlight = max(l.cur.InFlight, inFlight)
 }
 
 // idleSlot returns a warm idle execution environment, or a new one.
@@ -266,11 +294,11 @@ func Markdown(res []LaneResult) string {
 	var b strings.Builder
 	b.WriteString("| min |")
 	for _, r := range res {
-		fmt.Fprintf(&b, " %s backlog | %s age (s) | %s cap | %s running | %s change |", r.Name, r.Name, r.Name, r.Name, r.Name)
+		fmt.Fprintf(&b, " %s backlog | %s age (s) | %s in flight | %s cap | %s running | %s change |", r.Name, r.Name, r.Name, r.Name, r.Name, r.Name)
 	}
 	b.WriteString("\n|--:|")
 	for range res {
-		b.WriteString("--:|--:|--:|--:|:--|")
+		b.WriteString("--:|--:|--:|--:|--:|:--|")
 	}
 	b.WriteString("\n")
 	n := len(res[0].Minutes)
@@ -288,7 +316,7 @@ func Markdown(res []LaneResult) string {
 		fmt.Fprintf(&b, "| %d |", i)
 		for _, r := range res {
 			m := r.Minutes[i]
-			fmt.Fprintf(&b, " %d | %.0f | %d | %d | %s |", m.Backlog, m.Age.Seconds(), m.Cap, m.Running, m.Change)
+			fmt.Fprintf(&b, " %d | %.0f | %d | %d | %d | %s |", m.Backlog, m.Age.Seconds(), m.InFlight, m.Cap, m.Running, m.Change)
 		}
 		b.WriteString("\n")
 	}

@@ -2,6 +2,7 @@ package scaling
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -62,9 +63,10 @@ func TestDeployWaveSimulation(t *testing.T) {
 			"reading the last %s. Both caps start at their min.\n\n", short(m.Compile), short(m.ColdStart), m.RampPerMinute,
 			short(m.MetricLag), short(m.Every), short(m.LookBack))
 		fmt.Printf("**Every minute of the deploy** (rows where nothing moves are shown every 5 minutes;\n" +
-			"*backlog* the jobs not yet done, queued or in flight, at the minute's end; *age* the\n" +
-			"minute's Maximum; *running* the most concurrent invocations in the minute; *change* the\n" +
-			"scaler's change at the minute's start):\n\n")
+			"*backlog* the jobs not yet done, queued or in flight, at the minute's end; *age* and\n" +
+			"*in flight* (jobs received by an invocation, not yet deleted) the minute's Maximum;\n" +
+			"*running* the most concurrent invocations in the minute; *change* the scaler's change at\n" +
+			"the minute's start):\n\n")
 		fmt.Print(Markdown(res))
 		fmt.Print("\n", deploySummary(lanes, res), "\n")
 	}
@@ -175,7 +177,8 @@ func deploySummary(lanes []SimLane, res []LaneResult) string {
 		"  the end, whatever the concurrency).\n",
 		short(c.High), firstUp, short(c.High), strings.Join(path, "→"), atMax, bulk.Drained, bulk.MaxAge)
 	fmt.Fprintf(&b, "- The cap comes down one step of %d per cool-down once the age has stayed at or below\n"+
-		"  %s for %s: from minute %d, back to the min at minute %d.\n", c.Step, short(c.Low), short(c.LowFor), downFrom, atMin)
+		"  %s for %s (with no job in flight, nothing holds it up): from minute %d, back to the min\n"+
+		"  at minute %d.\n", c.Step, short(c.Low), short(c.LowFor), downFrom, atMin)
 	fmt.Fprintf(&b, "- The **urgent lane's age stays at or below %v** throughout, its cap at most %d: the\n"+
 		"  flood on the bulk lane never touches it, as the lanes have separate mappings. (They\n"+
 		"  share the account's concurrency: bulk max + urgent max, %d + %d, must stay within the\n"+
@@ -186,26 +189,42 @@ func deploySummary(lanes []SimLane, res []LaneResult) string {
 
 // A busier urgent lane: 10% of check-ins need a compile (5.6 a second,
 // more than the min's 2 concurrent compiles serve), e.g. while agents
-// report changed facts after an OS update. The urgent lane scales up and,
-// once it has caught up, keeps its age under the agents' first-compile-wait
-// (60 s).
+// report changed facts after an OS update, for 30 minutes; then the
+// ordinary 1% again. The urgent lane scales up and, once it has caught up,
+// keeps its age under the agents' first-compile-wait (60 s) and its cap at
+// what the surge needs, though its age (batch size 1) is as low as an idle
+// lane's: the messages in flight keep the scaler from stepping it down.
+// After the surge the cap comes down.
 func TestUrgentSurgeSimulation(t *testing.T) {
+	const surgeFor, run = 30 * time.Minute, 60 * time.Minute
 	lanes := deployWave(Bulk.Config.Max)[1:]
-	lanes[0].PerSec = 100_000.0 / 1800 * 0.10
-	surge := Simulate(DefaultModel, 30*time.Minute, lanes...)[0]
-	c := lanes[0].Config
+	ordinary := lanes[0].PerSec
+	lanes[0].PerSec, lanes[0].Until, lanes[0].Then = ordinary*10, surgeFor, ordinary
+	surge := Simulate(DefaultModel, run, lanes...)[0]
+	l, c := lanes[0], lanes[0].Config
+	end := int(surgeFor / time.Minute) // the first minute after the surge
+	// What the surge needs: its mean jobs in flight (arrivals × compile
+	// time, Little's law), a cap below which cannot keep up at all, plus
+	// the decision's own margin.
+	mean := int(math.Ceil(l.PerSec * DefaultModel.Compile.Seconds()))
+	need := needed(mean, max(1, l.BatchSize))
 	// The first peak of the age, the first minute after it with the age
-	// below High (caught up), and the most age after that.
-	peak, caught, afterAt, downs, reups := -1, -1, -1, 0, 0
+	// below High (caught up), and the most age and the least cap after
+	// that during the surge.
+	peak, caught, afterAt, downs, reups, least, mostInFlight := -1, -1, -1, 0, 0, c.Max, 0
 	var after time.Duration
-	var path []string
-	prev := lanes[0].Start
+	var path, down []string
+	prev := l.Start
 	for i, m := range surge.Minutes {
 		if m.Cap != prev {
-			if len(path) == 0 {
-				path = append(path, fmt.Sprint(prev))
+			p := &path
+			if i >= end {
+				p = &down
 			}
-			path = append(path, fmt.Sprint(m.Cap))
+			if len(*p) == 0 {
+				*p = append(*p, fmt.Sprint(prev))
+			}
+			*p = append(*p, fmt.Sprint(m.Cap))
 			if m.Cap < prev {
 				downs++
 			} else if downs > 0 {
@@ -219,29 +238,77 @@ func TestUrgentSurgeSimulation(t *testing.T) {
 		if peak >= 0 && caught < 0 && m.Age < c.High {
 			caught = i
 		}
-		if caught >= 0 && i > caught && m.Age > after {
-			after, afterAt = m.Age, i
+		if caught >= 0 && i > caught && i < end {
+			if m.Age > after {
+				after, afterAt = m.Age, i
+			}
+			least, mostInFlight = min(least, m.Cap), max(mostInFlight, m.InFlight)
+		}
+	}
+	atEnd, last := surge.Minutes[end-1].Cap, surge.Minutes[len(surge.Minutes)-1].Cap
+	// The same run with a scaler that reads only the age (the messages
+	// in flight as 0): after catching up, its least cap in the surge, when
+	// it first went below what the surge needs, and the most age after.
+	blind := DefaultModel
+	blind.AgeOnly = true
+	ageOnly := Simulate(blind, run, lanes...)[0]
+	blindLeast, blindBelow, blindAge, blindAgeAt := c.Max, -1, time.Duration(0), -1
+	for i := caught + 1; i < end; i++ {
+		m := ageOnly.Minutes[i]
+		blindLeast = min(blindLeast, m.Cap)
+		if blindBelow < 0 && m.Cap < need {
+			blindBelow = i
+		}
+		if blindBelow >= 0 && m.Age > blindAge {
+			blindAge, blindAgeAt = m.Age, i
 		}
 	}
 	if testing.Verbose() {
 		fmt.Printf("\n**An urgent-lane surge** (`TestUrgentSurgeSimulation`): 10%% of check-ins need a compile\n"+
-			"(%.1f a second, more than the min of %d concurrent compiles serve), alone for 30 minutes:\n\n%s\n",
-			lanes[0].PerSec, c.Min, Markdown([]LaneResult{surge}))
-		fmt.Printf("The age peaks at %v (minute %d) before the cap catches up (minute %d); the cap goes\n%s.\n",
-			surge.Minutes[peak].Age, peak, caught, strings.Join(path, "→"))
-		if reups > 0 {
-			fmt.Printf("With a batch size of %d, a lane that barely keeps up shows an age as low as an idle\n"+
-				"one's (a job waits for no other compile in its invocation), so once the age has stayed at\n"+
-				"or below %s for %s the scaler lowers the cap one step per cool-down, below what the load\n"+
-				"needs; the backlog comes back, the age rises to %v (minute %d) and the scaler raises the\n"+
-				"cap again. The age is the scaler's only signal: it cannot tell a lane at 90%% of its\n"+
-				"cap from an idle one.\n", lanes[0].BatchSize, short(c.Low), short(c.LowFor), after, afterAt)
-		} else {
-			fmt.Printf("After catching up the age stays at or below %v.\n", after)
+			"(%.1f a second, more than the min of %d concurrent compiles serve) for %s, then the\n"+
+			"ordinary 1%% (%.2f a second) again; the urgent lane alone for %s:\n\n%s\n",
+			l.PerSec, c.Min, short(surgeFor), l.Then, short(run), Markdown([]LaneResult{surge}))
+		stays := fmt.Sprintf("at or below %v", after)
+		if after == 0 {
+			stays = "0s (every job starts\nwithin the second it arrives)"
 		}
+		fmt.Printf("The age peaks at %v (minute %d) before the cap catches up (minute %d); the cap goes\n"+
+			"%s. After catching up the age stays %s for the rest of the surge.\n\n",
+			surge.Minutes[peak].Age, peak, caught, strings.Join(path, "→"), stays)
+		holds := fmt.Sprintf("holds at %d to the surge's end", atEnd)
+		if least != atEnd {
+			holds = fmt.Sprintf("stays at %d or more to the surge's end", least)
+		}
+		fmt.Printf("With a batch size of %d, a lane that keeps up shows an age as low as an idle one's (a\n"+
+			"job waits for no other compile in its invocation): from minute %d on the age has stayed\n"+
+			"at or below %s for %s. What tells the scaler the lane is busy is the messages in flight\n"+
+			"(`ApproximateNumberOfMessagesNotVisible`, up to %d): it lowers a cap only to one that holds\n"+
+			"the most of the last %s plus a quarter (%d need a cap of %d). So the cap\n"+
+			"%s, above the %d that the surge's %.1f jobs in flight on average need\n"+
+			"with that quarter. The same run with a scaler that reads only the age (`Model.AgeOnly`)\n"+
+			"steps the cap down below that from minute %d, to %d, and the age climbs back to %v\n"+
+			"(minute %d).\n\n",
+			l.BatchSize, caught+int(c.LowFor/time.Minute), short(c.Low), short(c.LowFor), mostInFlight, short(c.LowFor),
+			mostInFlight, needed(mostInFlight, max(1, l.BatchSize)), holds, need, l.PerSec*DefaultModel.Compile.Seconds(),
+			blindBelow, blindLeast, blindAge, blindAgeAt)
+		fmt.Printf("Once the surge ends (minute %d) the messages in flight fall, and %s later the cap\n"+
+			"comes down a step per cool-down, less where the messages in flight need more:\n"+
+			"%s, at %d by minute %d.\n",
+			end, short(c.LowFor), strings.Join(down, "→"), last, len(surge.Minutes)-1)
 	}
-	if surge.MaxAge > 10*time.Minute || peak < 0 || caught < 0 || after >= time.Minute {
-		t.Errorf("urgent surge: age at most %v, after catching up at minute %d at most %v (minute %d)", surge.MaxAge, caught, after, afterAt)
+	if surge.MaxAge > 10*time.Minute || peak < 0 || caught < 0 || caught >= end || after >= c.High {
+		t.Errorf("urgent surge: age at most %v, after catching up at minute %d at most %v (minute %d), want below %v",
+			surge.MaxAge, caught, after, afterAt, c.High)
+	}
+	// Once caught up, the cap holds what the surge needs, and never goes
+	// down and up again.
+	if least < need || reups > 0 {
+		t.Errorf("urgent surge: after catching up the cap went down to %d (the surge needs %d), and %d time(s) up again: %s",
+			least, need, reups, strings.Join(path, "→"))
+	}
+	// After the surge the lane is light again and its cap comes down.
+	if last >= atEnd {
+		t.Errorf("urgent surge: cap %d at the surge's end, %d %v later: not scaled down", atEnd, last, run-surgeFor)
 	}
 }
 

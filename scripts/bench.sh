@@ -117,9 +117,11 @@ simulation_section() {
   echo "An invocation compiles its batch one job after the other; a new execution environment first"
   echo "spends a cold start (Ruby and Puppet loading); a job is deleted when its batch ends."
   echo "Lambda's pollers add concurrent invocations at a bounded rate. \`ApproximateAgeOfOldestMessage\`"
-  echo "is the age of the oldest job not yet deleted, queued or in flight, published as the Maximum"
-  echo "of each minute and readable after a lag. The scaler runs every minute (the EventBridge"
-  echo "schedule; an alarm's state change only invokes it earlier, reading the same metric)."
+  echo "is the age of the oldest job not yet deleted, queued or in flight, and"
+  echo "\`ApproximateNumberOfMessagesNotVisible\` the jobs in flight (received by an invocation, not"
+  echo "yet deleted); both are published as the Maximum of each minute and readable after a lag."
+  echo "The scaler runs every minute (the EventBridge schedule; an alarm's state change only invokes"
+  echo "it earlier, reading the same metrics)."
   if [ "$rc" -eq 0 ]; then
     printf '%s\n' "$out" | grep -vE '^(=== (RUN|PAUSE|CONT) |--- (PASS|FAIL|SKIP): |PASS$|FAIL$|ok[[:space:]]|FAIL[[:space:]])' | cat -s
   else

@@ -41,6 +41,11 @@ const (
 	CPUTargetPercent = 60
 )
 
+// EMFInterval is how often each task writes its front door metrics as an
+// embedded-metric-format line (serve's --emf-interval): CloudWatch's
+// standard resolution, one data point a minute.
+const EMFInterval = "60s"
+
 // Fleet is the front door fleet: a Fargate service running
 // `broker serve --backend aws` behind a Network Load Balancer that passes
 // TLS through to the tasks (the front door terminates TLS itself: it checks
@@ -141,6 +146,12 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		jsii.String("--ca-table"), st.Table(dynamostate.RoleCA).TableName(),
 		jsii.String("--ca-key-secret"), jsii.String(st.CAKeySecretName),
 		jsii.String("--dns-alt-names"), awscdk.Fn_Join(jsii.String(","), &altNames),
+		// The front door's requests, 4xx/5xx, refusals, catalog outcomes
+		// and latency: one embedded-metric-format line a minute on stderr,
+		// which the awslogs driver ships and CloudWatch Logs turns into
+		// metrics (namespace compilefarm, dimension Stage; Observability).
+		jsii.String("--emf-interval"), jsii.String(EMFInterval),
+		jsii.String("--emf-stage"), jsii.String(cfg.Stage),
 	}
 	// On AWS the SDK finds every endpoint itself; an emulator (LocalStack:
 	// awsEndpointURL) is one endpoint for all services.

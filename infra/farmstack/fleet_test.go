@@ -115,6 +115,8 @@ func TestFleetTask(t *testing.T) {
 	for flag, ref := range map[string]string{
 		"backend": `"aws"`, "bucket": bucketID, "ca-key-secret": `"compilefarm/dev/ca-key"`,
 		"metrics-listen": "9140", "listen": "8140",
+		// The front door's metrics to CloudWatch (Observability's widgets).
+		"emf-interval": `"60s"`, "emf-stage": `"dev"`,
 	} {
 		if !containsAll(jsonString(flags[flag]), ref) {
 			t.Errorf("--%s = %s, want %s", flag, jsonString(flags[flag]), ref)

@@ -1,6 +1,8 @@
 package farmstack
 
 import (
+	"strings"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
@@ -23,6 +25,9 @@ type Observability struct {
 	CompileErrors awscloudwatch.Alarm
 	// FleetErrors: ERROR lines in the fleet's logs (nil without a fleet).
 	FleetErrors awscloudwatch.Alarm
+	// FrontDoor5xx: more than FrontDoor5xxPercent of the front door's
+	// requests answered 5xx in 5 minutes (nil without a fleet).
+	FrontDoor5xx awscloudwatch.Alarm
 	// Topic gets the alarms' notifications; nil without alarmEmail.
 	Topic awssns.Topic
 }
@@ -37,6 +42,27 @@ type ObservabilityProps struct {
 // MetricsNamespace is the namespace of the stack's own metrics (from
 // metric filters on the fleet's logs).
 func MetricsNamespace(cfg Config) string { return "compilefarm/" + cfg.Stage }
+
+// The front door's metrics, which each fleet task writes as
+// embedded-metric-format lines (serve's --emf-interval; pkg/metrics/emf,
+// whose names these are): namespace FrontDoorNamespace, dimension Stage.
+const (
+	FrontDoorNamespace   = "compilefarm"
+	MetricRequests       = "Requests"       // requests answered (Count)
+	MetricRequests4xx    = "Requests4xx"    // ... with a 4xx
+	MetricRequests5xx    = "Requests5xx"    // ... with a 5xx (refusals and pending first compiles included)
+	MetricRefused        = "Refused"        // 503 + Retry-After for want of capacity
+	MetricLatency        = "Latency"        // every request's duration (ms, a distribution: percentiles)
+	MetricCatalogLatency = "CatalogLatency" // catalog requests' duration (ms)
+)
+
+// CatalogOutcomeMetrics are the EMF metrics counting catalog requests by
+// outcome.
+var CatalogOutcomeMetrics = []string{"CatalogFresh", "CatalogStale", "CatalogWaited", "CatalogFailed", "CatalogPending"}
+
+// FrontDoor5xxPercent: the 5xx alarm fires when more than this share of
+// the front door's requests in 5 minutes were answered 5xx.
+const FrontDoor5xxPercent = 1
 
 // NewObservability declares the dashboard, the alarms and, with
 // alarmEmail, the SNS topic they notify.
@@ -143,12 +169,14 @@ func NewObservability(scope constructs.Construct, id string, cfg Config, p Obser
 
 	if f := p.Fleet; f != nil {
 		// The front door's traffic. TLS passes through the NLB, so it sees
-		// connections and bytes, not HTTP requests: requests, latency and
-		// status codes are on each task's /metrics (Prometheus; nothing
-		// ships them to CloudWatch in this stack). The dashboard shows the
-		// NLB's flow metrics, target health, the tasks' CPU, and ERROR
-		// lines in the fleet's logs (a metric filter: broker serve logs
-		// with slog's text handler, "level=ERROR").
+		// connections and bytes, not HTTP requests: requests, status
+		// classes, refusals, catalog outcomes and latency come from the
+		// tasks themselves, as embedded-metric-format lines in their logs
+		// (--emf-interval; namespace compilefarm, dimension Stage). The
+		// dashboard shows those, the NLB's flow metrics, target health,
+		// the tasks' CPU, and ERROR lines in the fleet's logs (a metric
+		// filter: broker serve logs with slog's text handler,
+		// "level=ERROR").
 		errs := awslogs.NewMetricFilter(o.Construct, jsii.String("FleetErrorLines"), &awslogs.MetricFilterProps{
 			LogGroup:        f.Logs,
 			FilterPattern:   awslogs.FilterPattern_AllTerms(jsii.String("level=ERROR")),
@@ -167,6 +195,56 @@ func NewObservability(scope constructs.Construct, id string, cfg Config, p Obser
 			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 		}))
 		alarms = append(alarms, o.FleetErrors)
+
+		fdm := func(name, stat, label string, period awscdk.Duration) awscloudwatch.IMetric {
+			return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+				Namespace: jsii.String(FrontDoorNamespace), MetricName: jsii.String(name),
+				DimensionsMap: &map[string]*string{"Stage": jsii.String(cfg.Stage)},
+				Period:        period, Statistic: jsii.String(stat), Label: jsii.String(label),
+			})
+		}
+		fiveMinutes := awscdk.Duration_Minutes(jsii.Number(5))
+		// IF: no requests (a stage without agents) is no error rate.
+		rate5xx := func(period awscdk.Duration) awscloudwatch.MathExpression {
+			return awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+				Expression: jsii.String("IF(requests > 0, 100 * errors / requests, 0)"),
+				UsingMetrics: &map[string]awscloudwatch.IMetric{
+					"requests": fdm(MetricRequests, "Sum", "requests", period),
+					"errors":   fdm(MetricRequests5xx, "Sum", "5xx", period),
+				},
+				Label:  jsii.String("5xx % of requests"),
+				Period: period,
+			})
+		}
+		o.FrontDoor5xx = withActions(rate5xx(fiveMinutes).CreateAlarm(o.Construct, jsii.String("FrontDoor5xx"), &awscloudwatch.CreateAlarmOptions{
+			AlarmName: jsii.String(cfg.Name("front-door-5xx")),
+			AlarmDescription: jsii.String("More than " + itoa(FrontDoor5xxPercent) + "% of the front door's requests in 5 minutes were answered 5xx: " +
+				"503 refusals for want of capacity (Refused), first compiles not done within first-compile-wait (CatalogPending), " +
+				"or backend failures (ERROR lines in the fleet's logs)"),
+			Threshold:          jsii.Number(FrontDoor5xxPercent),
+			EvaluationPeriods:  jsii.Number(1),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+		}))
+		alarms = append(alarms, o.FrontDoor5xx)
+		var outcomes []awscloudwatch.IMetric
+		for _, name := range CatalogOutcomeMetrics {
+			outcomes = append(outcomes, fdm(name, "Sum", strings.ToLower(strings.TrimPrefix(name, "Catalog")), minute))
+		}
+		errorsGraph := graph("Front door 4xx, 5xx and refusals", []awscloudwatch.IMetric{
+			fdm(MetricRequests4xx, "Sum", "4xx", minute), fdm(MetricRequests5xx, "Sum", "5xx", minute),
+			fdm(MetricRefused, "Sum", "503 refusals (back-pressure)", minute),
+		})
+		errorsGraph.AddRightMetric(rate5xx(minute))
+		o.Dashboard.AddWidgets(
+			graph("Front door requests", []awscloudwatch.IMetric{fdm(MetricRequests, "Sum", "requests", minute)}),
+			errorsGraph,
+			graph("Front door latency (ms)", []awscloudwatch.IMetric{
+				fdm(MetricLatency, "p50", "p50", minute), fdm(MetricLatency, "p99", "p99", minute),
+				fdm(MetricCatalogLatency, "p50", "catalog p50", minute), fdm(MetricCatalogLatency, "p99", "catalog p99", minute),
+			}),
+			graph("Catalog requests by outcome", outcomes),
+		)
 		lbm := f.LoadBalancer.Metrics()
 		tg := f.TargetGroups[FrontDoorPort].Metrics()
 		o.Dashboard.AddWidgets(

@@ -101,10 +101,11 @@ func TestDevWritesEMFLines(t *testing.T) {
 	if front == "" {
 		t.Fatalf("dev is not up:\n%s", read())
 	}
-	// The health check needs no client certificate; the test trusts the
-	// dev CA's server certificate blindly.
+	// The CA certificate needs no client certificate (health checks are
+	// not counted); the test trusts the dev CA's server certificate
+	// blindly.
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	resp, err := c.Get("https://" + front + "/status/v1/simple")
+	resp, err := c.Get("https://" + front + "/puppet-ca/v1/certificate/ca")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,8 @@ import (
 
 // Metric is one CloudWatch metric of the line: the change, over the
 // interval, of the series of From whose labels have the values in Where
-// (every series when Where is empty), summed.
+// (every series when Where is empty) and none of the values in Except,
+// summed.
 //
 // From's series must all be counters or all histograms. Counters become
 // a Count; histograms a distribution in milliseconds (their observations
@@ -43,9 +44,10 @@ import (
 // +Inf bucket's the largest bound), with Count, Sum, Min and Max of those
 // values, so CloudWatch can compute percentiles.
 type Metric struct {
-	Name  string
-	From  prometheus.Collector
-	Where map[string]string
+	Name   string
+	From   prometheus.Collector
+	Where  map[string]string
+	Except map[string]string
 }
 
 // Writer writes one line per interval. Set the fields, then Run.
@@ -229,7 +231,7 @@ func read(m Metric) (map[string]series, error) {
 			err = e
 			continue
 		}
-		if !matches(d.Label, m.Where) {
+		if !matches(d.Label, m.Where, m.Except) {
 			continue
 		}
 		key := labelKey(d.Label)
@@ -255,9 +257,12 @@ func read(m Metric) (map[string]series, error) {
 	return out, err
 }
 
-func matches(labels []*dto.LabelPair, where map[string]string) bool {
+func matches(labels []*dto.LabelPair, where, except map[string]string) bool {
 	n := 0
 	for _, l := range labels {
+		if v, ok := except[l.GetName()]; ok && v == l.GetValue() {
+			return false
+		}
 		if v, ok := where[l.GetName()]; ok {
 			if v != l.GetValue() {
 				return false

@@ -108,7 +108,8 @@ func (l line) distribution(t *testing.T, name string) *distribution {
 // as zeros in an interval without requests, distributions left out.
 func TestLines(t *testing.T) {
 	m := metrics.New(nil)
-	catalog, facts, other := m.Endpoint(metrics.EndpointCatalog), m.Endpoint(metrics.EndpointFacts), m.Endpoint(metrics.EndpointOther)
+	catalog, facts, other, status := m.Endpoint(metrics.EndpointCatalog), m.Endpoint(metrics.EndpointFacts), m.Endpoint(metrics.EndpointOther),
+		m.Endpoint(metrics.EndpointStatus)
 	w := &Writer{Namespace: Namespace, Dimensions: map[string]string{"Stage": "test"}, Metrics: FrontDoor(m),
 		Now: func() time.Time { return time.Date(2026, 11, 26, 4, 0, 0, 0, time.UTC) }}
 	if _, err := w.Line(); err != nil { // the start of the first interval
@@ -132,7 +133,9 @@ func TestLines(t *testing.T) {
 			catalog.Observe(503, 100*time.Microsecond) // first bucket
 			m.ObserveRefused(metrics.LaneHeavy, metrics.RefusedQueueFull)
 			facts.Observe(413, 3*time.Millisecond)
-			other.Observe(404, 2*time.Minute) // +Inf
+			other.Observe(404, 2*time.Minute)     // +Inf
+			status.Observe(200, time.Millisecond) // a health check: left out
+			status.Observe(503, time.Millisecond)
 		}, want{
 			counts:         map[string]float64{Requests: 5, Requests4xx: 2, Requests5xx: 2, Refused: 1, "CatalogFresh": 1, "CatalogPending": 1},
 			latency:        []float64{0.25, 3.75, 45000, 60000},
@@ -142,7 +145,7 @@ func TestLines(t *testing.T) {
 			facts.Observe(200, 3*time.Millisecond)
 			m.ObserveRefused(metrics.LaneLight, metrics.RefusedQueueWait)
 		}, want{counts: map[string]float64{Requests: 1, Refused: 1}, latency: []float64{3.75}}},
-		{"an interval without requests", func() {}, want{}},
+		{"an interval with health checks only", func() { status.Observe(200, time.Millisecond) }, want{}},
 	}
 	all := []string{Requests, Requests4xx, Requests5xx, Refused, "CatalogFresh", "CatalogStale", "CatalogWaited", "CatalogFailed", "CatalogPending"}
 	for _, tt := range tests {
@@ -220,7 +223,7 @@ func TestRun(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- w.Run(ctx, 20*time.Millisecond) }()
 	time.Sleep(70 * time.Millisecond)
-	m.Endpoint(metrics.EndpointStatus).Observe(200, time.Millisecond)
+	m.Endpoint(metrics.EndpointCA).Observe(200, time.Millisecond)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -48,7 +48,7 @@ func MetricsNamespace(cfg Config) string { return "compilefarm/" + cfg.Stage }
 // whose names these are): namespace FrontDoorNamespace, dimension Stage.
 const (
 	FrontDoorNamespace   = "compilefarm"
-	MetricRequests       = "Requests"       // requests answered (Count)
+	MetricRequests       = "Requests"       // requests answered, health checks left out (Count)
 	MetricRequests4xx    = "Requests4xx"    // ... with a 4xx
 	MetricRequests5xx    = "Requests5xx"    // ... with a 5xx (refusals and pending first compiles included)
 	MetricRefused        = "Refused"        // 503 + Retry-After for want of capacity

@@ -81,6 +81,14 @@ func TestDynamoDB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A new table is CREATING until it is ACTIVE, on AWS as on dynalite
+	// (whose creation finishes asynchronously even with --createTableMs 0):
+	// a PutItem before then is ResourceNotFoundException.
+	if err := dynamodb.NewTableExistsWaiter(db, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay = 10 * time.Millisecond
+	}).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String("things")}, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	value := strings.Repeat("v", 3000)
 	item := map[string]ddbtypes.AttributeValue{"k": &ddbtypes.AttributeValueMemberS{Value: "a"}, "v": &ddbtypes.AttributeValueMemberS{Value: value}}
 	for range 3 {

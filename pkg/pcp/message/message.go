@@ -6,9 +6,10 @@
 // (framing, the envelope's required fields, PCP URIs, the expiry timestamp,
 // a size limit) and reports a failure as one of the kinds ErrVersion,
 // ErrFrame, ErrTooLarge or ErrEnvelope, wrapped with a message that says
-// where the input is wrong. Encoding is canonical: a message decoded and
-// encoded again always gives the same bytes, and those bytes decode to an
-// equal Message. The functions are safe for concurrent use.
+// where the input is wrong. Encoding is canonical: a decoded message encodes
+// to bytes that decode to an equal Message and encode to the same bytes
+// again (not always the input's bytes: JSON spacing, field order and escapes
+// are normalised). The functions are safe for concurrent use.
 package message
 
 import (
@@ -19,9 +20,10 @@ import (
 )
 
 // DefaultMaxMessageSize is the size limit of a whole encoded message when a
-// Codec does not set one: 64 MiB, as pcp-broker's default limit, large enough
-// for any PXP request or response (task output included) and small enough
-// that one client cannot make the broker hold an unbounded buffer.
+// Codec does not set one: 64 MiB, large enough for any PXP request or
+// response (task output included) and small enough that one client cannot
+// make the broker hold an unbounded buffer. pcp-broker bounds messages too;
+// match its configured limit where both serve the same agents.
 const DefaultMaxMessageSize = 64 << 20
 
 // The kinds of decoding failures. Errors returned by this package wrap one of

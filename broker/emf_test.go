@@ -56,7 +56,7 @@ func TestDevWritesEMFLines(t *testing.T) {
 	}
 	for _, tool := range []string{"ruby", "puppet"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is missing (scripts/install-deps.sh installs Puppet)", tool)
+			t.Fatalf("%s is missing: run scripts/install-deps.sh (make test does) to install Puppet", tool)
 		}
 	}
 	// The process's stderr, as the awslogs driver reads it.

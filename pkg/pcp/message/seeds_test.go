@@ -12,12 +12,11 @@ import (
 
 var writeSeeds = flag.Bool("write-seeds", false, "rewrite testdata/fuzz seed files from the test vectors")
 
-// TestWriteSeedCorpus writes the test vectors as fuzz seeds, in go test's
-// corpus format, when run with: go test -run TestWriteSeedCorpus -write-seeds
-func TestWriteSeedCorpus(t *testing.T) {
-	if !*writeSeeds {
-		t.Skip("run with -write-seeds to rewrite testdata/fuzz")
-	}
+// TestSeedCorpus checks that testdata/fuzz holds every test vector as a
+// fuzz seed, in go test's corpus format, so the fuzzers (and CI's run of
+// the seeds) start from them; with -write-seeds it writes them:
+// go test -run TestSeedCorpus -write-seeds
+func TestSeedCorpus(t *testing.T) {
 	var v1, v2 [][]byte
 	for _, v := range v1Vectors {
 		v1 = append(v1, v.in)
@@ -40,7 +39,14 @@ func TestWriteSeedCorpus(t *testing.T) {
 		for _, s := range seeds {
 			name := fmt.Sprintf("seed-%x", sha256.Sum256(s))[:21]
 			body := "go test fuzz v1\n[]byte(" + strconv.Quote(string(s)) + ")\n"
-			if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			path := filepath.Join(dir, name)
+			if !*writeSeeds {
+				if got, err := os.ReadFile(path); err != nil || string(got) != body {
+					t.Errorf("seed %s is missing or stale (%v): run go test -run TestSeedCorpus -write-seeds", path, err)
+				}
+				continue
+			}
+			if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -6,7 +6,7 @@ LISTEN  ?= 127.0.0.1:8140
 METRICS ?= 127.0.0.1:9140
 ENVS    ?= examples/environments
 
-.PHONY: run build deps emulators test unit e2e vet fmt-check bench clean synth infra-test scaler-bootstrap \
+.PHONY: run build deps emulators pcp-clients test unit e2e vet fmt-check bench clean synth infra-test scaler-bootstrap \
 	localstack-up localstack-deploy localstack-e2e localstack-down
 
 build:
@@ -21,6 +21,11 @@ EMULATORS = scripts/emulators/s3.sh scripts/emulators/sqs.sh scripts/emulators/d
 emulators:
 	@for s in $(EMULATORS); do $$s || exit 1; done
 
+# The real PCP clients (pxp-agent, ruby-pcp-client) the PCP broker is tested
+# against, built once into .tools/pcp-client.
+pcp-clients:
+	scripts/pcp-clients.sh
+
 run: deps build
 	bin/broker dev --listen $(LISTEN) --metrics-listen $(METRICS) --environments $(ENVS) --data $(DATA)
 
@@ -34,7 +39,7 @@ fmt-check:
 # The whole suite: unit tests, contract suites, and the end-to-end tests in
 # test/ that drive a real puppet agent against a real broker; then the CDK
 # app's tests and a synth (infra/; these need node, and fail without it).
-test: deps emulators fmt-check vet
+test: deps emulators pcp-clients fmt-check vet
 	$(GO) test -count=1 -timeout 20m ./...
 	$(MAKE) infra-test synth
 

@@ -99,6 +99,9 @@ type Server struct {
 	// /admin/v1/...), served under OperatorPrefix to operator certificates
 	// only (operator.go); nil leaves those paths out (404).
 	Operator http.Handler
+	// Services are reported by /status/v1/services beside Puppet's own
+	// (the PCP broker's "broker-service"), each under its name.
+	Services []ServiceStatus
 
 	// PuppetVersion is sent as X-Puppet-Version (the engine's Puppet).
 	PuppetVersion string
@@ -567,5 +570,18 @@ func (s *Server) statusServices(w http.ResponseWriter, r *http.Request) {
 		return map[string]any{"service_version": s.PuppetVersion, "service_status_version": 1,
 			"detail_level": "info", "state": "running", "status": map[string]any{}, "active_alerts": []any{}}
 	}
-	writeJSON(w, map[string]any{"ca": svc(), "master": svc(), "server": svc(), "status-service": svc()})
+	out := map[string]any{"ca": svc(), "master": svc(), "server": svc(), "status-service": svc()}
+	for _, extra := range s.Services {
+		st := svc()
+		st["status"] = extra.Status()
+		out[extra.Name] = st
+	}
+	writeJSON(w, out)
+}
+
+// ServiceStatus is one service /status/v1/services reports: Status returns
+// its JSON "status" object (counters, connections), called per request.
+type ServiceStatus struct {
+	Name   string
+	Status func() any
 }

@@ -2,6 +2,7 @@ package frontdoor
 
 import (
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 )
 
@@ -10,17 +11,17 @@ import (
 // the time of the request.
 func TestStatusServicesReportsExtraServices(t *testing.T) {
 	r := newRig(t)
-	conns := 0
-	r.fd.Services = []ServiceStatus{{Name: "broker-service", Status: func() any { return map[string]int{"connections": conns} }}}
-	for _, want := range []int{0, 3} {
-		conns = want
+	var conns atomic.Int64
+	r.fd.Services = []ServiceStatus{{Name: "broker-service", Status: func() any { return map[string]int64{"connections": conns.Load()} }}}
+	for _, want := range []int64{0, 3} {
+		conns.Store(want)
 		resp := r.do(r.anon, "GET", "/status/v1/services", nil, nil)
 		if resp.status != 200 {
 			t.Fatalf("status %d: %s", resp.status, resp.body)
 		}
 		var got map[string]struct {
 			State  string         `json:"state"`
-			Status map[string]int `json:"status"`
+			Status map[string]int64 `json:"status"`
 		}
 		if err := json.Unmarshal([]byte(resp.body), &got); err != nil {
 			t.Fatal(err)

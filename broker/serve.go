@@ -190,14 +190,18 @@ func loadAWSConfig(ctx context.Context) (aws.Config, error) {
 	return cfg, nil
 }
 
-// endpoints are the three listeners of a running broker: the front door
-// (TLS, at most maxConns connections open when maxConns > 0), /metrics and
-// the operator API (plain HTTP; admin must be a loopback address).
+// endpoints are the listeners of a running broker: the front door (TLS,
+// at most maxConns connections open when maxConns > 0), /metrics, the
+// operator API (plain HTTP; admin must be a loopback address) and, when
+// pcp is set, the PCP broker (TLS, websockets).
 type endpoints struct {
 	front, metrics, admin                      string
 	maxConns                                   int
 	frontHandler, metricsHandler, adminHandler http.Handler
 	tlsConf                                    *tls.Config
+	pcp                                        string
+	pcpHandler                                 http.Handler
+	pcpTLS                                     *tls.Config
 }
 
 // listenAndServe runs the endpoints, plus background (if any), until ctx
@@ -212,7 +216,11 @@ func listenAndServe(ctx context.Context, log *slog.Logger, e endpoints, backgrou
 			l.Close()
 		}
 	}
-	for _, addr := range []string{e.front, e.metrics, e.admin} {
+	addrs := []string{e.front, e.metrics, e.admin}
+	if e.pcp != "" {
+		addrs = append(addrs, e.pcp)
+	}
+	for _, addr := range addrs {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			closeAll()
@@ -223,6 +231,12 @@ func listenAndServe(ctx context.Context, log *slog.Logger, e endpoints, backgrou
 	ln, mln, aln := limitConns(lns[0], e.maxConns), lns[1], lns[2]
 	frontSrv := &http.Server{
 		Handler: e.frontHandler, TLSConfig: e.tlsConf, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	// The PCP server's connections become websockets (hijacked): its
+	// timeouts bound only the upgrade request; the broker keeps the rest.
+	pcpSrv := &http.Server{
+		Handler: e.pcpHandler, TLSConfig: e.pcpTLS, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	metricsSrv := &http.Server{Handler: e.metricsHandler, ReadHeaderTimeout: 10 * time.Second}
@@ -247,8 +261,14 @@ func listenAndServe(ctx context.Context, log *slog.Logger, e endpoints, backgrou
 	serve("front door", func() error { return frontSrv.ServeTLS(ln, "", "") })
 	serve("metrics", func() error { return metricsSrv.Serve(mln) })
 	serve("operator API", func() error { return adminSrv.Serve(aln) })
-	log.Info(upMsg, append([]any{"front_door", "https://" + ln.Addr().String(), "metrics", "http://" + mln.Addr().String() + "/metrics",
-		"admin", "http://" + aln.Addr().String()}, upArgs...)...)
+	up := []any{"front_door", "https://" + ln.Addr().String(), "metrics", "http://" + mln.Addr().String() + "/metrics",
+		"admin", "http://" + aln.Addr().String()}
+	if e.pcp != "" {
+		pln := lns[3]
+		serve("PCP broker", func() error { return pcpSrv.ServeTLS(pln, "", "") })
+		up = append(up, "pcp", "wss://"+pln.Addr().String()+"/pcp/")
+	}
+	log.Info(upMsg, append(up, upArgs...)...)
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -260,6 +280,7 @@ func listenAndServe(ctx context.Context, log *slog.Logger, e endpoints, backgrou
 	frontSrv.Shutdown(shutCtx)
 	metricsSrv.Shutdown(shutCtx)
 	adminSrv.Shutdown(shutCtx)
+	pcpSrv.Shutdown(shutCtx)
 	cancel()
 	wg.Wait()
 	return runErr

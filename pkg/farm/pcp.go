@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -34,17 +35,28 @@ type PresencePage struct {
 // PresenceStore keeps which task holds each PCP client.
 //
 // SetPresence records p, replacing any record for p.URI (the newest
-// connection wins, wherever it is). ClearPresence removes the record of uri
-// only while it names task: a client that reconnected to another task in
-// the meantime keeps its new record (no error either way). LookupPresence
-// returns the record of uri, or ErrNotFound when there is none or it has
-// expired. QueryPresence answers from an index by client type (no driver
-// reads every record) and returns only unexpired records; a page may hold
-// fewer records than the limit while Next is set. ErrInvalid for a URI that is
-// not pcp://<common name>/<client type> (ValidatePCPURI), a record without a task or expiry, or a query
-// without a client type. Safe for concurrent use; a SetPresence that
-// returned is seen by every later LookupPresence (drivers with eventually
-// consistent indexes may show it to QueryPresence within a second).
+// connection wins, wherever it is); a record whose Expires has passed is
+// accepted and then ignored by every read. ClearPresence removes the record
+// of uri only while it names task: a client that reconnected to another task
+// in the meantime keeps its new record (no error either way, none when there
+// is no record). LookupPresence returns the record of uri, or ErrNotFound
+// when there is none or it has expired. QueryPresence answers from an index
+// by client type (no driver reads every record) and returns only unexpired
+// records, in URI order, at most PageSize of them; a page may hold fewer
+// records than the limit (none, even) while Next is set, and Next is "" on
+// the last page. Expiry is judged against the driver's clock (time.Now).
+// Times keep their instant to the nanosecond.
+//
+// ErrInvalid (Presence.Validate, PresenceQuery.Validate) for a URI that is
+// not pcp://<common name>/<client type> (ValidatePCPURI), a record or a
+// ClearPresence without a task, a record without an expiry, or a query
+// without a client type or with a limit out of range. Other failures of the
+// backend are returned wrapped (ErrTransient where the driver can tell).
+//
+// Safe for concurrent use, across processes for shared backends; a
+// SetPresence or ClearPresence that returned is seen by every later
+// LookupPresence (drivers with eventually consistent indexes may show it to
+// QueryPresence only within a second).
 type PresenceStore interface {
 	SetPresence(ctx context.Context, p Presence) error
 	ClearPresence(ctx context.Context, uri, task string) error
@@ -54,17 +66,27 @@ type PresenceStore interface {
 
 // Inbox carries PCP messages between the fleet's tasks: each task receives
 // from its own inbox what other tasks post to it for the clients it holds.
+// A task name is 1-256 bytes (ValidateInboxTask); drivers may map it to a
+// backend name of their own (an SQS queue).
 //
-// Post stores msg (an encoded message, at most MaxInboxMessage bytes, else
-// ErrInvalid) for task and returns once it is durable; posting to a task
-// whose inbox does not exist (never opened, or closed) returns ErrNotFound.
-// Open creates task's inbox (idempotent) before Receive may be called.
-// Receive blocks until at least one message is waiting for task, or ctx
-// ends (ctx.Err()), and returns up to 10 of them, each exactly once in the
-// absence of failures (a driver may deliver a message twice after a crash;
-// PCP messages carry ids). Close removes the inbox and what is in it.
-// Messages older than a minute may be dropped: PCP messages expire in
-// seconds. Safe for concurrent use, one Receive per task at a time.
+// Open creates task's inbox (idempotent; an open inbox keeps its messages)
+// before Receive may be called. Post stores msg (an encoded message, 1 to
+// MaxInboxMessage bytes, else ErrInvalid) for task and returns once it is
+// durable; posting to a task whose inbox does not exist (never opened, or
+// closed) returns ErrNotFound. Receive blocks until at least one message is
+// waiting for task, or ctx ends (an error wrapping ctx.Err()), and returns 1
+// to 10 of them in no promised order, each exactly once in the absence of
+// failures (a driver may deliver a message twice after a crash; PCP messages
+// carry ids); ErrNotFound when task has no inbox. Close removes the inbox and
+// what is in it (no error when there is none); a Receive waiting on it
+// returns ErrNotFound, possibly only when the driver's long poll ends (20 s
+// for SQS): cancel its ctx first. Reopening a closed task's inbox is not
+// promised to work at once (SQS refuses a deleted queue's name for 60 s):
+// task names are not reused. Messages older than a minute may be dropped:
+// PCP messages expire in seconds. ErrInvalid for an invalid task name.
+//
+// Safe for concurrent use, across processes for shared backends, one
+// Receive per task at a time.
 type Inbox interface {
 	Open(ctx context.Context, task string) error
 	Post(ctx context.Context, task string, msg []byte) error
@@ -164,17 +186,37 @@ func ValidateJobID(id string) error {
 // RunJobStore keeps jobs and their nodes' results, so that a job outlives
 // the task that ran it.
 //
-// CreateJob stores job and one RunJobNode per node (state queued) and returns
-// ErrConflict when the id exists, ErrInvalid for a bad id or certname;
-// drivers write the nodes in batches and need not be atomic, but a job is
-// listed only once its nodes are stored. UpdateJob is an atomic
-// read-modify-write of the job record as NodeStore.UpdateNode (fn may run
-// more than once; an error from fn writes nothing). UpdateJobNode is the
-// same for one node of a job (ErrNotFound when the node is not part of it).
-// GetJob returns ErrNotFound for an unknown id. ListJobs returns jobs
-// newest first (by Created, then id), ListJobNodes a job's nodes in
-// certname order, in pages, without reading every job or node. Safe for
-// concurrent use.
+// CreateJob stores job as given (the caller sets State, Total and Counts:
+// the store never derives them) and one RunJobNode per node {Job: job.ID,
+// Node: node, State: JobNodeQueued, Updated: job.Created}. It returns
+// ErrConflict when the id exists (of two concurrent creations of one id
+// exactly one succeeds and the other writes nothing the winner reads), and
+// ErrInvalid for a job that fails RunJob.Validate (bad id, no Created) or a
+// node list with an invalid or repeated certname; an empty node list is
+// allowed. Drivers write the nodes in batches and need not be atomic, but a
+// job is listed by ListJobs only once its nodes are stored.
+//
+// UpdateJob is an atomic read-modify-write of the job record as
+// NodeStore.UpdateNode: fn gets a copy of the stored record, may run more
+// than once, and an error from fn writes nothing and is returned as is. It
+// returns ErrNotFound for an unknown id (it never creates a job, and does
+// not call fn), and ErrInvalid when fn changes ID or Created. UpdateJobNode is the
+// same for one node of a job: ErrNotFound when the job does not exist or the
+// node is not part of it, ErrInvalid when fn changes Job or Node.
+//
+// GetJob returns ErrNotFound for an unknown id and ErrInvalid for a bad one.
+// ListJobs returns jobs newest first (Created descending, then ID
+// descending), ListJobNodes a job's nodes in certname order (an empty page
+// for an unknown job), in pages of at most the query's PageSize, without
+// reading every job or node. Next is "" on the last page; a page may be
+// shorter than the limit while Next is set. A ListJobs After is opaque: only
+// "" or a Next returned by the same store (anything else may be ErrInvalid);
+// a ListJobNodes After is a certname (only greater ones follow). Queries
+// with a limit out of range, or ListJobNodes without a valid job id, are
+// ErrInvalid. Every record returned is the caller's own copy. Times come
+// keep their instant to the nanosecond.
+//
+// Safe for concurrent use, across processes for shared backends.
 type RunJobStore interface {
 	CreateJob(ctx context.Context, job RunJob, nodes []string) error
 	GetJob(ctx context.Context, id string) (RunJob, error)
@@ -195,3 +237,144 @@ func ValidatePCPURI(uri string) error {
 	}
 	return nil
 }
+
+// Validate returns an ErrInvalid error for a record SetPresence refuses:
+// an invalid URI, no task (ValidateInboxTask), no expiry.
+func (p Presence) Validate() error {
+	if err := ValidatePCPURI(p.URI); err != nil {
+		return fmt.Errorf("presence: %w", err)
+	}
+	if err := ValidateInboxTask(p.Task); err != nil {
+		return fmt.Errorf("presence of %s: %w", p.URI, err)
+	}
+	if p.Expires.IsZero() {
+		return fmt.Errorf("presence of %s: no expiry: %w", p.URI, ErrInvalid)
+	}
+	return nil
+}
+
+// ClientType returns the client type of p.URI, a valid URI
+// (ValidatePCPURI): pcp://<common name>/<client type>.
+func (p Presence) ClientType() string {
+	_, t := splitPCPURI(p.URI)
+	return t
+}
+
+// CommonName returns the common name of p.URI (see ClientType).
+func (p Presence) CommonName() string {
+	cn, _ := splitPCPURI(p.URI)
+	return cn
+}
+
+func splitPCPURI(uri string) (cn, clientType string) {
+	rest := strings.TrimPrefix(uri, "pcp://")
+	i := strings.LastIndexByte(rest, '/')
+	if i < 0 {
+		return "", rest
+	}
+	return rest[:i], rest[i+1:]
+}
+
+// Validate returns an ErrInvalid error for a query QueryPresence refuses:
+// no client type, a client type or common name that cannot be part of a
+// PCP URI, a limit out of range.
+func (q PresenceQuery) Validate() error {
+	if q.ClientType == "" {
+		return fmt.Errorf("presence query: no client type: %w", ErrInvalid)
+	}
+	if err := ValidatePCPURI("pcp://" + q.CommonName + "/" + q.ClientType); err != nil {
+		return fmt.Errorf("presence query: %w", err)
+	}
+	if q.Limit < 0 || q.Limit > MaxNodePage {
+		return fmt.Errorf("presence query: limit %d is not between 0 and %d: %w", q.Limit, MaxNodePage, ErrInvalid)
+	}
+	return nil
+}
+
+// PageSize is the query's Limit with the default applied.
+func (q PresenceQuery) PageSize() int { return pageSize(q.Limit) }
+
+// Matches reports whether p is what q selects, expiry aside.
+func (q PresenceQuery) Matches(p Presence) bool {
+	cn, t := splitPCPURI(p.URI)
+	return t == q.ClientType && (q.CommonName == "" || cn == q.CommonName) && p.URI > q.After
+}
+
+func pageSize(limit int) int {
+	if limit <= 0 {
+		return DefaultNodePage
+	}
+	return min(limit, MaxNodePage)
+}
+
+// ValidateInboxTask returns an ErrInvalid error for a task name that is
+// empty or longer than 256 bytes.
+func ValidateInboxTask(task string) error {
+	if task == "" || len(task) > 256 {
+		return fmt.Errorf("task name %q must be 1-256 bytes: %w", task, ErrInvalid)
+	}
+	return nil
+}
+
+// ValidateInboxMessage returns an ErrInvalid error for a message Post
+// refuses: empty or larger than MaxInboxMessage.
+func ValidateInboxMessage(msg []byte) error {
+	if len(msg) == 0 || len(msg) > MaxInboxMessage {
+		return fmt.Errorf("inbox message of %d bytes: must be 1-%d: %w", len(msg), MaxInboxMessage, ErrInvalid)
+	}
+	return nil
+}
+
+// Validate returns an ErrInvalid error for a job CreateJob refuses: an
+// invalid id (ValidateJobID) or no Created time.
+func (j *RunJob) Validate() error {
+	if err := ValidateJobID(j.ID); err != nil {
+		return err
+	}
+	if j.Created.IsZero() {
+		return fmt.Errorf("job %s: no created time: %w", j.ID, ErrInvalid)
+	}
+	return nil
+}
+
+// ValidateJobNodes returns an ErrInvalid error for a node list CreateJob
+// refuses: an invalid or repeated certname.
+func ValidateJobNodes(nodes []string) error {
+	seen := make(map[string]struct{}, len(nodes))
+	for _, n := range nodes {
+		if err := ValidateCertname(n); err != nil {
+			return fmt.Errorf("job node: %w", err)
+		}
+		if _, ok := seen[n]; ok {
+			return fmt.Errorf("job node %s is listed twice: %w", n, ErrInvalid)
+		}
+		seen[n] = struct{}{}
+	}
+	return nil
+}
+
+// Validate returns an ErrInvalid error for a limit out of range.
+func (q RunJobQuery) Validate() error {
+	if q.Limit < 0 || q.Limit > MaxNodePage {
+		return fmt.Errorf("job query: limit %d is not between 0 and %d: %w", q.Limit, MaxNodePage, ErrInvalid)
+	}
+	return nil
+}
+
+// PageSize is the query's Limit with the default applied.
+func (q RunJobQuery) PageSize() int { return pageSize(q.Limit) }
+
+// Validate returns an ErrInvalid error for an invalid job id or a limit
+// out of range.
+func (q RunJobNodeQuery) Validate() error {
+	if err := ValidateJobID(q.Job); err != nil {
+		return fmt.Errorf("job node query: %w", err)
+	}
+	if q.Limit < 0 || q.Limit > MaxNodePage {
+		return fmt.Errorf("job node query: limit %d is not between 0 and %d: %w", q.Limit, MaxNodePage, ErrInvalid)
+	}
+	return nil
+}
+
+// PageSize is the query's Limit with the default applied.
+func (q RunJobNodeQuery) PageSize() int { return pageSize(q.Limit) }

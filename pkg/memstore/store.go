@@ -1,5 +1,6 @@
 // Package memstore holds in-memory drivers of the farm's contracts: Store
-// (content, nodes, environments) and Queue. They keep nothing across a
+// (content, names, nodes, environments, PCP presence, task inboxes, run
+// jobs) and Queue. They keep nothing across a
 // restart and exist for fast unit tests of other packages; they pass the
 // full contract suites of pkg/farm/farmtest, including the embedded queue's
 // collapsing and node exclusivity.
@@ -24,7 +25,8 @@ var (
 	_ farm.NameStore        = (*Store)(nil)
 )
 
-// Store keeps content, names, node records and environment records in memory.
+// Store keeps content, names, node records, environment records, PCP
+// presence, task inboxes and run jobs in memory.
 // The zero value is not usable; call New. Safe for concurrent use.
 type Store struct {
 	mu      sync.RWMutex
@@ -41,6 +43,12 @@ type Store struct {
 
 	nameMu sync.RWMutex
 	names  map[farm.Space]map[string]farm.Digest // made by the first PutName
+
+	// PCP presence (presence.go), task inboxes (inbox.go) and run jobs
+	// (jobs.go), each under its own lock.
+	presence presenceStore
+	inboxes  inboxes
+	jobs     jobStore
 }
 
 // New returns an empty store.

@@ -67,7 +67,8 @@ type PresenceStore interface {
 // Inbox carries PCP messages between the fleet's tasks: each task receives
 // from its own inbox what other tasks post to it for the clients it holds.
 // A task name is 1-256 bytes (ValidateInboxTask); drivers may map it to a
-// backend name of their own (an SQS queue).
+// backend name of their own (an SQS queue), but distinct task names name
+// distinct inboxes.
 //
 // Open creates task's inbox (idempotent; an open inbox keeps its messages)
 // before Receive may be called. Post stores msg (an encoded message, 1 to
@@ -213,7 +214,7 @@ func ValidateJobID(id string) error {
 // "" or a Next returned by the same store (anything else may be ErrInvalid);
 // a ListJobNodes After is a certname (only greater ones follow). Queries
 // with a limit out of range, or ListJobNodes without a valid job id, are
-// ErrInvalid. Every record returned is the caller's own copy. Times come
+// ErrInvalid. Every record returned is the caller's own copy. Times
 // keep their instant to the nanosecond.
 //
 // Safe for concurrent use, across processes for shared backends.

@@ -70,3 +70,15 @@ func TestEnvironmentsAreCopies(t *testing.T) {
 		t.Fatalf("stored release changed with a caller's copy: %+v", r)
 	}
 }
+
+func TestPresenceStore(t *testing.T) {
+	farmtest.TestPresenceStore(t, func(t *testing.T) farm.PresenceStore { return memstore.New() })
+}
+
+func TestInbox(t *testing.T) {
+	farmtest.TestInbox(t, func(t *testing.T) farm.Inbox { return memstore.New() })
+}
+
+func TestRunJobStore(t *testing.T) {
+	farmtest.TestRunJobStore(t, func(t *testing.T) farm.RunJobStore { return memstore.New() })
+}

@@ -1,0 +1,18 @@
+// Package broker is compilefarm's PCP broker: it holds the websockets of
+// PXP agents and controllers (PCP v1 binary frames on /pcp/ and
+// /pcp/<type>, v2 JSON text frames on /pcp2/<type>) and routes their
+// messages, across the fleet's tasks through a presence store and per-task
+// inboxes when it has them.
+//
+// It follows puppetlabs/pcp-specifications and pcp-broker's behaviour:
+// association (v1), inventory requests and subscriptions, routing to
+// explicit and wildcard targets with destination reports, error_message for
+// undeliverable targets and ttl_expired for expired messages, v1↔v2
+// translation, pcp-broker's default message authorization (agents cannot
+// send PXP requests to agents; the type "server" is the broker's own), its
+// close codes (4000 superseded, 4002 association unsuccessful), an idle
+// timeout, a connection limit, and the periodic closing of connections whose
+// certificate was revoked. Each connection has its own reader and writer
+// goroutines and a bounded write queue: a client that does not read is
+// disconnected, never allowed to hold up routing.
+package broker

@@ -1,0 +1,208 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/pcp/message"
+)
+
+// storeTimeout bounds one call to the presence store or an inbox.
+const storeTimeout = 10 * time.Second
+
+// errGone: the task that held the target has closed its inbox.
+var errGone = errors.New("the target's task is gone")
+
+// relayed is what one task posts to another's inbox: a message for one
+// target it holds, in the v1 encoding (which keeps every field).
+type relayed struct {
+	Target string `json:"target"`
+	From   string `json:"from"` // the posting task, for logs
+	Msg    []byte `json:"msg"`
+}
+
+// presenceTask returns the task a presence record names for uri, or "".
+func (b *Broker) presenceTask(uri string) string {
+	if b.o.Presence == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	p, err := b.o.Presence.LookupPresence(ctx, uri)
+	if err != nil {
+		if !errors.Is(err, farm.ErrNotFound) {
+			b.st.errors.Add(1)
+			b.log.Warn("pcp: presence lookup failed", "uri", uri, "err", err)
+		}
+		return ""
+	}
+	return p.Task
+}
+
+// maxPresencePages bounds a wildcard's walk of the presence store.
+const maxPresencePages = 1000
+
+// presenceMatching returns the unexpired presence records matching p, when
+// p names a client type (the store's index is by type).
+func (b *Broker) presenceMatching(p pattern) []farm.Presence {
+	if b.o.Presence == nil || p.typ == "*" {
+		return nil
+	}
+	q := farm.PresenceQuery{ClientType: p.typ}
+	if p.cn != "*" {
+		q.CommonName = p.cn
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	var out []farm.Presence
+	for range maxPresencePages {
+		page, err := b.o.Presence.QueryPresence(ctx, q)
+		if err != nil {
+			b.st.errors.Add(1)
+			b.log.Warn("pcp: presence query failed", "type", p.typ, "err", err)
+			break
+		}
+		out = append(out, page.Records...)
+		if page.Next == "" {
+			break
+		}
+		q.After = page.Next
+	}
+	return out
+}
+
+// relay posts m for d.uri to the inbox of d.task.
+func (b *Broker) relay(m *message.Message, d destination) error {
+	out := *m
+	out.Debug = nil
+	if out.Expires.IsZero() {
+		out.Expires = time.Now().Add(defaultExpiry).UTC()
+	}
+	enc, err := b.codec.EncodeV1(&out)
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(relayed{Target: d.uri, From: b.o.Name, Msg: enc})
+	if err != nil {
+		return err
+	}
+	if len(body) > farm.MaxInboxMessage {
+		return fmt.Errorf("the message is too large (%d bytes) to relay to the task holding the target", len(body))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	err = b.o.Inbox.Post(ctx, d.task, body)
+	if errors.Is(err, farm.ErrNotFound) {
+		return errGone
+	}
+	return err
+}
+
+// receiveInbox delivers what other tasks post to this task's inbox until
+// ctx ends.
+func (b *Broker) receiveInbox(ctx context.Context) {
+	for ctx.Err() == nil {
+		msgs, err := b.o.Inbox.Receive(ctx, b.o.Name)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			b.st.errors.Add(1)
+			b.log.Warn("pcp: receiving from this task's inbox failed; retrying in 1s", "task", b.o.Name, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for _, raw := range msgs {
+			b.receiveRelayed(raw)
+		}
+	}
+}
+
+// receiveRelayed delivers one message another task posted.
+func (b *Broker) receiveRelayed(raw []byte) {
+	var r relayed
+	if err := json.Unmarshal(raw, &r); err != nil {
+		b.st.errors.Add(1)
+		b.log.Warn("pcp: dropping an inbox message that does not decode", "err", err)
+		return
+	}
+	m, err := b.codec.DecodeV1(r.Msg)
+	if err != nil {
+		b.st.errors.Add(1)
+		b.log.Warn("pcp: dropping an inbox message that does not decode", "from_task", r.From, "err", err)
+		return
+	}
+	b.st.fromInbox.Add(1)
+	if m.Expires.Before(time.Now()) {
+		b.st.expired.Add(1)
+		if m.Sender != ServerURI {
+			b.route(nil, serverMessage(msgTTLExpired, m.Sender, m.ID, map[string]string{"id": m.ID}))
+		}
+		return
+	}
+	c := b.local(r.Target)
+	if c == nil {
+		b.undeliverable(nil, m, r.Target, "not connected: "+r.Target)
+		return
+	}
+	if err := c.deliver(m); err != nil {
+		b.undeliverable(nil, m, r.Target, "not delivered to "+r.Target+": "+err.Error())
+		return
+	}
+	b.st.routed.Add(1)
+}
+
+// setPresence records that this task holds uri.
+func (b *Broker) setPresence(uri string) {
+	if b.o.Presence == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	p := farm.Presence{URI: uri, Task: b.o.Name, Expires: time.Now().Add(b.o.PresenceTTL)}
+	if err := b.o.Presence.SetPresence(ctx, p); err != nil {
+		b.st.errors.Add(1)
+		b.log.Warn("pcp: recording presence failed; other tasks cannot reach the client until the next refresh", "uri", uri, "err", err)
+	}
+}
+
+// clearPresence removes this task's record of uri.
+func (b *Broker) clearPresence(uri string) {
+	if b.o.Presence == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if err := b.o.Presence.ClearPresence(ctx, uri, b.o.Name); err != nil {
+		b.st.errors.Add(1)
+		b.log.Warn("pcp: clearing presence failed; the record expires by itself", "uri", uri, "err", err)
+	}
+}
+
+// refreshPresence renews the records of every client held here.
+func (b *Broker) refreshPresence(ctx context.Context) {
+	if b.o.Presence == nil {
+		return
+	}
+	b.mu.RLock()
+	uris := make([]string, 0, len(b.clients))
+	for uri := range b.clients {
+		uris = append(uris, uri)
+	}
+	b.mu.RUnlock()
+	for _, uri := range uris {
+		if ctx.Err() != nil {
+			return
+		}
+		if b.local(uri) != nil {
+			b.setPresence(uri)
+		}
+	}
+}

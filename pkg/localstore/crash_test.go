@@ -78,6 +78,16 @@ func crashChild(dir string) error {
 	if _, err := s.Put(ctx, farm.SpaceContent, []byte("written before the crash")); err != nil {
 		return err
 	}
+	job := farm.RunJob{ID: "crash-job", Created: time.Now(), State: farm.JobRunning, Total: 2}
+	if err := s.CreateJob(ctx, job, []string{crashCertname(0), crashCertname(1)}); err != nil {
+		return err
+	}
+	if _, err := s.UpdateJobNode(ctx, job.ID, crashCertname(1), func(n *farm.RunJobNode) error {
+		n.State = farm.JobNodeRunning
+		return nil
+	}); err != nil {
+		return err
+	}
 	_, err = fmt.Println("ready")
 	return err
 }
@@ -135,6 +145,12 @@ func TestCrashLosesNoQueuedJob(t *testing.T) {
 	}
 	if ok, err := s.Has(ctx, farm.SpaceContent, farm.DigestOf([]byte("written before the crash"))); err != nil || !ok {
 		t.Fatalf("content written before the crash: %v, %v", ok, err)
+	}
+	if page, err := s.ListJobs(ctx, farm.RunJobQuery{}); err != nil || len(page.Jobs) != 1 || page.Jobs[0].ID != "crash-job" {
+		t.Fatalf("jobs after the crash: %+v, %v", page, err)
+	}
+	if page, err := s.ListJobNodes(ctx, farm.RunJobNodeQuery{Job: "crash-job"}); err != nil || len(page.Nodes) != 2 || page.Nodes[1].State != farm.JobNodeRunning {
+		t.Fatalf("job nodes after the crash: %+v, %v", page, err)
 	}
 
 	q := s.Queue(localstore.QueueOptions{VisibilityTimeout: time.Hour})

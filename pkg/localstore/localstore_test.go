@@ -261,3 +261,50 @@ func TestClosed(t *testing.T) {
 		}
 	}
 }
+
+func TestRunJobStore(t *testing.T) {
+	farmtest.TestRunJobStore(t, func(t *testing.T) farm.RunJobStore { return open(t, t.TempDir()) })
+}
+
+// Jobs survive a restart of the process that owns the data directory
+// (broker dev): a closed and reopened store lists them as before.
+func TestRunJobsSurviveReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := localstore.Open(ctx, dir, localstore.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Date(2024, 5, 17, 9, 30, 12, 123456789, time.UTC)
+	for i, id := range []string{"older", "newer"} {
+		j := farm.RunJob{ID: id, Created: created.Add(time.Duration(i) * time.Minute), State: farm.JobRunning, Total: 2}
+		if err := s.CreateJob(ctx, j, []string{"a.example.com", "b.example.com"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.UpdateJobNode(ctx, "newer", "b.example.com", func(n *farm.RunJobNode) error {
+		n.State = farm.JobNodeFinished
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dir)
+	page, err := s.ListJobs(ctx, farm.RunJobQuery{Limit: 1})
+	if err != nil || len(page.Jobs) != 1 || page.Jobs[0].ID != "newer" || page.Next == "" {
+		t.Fatalf("first page after reopen: %+v, %v", page, err)
+	}
+	page, err = s.ListJobs(ctx, farm.RunJobQuery{After: page.Next})
+	if err != nil || len(page.Jobs) != 1 || page.Jobs[0].ID != "older" || page.Next != "" {
+		t.Fatalf("second page after reopen: %+v, %v", page, err)
+	}
+	nodes, err := s.ListJobNodes(ctx, farm.RunJobNodeQuery{Job: "newer"})
+	if err != nil || len(nodes.Nodes) != 2 || nodes.Nodes[1].State != farm.JobNodeFinished {
+		t.Fatalf("nodes after reopen: %+v, %v", nodes, err)
+	}
+	if _, err := s.ListJobs(ctx, farm.RunJobQuery{After: "not a cursor"}); !errors.Is(err, farm.ErrInvalid) {
+		t.Fatalf("list jobs after a malformed cursor: %v, want ErrInvalid", err)
+	}
+}

@@ -1,6 +1,6 @@
 // Package localstore is the farm's embedded storage: the default driver of
-// the content store, node store, environment store and compile queue, all
-// kept in one data directory (broker dev's --data).
+// the content store, node store, environment store, run job store and
+// compile queue, all kept in one data directory (broker dev's --data).
 //
 // Layout of the data directory:
 //
@@ -17,13 +17,15 @@
 //	                                         ("<entry>\x00<certname>" → "",
 //	                                         see farm.Node.IndexEntries),
 //	                                         "reports" (certname → JSON
-//	                                         farm.ReportSummary, RecordReport's)
-//	                                         and "meta"
+//	                                         farm.ReportSummary, RecordReport's),
+//	                                         "run_jobs", "run_jobs_by_created"
+//	                                         and "run_job_nodes" (farm.RunJobStore,
+//	                                         see runjobs.go) and "meta"
 //
 // Content files are written atomically (a temporary file in the same
 // directory, fsync, rename, fsync of the directory) and verified on every
-// read. Node, environment and queue changes are bbolt transactions, synced
-// before the call returns. One process at a time owns a data directory: Open
+// read. Node, environment, job and queue changes are bbolt transactions,
+// synced before the call returns. One process at a time owns a data directory: Open
 // waits for bbolt's file lock (Options.LockTimeout) and fails after it.
 package localstore
 
@@ -86,8 +88,8 @@ type Options struct {
 }
 
 // Store is the embedded farm storage in one data directory. It implements
-// farm.ContentStore, farm.NameStore, farm.NodeStore and
-// farm.EnvironmentStore; Queue returns its durable farm.Queue. Safe for
+// farm.ContentStore, farm.NameStore, farm.NodeStore, farm.EnvironmentStore
+// and farm.RunJobStore; Queue returns its durable farm.Queue. Safe for
 // concurrent use.
 type Store struct {
 	dir     string

@@ -1,4 +1,4 @@
-// Package admin is the operator API of a farm (nodes, CA, code deploys) and
+// Package admin is the operator API of a farm (nodes, CA, code deploys, jobs) and
 // the client the broker's operator verbs call it with: served on a
 // broker's loopback --admin-listen, on its front door to operator
 // certificates (frontdoor.OperatorPrefix), or in the command's own process
@@ -65,11 +65,15 @@ type Server struct {
 	Envs      Environments
 	Deployer  Deployer
 	Explainer Explainer
+	// Jobs runs on-demand Puppet runs through the PCP broker; nil when
+	// this server runs none (the job routes answer 503).
+	Jobs Jobs
 }
 
 // Register adds the operator API's routes to mux.
 func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /admin/v1/nodes", s.listNodes)
+	s.registerJobs(mux)
 	mux.HandleFunc("GET /admin/v1/ca/certs", func(w http.ResponseWriter, r *http.Request) {
 		certs, err := s.CA.List(r.Context())
 		reply(w, certs, err)

@@ -1,0 +1,165 @@
+package pcpclients
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// AgentOptions configure one pxp-agent.
+type AgentOptions struct {
+	// Broker is the websocket URL, such as wss://127.0.0.1:8142/pcp/ (v1)
+	// or wss://127.0.0.1:8142/pcp2/ (v2: the agent appends its type).
+	Broker string
+	// PCPVersion is 1 (default) or 2.
+	PCPVersion int
+	// Identity is the agent's certificate; its common name makes the
+	// agent's URI pcp://<certname>/agent.
+	Identity Identity
+	// Dir holds the agent's spool, task cache, pid file and logs
+	// (t.TempDir() is a good choice).
+	Dir string
+	// Args are more pxp-agent flags.
+	Args []string
+}
+
+// Agent is a running pxp-agent.
+type Agent struct {
+	cmd *exec.Cmd
+	// LogFile is the agent's log (--loglevel debug); AccessLog is its
+	// PCP access log.
+	LogFile, AccessLog string
+	exited             chan struct{}
+	err                error
+}
+
+// Associated is the log line pxp-agent writes once it is connected (v2)
+// or associated (v1) and ready for requests.
+const Associated = "Starting the monitor task"
+
+// StartAgent starts pxp-agent in the foreground with its own state
+// directories under o.Dir. Stop it with Stop.
+func (t *Tools) StartAgent(o AgentOptions) (*Agent, error) {
+	if o.PCPVersion == 0 {
+		o.PCPVersion = 1
+	}
+	for _, d := range []string{"spool", "tasks-cache"} {
+		if err := os.MkdirAll(filepath.Join(o.Dir, d), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	a := &Agent{
+		LogFile:   filepath.Join(o.Dir, "pxp-agent.log"),
+		AccessLog: filepath.Join(o.Dir, "pcp-access.log"),
+		exited:    make(chan struct{}),
+	}
+	args := []string{"--foreground",
+		"--broker-ws-uri", o.Broker, "--pcp-version", strconv.Itoa(o.PCPVersion),
+		"--ssl-ca-cert", o.Identity.CA, "--ssl-cert", o.Identity.Cert, "--ssl-key", o.Identity.Key,
+		"--modules-dir", filepath.Join(t.Dir, "pxp", "modules"),
+		"--modules-config-dir", filepath.Join(t.Dir, "pxp", "modules-config"),
+		"--spool-dir", filepath.Join(o.Dir, "spool"), "--task-cache-dir", filepath.Join(o.Dir, "tasks-cache"),
+		"--pidfile", filepath.Join(o.Dir, "pxp-agent.pid"),
+		"--logfile", a.LogFile, "--loglevel", "debug",
+		"--log-pcp-access", "--pcp-access-logfile", a.AccessLog,
+	}
+	a.cmd = exec.Command(t.bin("pxp-agent"), append(args, o.Args...)...)
+	out, err := os.Create(filepath.Join(o.Dir, "pxp-agent.out"))
+	if err != nil {
+		return nil, err
+	}
+	a.cmd.Stdout, a.cmd.Stderr = out, out
+	if err := a.cmd.Start(); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("pcpclients: starting pxp-agent: %w", err)
+	}
+	go func() {
+		a.err = a.cmd.Wait()
+		out.Close()
+		close(a.exited)
+	}()
+	return a, nil
+}
+
+// PID is the agent's process id.
+func (a *Agent) PID() int { return a.cmd.Process.Pid }
+
+// Log returns the agent's log so far.
+func (a *Agent) Log() string {
+	b, _ := os.ReadFile(a.LogFile)
+	return string(b)
+}
+
+// Count returns how many lines of the log contain s.
+func (a *Agent) Count(s string) int { return strings.Count(a.Log(), s) }
+
+// WaitLog waits until the log contains s at least n times, the agent
+// exits, or ctx ends.
+func (a *Agent) WaitLog(ctx context.Context, s string, n int) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if a.Count(s) >= n {
+			return nil
+		}
+		select {
+		case <-a.exited:
+			if a.Count(s) >= n {
+				return nil
+			}
+			return fmt.Errorf("pcpclients: pxp-agent exited (%v) before logging %q; log:\n%s", a.err, s, tail(a.Log(), 40))
+		case <-ctx.Done():
+			return fmt.Errorf("pcpclients: pxp-agent did not log %q %d times: %w; log:\n%s", s, n, ctx.Err(), tail(a.Log(), 40))
+		case <-tick.C:
+		}
+	}
+}
+
+// WaitAssociated waits for the agent's n-th association (Associated in
+// its log).
+func (a *Agent) WaitAssociated(ctx context.Context, n int) error {
+	return a.WaitLog(ctx, Associated, n)
+}
+
+// Exited reports whether the process has ended.
+func (a *Agent) Exited() bool {
+	select {
+	case <-a.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop ends the agent by its PID: SIGTERM, then SIGKILL after 5 seconds.
+func (a *Agent) Stop() error {
+	if a.Exited() {
+		return nil
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.exited:
+		return nil
+	case <-time.After(5 * time.Second):
+	}
+	if err := a.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	<-a.exited
+	return nil
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

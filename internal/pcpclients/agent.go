@@ -26,6 +26,10 @@ type AgentOptions struct {
 	// Dir holds the agent's spool, task cache, pid file and logs
 	// (t.TempDir() is a good choice).
 	Dir string
+	// ModulesConfigDir holds the modules' configuration files, such as
+	// pxp-module-puppet.conf with the puppet_bin to run; default the
+	// build's (puppet_bin /usr/bin/puppet).
+	ModulesConfigDir string
 	// Args are more pxp-agent flags.
 	Args []string
 }
@@ -50,6 +54,9 @@ func (t *Tools) StartAgent(o AgentOptions) (*Agent, error) {
 	if o.PCPVersion == 0 {
 		o.PCPVersion = 1
 	}
+	if o.ModulesConfigDir == "" {
+		o.ModulesConfigDir = filepath.Join(t.Dir, "pxp", "modules-config")
+	}
 	for _, d := range []string{"spool", "tasks-cache"} {
 		if err := os.MkdirAll(filepath.Join(o.Dir, d), 0o700); err != nil {
 			return nil, err
@@ -64,7 +71,7 @@ func (t *Tools) StartAgent(o AgentOptions) (*Agent, error) {
 		"--broker-ws-uri", o.Broker, "--pcp-version", strconv.Itoa(o.PCPVersion),
 		"--ssl-ca-cert", o.Identity.CA, "--ssl-cert", o.Identity.Cert, "--ssl-key", o.Identity.Key,
 		"--modules-dir", filepath.Join(t.Dir, "pxp", "modules"),
-		"--modules-config-dir", filepath.Join(t.Dir, "pxp", "modules-config"),
+		"--modules-config-dir", o.ModulesConfigDir,
 		"--spool-dir", filepath.Join(o.Dir, "spool"), "--task-cache-dir", filepath.Join(o.Dir, "tasks-cache"),
 		"--pidfile", filepath.Join(o.Dir, "pxp-agent.pid"),
 		"--logfile", a.LogFile, "--loglevel", "debug",

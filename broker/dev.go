@@ -123,6 +123,11 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Absolute: the compile engine runs in directories of its own, and
+	// `make run` passes a relative --data.
+	if c.data, err = filepath.Abs(c.data); err != nil {
+		return fmt.Errorf("--data: %w", err)
+	}
 	if err := os.MkdirAll(c.data, 0o750); err != nil {
 		return fmt.Errorf("create --data %s: %w", c.data, err)
 	}

@@ -45,6 +45,7 @@ type devConfig struct {
 	eyamlKeys                              string
 	admission                              admissionFlags
 	emf                                    emfFlags
+	pcp                                    pcpFlags
 }
 
 func runDev(ctx context.Context, args []string) error {
@@ -75,11 +76,15 @@ func runDev(ctx context.Context, args []string) error {
 	c.classifier.register(fs)
 	c.admission.register(fs)
 	c.emf.register(fs)
+	c.pcp.register(fs, "127.0.0.1:8142")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("dev: unexpected arguments %q", fs.Args())
+	}
+	if err := c.pcp.validate(); err != nil {
+		return fmt.Errorf("dev: %w", err)
 	}
 	if err := c.admission.validate(); err != nil {
 		return fmt.Errorf("dev: %w", err)
@@ -186,15 +191,23 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 		// Puppet Server runs its classifier per request.
 		in.Classifier, pool.Classifier, fd.Classifier = enc, enc, enc
 	}
-	adm := adminHandler(&admin.Server{CA: authority, Nodes: store, Envs: envs, Deployer: deployer, Explainer: in})
+	// One process: the broker delivers to its own clients only, and keeps
+	// its jobs in the store (they outlive a restart).
+	pcp, err := c.pcp.open(c.certname, pcpBackend{jobs: store, nodes: store}, authority, authority.ServerTLSConfig(serverCert), m, log)
+	if err != nil {
+		return err
+	}
+	adm := adminHandler(&admin.Server{CA: authority, Nodes: store, Envs: envs, Deployer: deployer, Explainer: in, Jobs: pcp.jobs()})
 	fd.Operator = adm
 	defer c.emf.start(ctx, m, os.Stderr, log)()
 	// Client certificates are optional (CA bootstrap), verified against the
 	// CA when given, and refused at the handshake once revoked.
-	return listenAndServe(ctx, log, endpoints{
+	e := endpoints{
 		front: c.listen, maxConns: c.admission.maxConns, metrics: c.metricsListen, admin: c.adminListen,
 		frontHandler: fd.Handler(), tlsConf: authority.ServerTLSConfig(serverCert), metricsHandler: metricsHandler(m), adminHandler: adm,
-	}, func(ctx context.Context) { pool.Run(ctx, c.workers) },
+	}
+	background := pcp.withPCP(&e, c.pcp.listen, fd, func(ctx context.Context) { pool.Run(ctx, c.workers) })
+	return listenAndServe(ctx, log, e, background,
 		"compilefarm dev is up", "certname", c.certname, "environments", envRoot,
 		"basemodulepath", strings.Join(baseModulepath, string(filepath.ListSeparator)), "data", c.data, "autosign", c.autosign)
 }

@@ -59,6 +59,13 @@ var tableSeq atomic.Int64
 // the test ends.
 func newStore(t *testing.T, adjust ...func(*Options)) *Store {
 	t.Helper()
+	return newStoreWith(t, nil, adjust...)
+}
+
+// newStoreWith is newStore with clientOpts adjusting its client (a call
+// counter's middleware, for instance).
+func newStoreWith(t *testing.T, clientOpts []func(*dynamodb.Options), adjust ...func(*Options)) *Store {
+	t.Helper()
 	if testing.Short() { // also for a test that forgot its own guard
 		t.Skip("needs the DynamoDB emulator; skipped with -short")
 	}
@@ -67,11 +74,13 @@ func newStore(t *testing.T, adjust ...func(*Options)) *Store {
 		NodesTable:        fmt.Sprintf("t%04d-nodes", n),
 		IndexTable:        fmt.Sprintf("t%04d-node-index", n),
 		EnvironmentsTable: fmt.Sprintf("t%04d-environments", n),
+		PresenceTable:     fmt.Sprintf("t%04d-presence", n),
+		JobsTable:         fmt.Sprintf("t%04d-jobs", n),
 	}
 	for _, f := range adjust {
 		f(&opts)
 	}
-	client := newClient(endpoint)
+	client := newClient(endpoint, clientOpts...)
 	s := New(client, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -81,7 +90,7 @@ func newStore(t *testing.T, adjust ...func(*Options)) *Store {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		for _, tb := range []string{opts.NodesTable, opts.IndexTable, opts.EnvironmentsTable} {
+		for _, tb := range []string{opts.NodesTable, opts.IndexTable, opts.EnvironmentsTable, opts.PresenceTable, opts.JobsTable} {
 			if _, err := client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(tb)}); err != nil {
 				t.Logf("delete table %s: %v", tb, err)
 			}

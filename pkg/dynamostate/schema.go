@@ -37,6 +37,10 @@ type TableSpec struct {
 	PartitionKey KeyAttr
 	SortKey      *KeyAttr
 	Indexes      []IndexSpec
+	// TTLAttribute, when set, names a numeric attribute (Unix seconds)
+	// after which DynamoDB's time to live deletes the item; the stack
+	// enables it. Readers never rely on it: its deletions lag by hours.
+	TTLAttribute string
 }
 
 // Table roles.
@@ -45,16 +49,27 @@ const (
 	RoleNodeIndex    = "node-index"
 	RoleEnvironments = "environments"
 	RoleCA           = "ca"
+	RolePresence     = "presence" // PresenceStore's records (presence.go)
+	RoleJobs         = "jobs"     // RunJobStore's jobs and their nodes (runjobs.go)
 )
 
 // IndexByEntry is the node-index table's global secondary index: from an
 // index entry (farm.Node.IndexEntries) to the certnames under it, in order.
 const IndexByEntry = "by-entry"
 
+// IndexByClientType is the presence table's global secondary index: from a
+// PCP client type to the URIs of its clients, in order (QueryPresence).
+const IndexByClientType = "by-client-type"
+
+// IndexByCreated is the jobs table's global secondary index: every job's
+// item under one partition (AttrList), by created time and id (ListJobs).
+const IndexByCreated = "by-created"
+
 // Tables returns the specs of every table the package's drivers use.
 func Tables() []TableSpec {
 	s := func(name string) KeyAttr { return KeyAttr{Name: name, Type: types.ScalarAttributeTypeS} }
 	certname, entry := s(AttrCertname), s(AttrEntry)
+	uri, item, created := s(AttrURI), s(AttrItem), s(AttrCreated)
 	return []TableSpec{
 		{Role: RoleNodes, PartitionKey: certname},
 		{
@@ -65,6 +80,18 @@ func Tables() []TableSpec {
 		},
 		{Role: RoleEnvironments, PartitionKey: s(AttrName)},
 		{Role: RoleCA, PartitionKey: s(AttrKey)},
+		{
+			// One item per PCP client; reads skip expired items, which
+			// time to live deletes eventually.
+			Role: RolePresence, PartitionKey: uri, TTLAttribute: AttrExpiresAt,
+			Indexes: []IndexSpec{{Name: IndexByClientType, PartitionKey: s(AttrClientType), SortKey: &uri, Projection: types.ProjectionTypeAll}},
+		},
+		{
+			// A job's item (sort key ItemJob) and one item per node of it
+			// (ItemNodePrefix + certname) under the job's id.
+			Role: RoleJobs, PartitionKey: s(AttrJob), SortKey: &item,
+			Indexes: []IndexSpec{{Name: IndexByCreated, PartitionKey: s(AttrList), SortKey: &created, Projection: types.ProjectionTypeAll}},
+		},
 	}
 }
 

@@ -1,11 +1,14 @@
 // Package dynamostate keeps the farm's node and environment records in
 // DynamoDB: a farm.NodeStore and a farm.EnvironmentStore for the AWS wiring,
-// and the CA's records (CAStore, a farm.CAStore).
+// the PCP broker's presence records and run jobs (a farm.PresenceStore and
+// a farm.RunJobStore, see presence.go and runjobs.go), and the CA's records
+// (CAStore, a farm.CAStore).
 //
 // # Tables
 //
-// Store uses three tables with on-demand billing, defined once in Tables
-// (CAStore's table is described on CAStore):
+// Store uses these three tables with on-demand billing, defined once in
+// Tables, plus the presence and jobs tables (described in presence.go and
+// runjobs.go; CAStore's table is described on CAStore):
 //
 //	nodes:        certname (S, partition key), version (N), record (S),
 //	              report (M: RecordReport's summary, kept beside the record)
@@ -83,6 +86,10 @@ type Options struct {
 	NodesTable        string // required
 	IndexTable        string // required: the node-index table (see Tables)
 	EnvironmentsTable string // required
+	// PresenceTable and JobsTable hold PresenceStore's and RunJobStore's
+	// items (presence.go, runjobs.go): needed only by those methods.
+	PresenceTable string
+	JobsTable     string
 	// MaxAttempts bounds how often UpdateNode reads, calls fn and tries its
 	// conditional write before giving up with farm.ErrConflict (default
 	// 500; the context bounds it in time too).
@@ -98,8 +105,8 @@ type Options struct {
 	ScanPageSize int32
 }
 
-// Store is the DynamoDB driver of farm.NodeStore and farm.EnvironmentStore.
-// Safe for concurrent use.
+// Store is the DynamoDB driver of farm.NodeStore, farm.EnvironmentStore,
+// farm.PresenceStore and farm.RunJobStore. Safe for concurrent use.
 type Store struct {
 	client *dynamodb.Client
 	opts   Options
@@ -130,13 +137,18 @@ func NewFromConfig(cfg aws.Config, opts Options, optFns ...func(*dynamodb.Option
 	return New(dynamodb.NewFromConfig(cfg, optFns...), opts)
 }
 
-// EnsureTables creates the three tables (on-demand billing, see Tables) unless they exist
-// and waits until they are active. For tests and development; in AWS the
-// infra stack owns the tables.
+// EnsureTables creates the tables opts name (on-demand billing, see
+// Tables) unless they exist and waits until they are active. For tests and
+// development; in AWS the infra stack owns the tables. It does not turn on
+// the presence table's time to live (reads skip expired items anyway).
 func (s *Store) EnsureTables(ctx context.Context) error {
 	for _, t := range []struct{ name, role string }{
 		{s.opts.NodesTable, RoleNodes}, {s.opts.IndexTable, RoleNodeIndex}, {s.opts.EnvironmentsTable, RoleEnvironments},
+		{s.opts.PresenceTable, RolePresence}, {s.opts.JobsTable, RoleJobs},
 	} {
+		if t.name == "" && (t.role == RolePresence || t.role == RoleJobs) {
+			continue
+		}
 		if err := ensureTable(ctx, s.client, t.name, TableSpecFor(t.role)); err != nil {
 			return err
 		}

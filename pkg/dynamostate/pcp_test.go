@@ -1,0 +1,165 @@
+package dynamostate
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/compilefarm/compilefarm/pkg/awscalls"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
+)
+
+// noScans fails the test at its end if c counted a Scan: presence and jobs
+// are read through keys and indexes only.
+func noScans(t *testing.T, c *awscalls.Counter) {
+	t.Cleanup(func() {
+		for _, n := range c.Snapshot() {
+			if n.Operation == "Scan" {
+				t.Errorf("%d Scan calls of %s", n.Calls, n.Resource)
+			}
+		}
+	})
+}
+
+// countedStore returns a store on fresh tables whose calls c counts.
+func countedStore(t *testing.T, c *awscalls.Counter) *Store {
+	return newStoreWith(t, []func(*dynamodb.Options){func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, c.APIOption)
+	}})
+}
+
+func TestPresenceStoreContract(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
+	c := awscalls.New()
+	noScans(t, c)
+	farmtest.TestPresenceStore(t, func(t *testing.T) farm.PresenceStore { return countedStore(t, c) })
+}
+
+func TestRunJobStoreContract(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
+	c := awscalls.New()
+	noScans(t, c)
+	farmtest.TestRunJobStore(t, func(t *testing.T) farm.RunJobStore { return countedStore(t, c) })
+}
+
+// callsSince returns the calls c counted of each operation since before
+// (the previous counts), as "Op=n" sorted by operation, and the counts now.
+func callsSince(c *awscalls.Counter, before map[string]int64) (string, map[string]int64) {
+	now := map[string]int64{}
+	for _, n := range c.Snapshot() {
+		now[n.Operation] += n.Calls
+	}
+	var parts []string
+	for op, n := range now {
+		if d := n - before[op]; d > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", op, d))
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " "), now
+}
+
+// TestPCPCalls pins the calls each operation makes (the package's cost
+// model, in presence.go and runjobs.go).
+func TestPCPCalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
+	c := awscalls.New()
+	s := countedStore(t, c)
+	ctx := testCtx(t)
+	_, before := callsSince(c, nil)
+	step := func(what, want string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		var got string
+		got, before = callsSince(c, before)
+		if got != want {
+			t.Errorf("%s made calls %q, want %q", what, got, want)
+		}
+	}
+	p := farm.Presence{URI: "pcp://a.example.com/agent", Task: "task-a", Expires: time.Now().Add(time.Hour)}
+	step("SetPresence", "PutItem=1", s.SetPresence(ctx, p))
+	_, err := s.LookupPresence(ctx, p.URI)
+	step("LookupPresence", "GetItem=1", err)
+	_, err = s.QueryPresence(ctx, farm.PresenceQuery{ClientType: "agent"})
+	step("QueryPresence", "Query=1", err)
+	_, err = s.QueryPresence(ctx, farm.PresenceQuery{ClientType: "agent", CommonName: "a.example.com"})
+	step("QueryPresence of a common name", "GetItem=1", err)
+	step("ClearPresence by another task", "DeleteItem=1", s.ClearPresence(ctx, p.URI, "task-b"))
+	step("ClearPresence", "DeleteItem=1", s.ClearPresence(ctx, p.URI, "task-a"))
+
+	nodes := make([]string, 57)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("n%02d.example.com", i)
+	}
+	j := farm.RunJob{ID: "job-1", Created: time.Now(), State: farm.JobRunning, Total: len(nodes)}
+	step("CreateJob of 57 nodes", "BatchWriteItem=3 PutItem=1 UpdateItem=1", s.CreateJob(ctx, j, nodes))
+	step("CreateJob of no nodes", "PutItem=1", s.CreateJob(ctx, farm.RunJob{ID: "job-0", Created: time.Now()}, nil))
+	_, err = s.GetJob(ctx, j.ID)
+	step("GetJob", "GetItem=1", err)
+	_, err = s.UpdateJob(ctx, j.ID, func(j *farm.RunJob) error { j.State = farm.JobFinished; return nil })
+	step("UpdateJob", "GetItem=1 UpdateItem=1", err)
+	_, err = s.UpdateJobNode(ctx, j.ID, nodes[3], func(n *farm.RunJobNode) error { n.State = farm.JobNodeRunning; return nil })
+	step("UpdateJobNode", "GetItem=1 UpdateItem=1", err)
+	_, err = s.ListJobs(ctx, farm.RunJobQuery{})
+	step("ListJobs", "Query=1", err)
+	page, err := s.ListJobNodes(ctx, farm.RunJobNodeQuery{Job: j.ID, Limit: 50})
+	step("ListJobNodes", "Query=1", err)
+	if len(page.Nodes) != 50 || page.Next != nodes[49] {
+		t.Errorf("first page of 50 of 57 nodes: %d nodes, next %q", len(page.Nodes), page.Next)
+	}
+}
+
+// TestPresenceItemLayout pins the presence item's attributes: the stack's
+// time to live reads expires_at, in seconds, never before the expiry.
+func TestPresenceItemLayout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
+	s := newStore(t)
+	ctx := testCtx(t)
+	exp := time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC)
+	if err := s.SetPresence(ctx, farm.Presence{URI: "pcp://a.example.com/agent", Task: "task-a", Expires: exp}); err != nil {
+		t.Fatal(err)
+	}
+	item := getItem(t, s, s.opts.PresenceTable, uriKey("pcp://a.example.com/agent"))
+	if got, want := attrN(t, item, AttrExpiresAt), fmt.Sprint(exp.Unix()+1); got != want {
+		t.Errorf("%s = %s, want %s (seconds, rounded up)", AttrExpiresAt, got, want)
+	}
+	if got, want := attrN(t, item, AttrExpiresNS), fmt.Sprint(exp.UnixNano()); got != want {
+		t.Errorf("%s = %s, want %s", AttrExpiresNS, got, want)
+	}
+	if got := attrS(t, item, AttrClientType); got != "agent" {
+		t.Errorf("%s = %q", AttrClientType, got)
+	}
+	if got := attrS(t, item, AttrTask); got != "task-a" {
+		t.Errorf("%s = %q", AttrTask, got)
+	}
+}
+
+// A store without the presence or jobs table says which option is missing.
+func TestPCPTablesNotConfigured(t *testing.T) {
+	s := New(newClient("http://127.0.0.1:1"), Options{NodesTable: "n", IndexTable: "i", EnvironmentsTable: "e"})
+	ctx := context.Background()
+	err := s.SetPresence(ctx, farm.Presence{URI: "pcp://a/agent", Task: "t", Expires: time.Now()})
+	if err == nil || !strings.Contains(err.Error(), "Options.PresenceTable") {
+		t.Errorf("set presence without a table: %v", err)
+	}
+	_, err = s.GetJob(ctx, "x")
+	if err == nil || !strings.Contains(err.Error(), "Options.JobsTable") {
+		t.Errorf("get job without a table: %v", err)
+	}
+}

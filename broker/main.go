@@ -25,6 +25,11 @@ commands:
   release ENV --hold|--no-hold|--percent P|--nodes a,b|--all
                               staged release of an environment's code (ARM-11)
   release status ENV          per code_id: nodes compiled, released, applied, failed
+  release ENV ... --run [--run-concurrency N]
+                              then run Puppet on the released nodes through the PCP broker and follow the runs
+  job run --nodes a,b | --environment ENV [--noop] [--concurrency N] [--timeout D]
+                              run Puppet on nodes now through the PCP broker (pxp-agent), follow it, exit 1 if a node failed
+  job show ID | job list      a job's per-node results (exit code, status, report, error); the jobs, newest first
   diff NODE [--from ID] [--to ID]  resource-level difference between two catalogs of a node
   nodes                       list nodes: environment, catalog age, code_id, why last compiled, last compile and report
   explain NODE [--json]       why the farm last compiled NODE (which fact changed, old -> new) and what its catalog reads
@@ -63,6 +68,8 @@ func main() {
 		err = runNodes(ctx, args)
 	case "release":
 		err = runRelease(ctx, args)
+	case "job":
+		err = runJob(ctx, args)
 	case "diff":
 		err = runDiff(ctx, args)
 	case "explain":

@@ -3,14 +3,19 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"sort"
 	"strings"
+	"time"
 
+	"github.com/compilefarm/compilefarm/pkg/admin"
 	"github.com/compilefarm/compilefarm/pkg/catalog"
+	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/pcp/jobs"
 	"github.com/compilefarm/compilefarm/pkg/release"
 )
 
@@ -22,7 +27,9 @@ func runRelease(ctx context.Context, args []string) error {
 --hold keeps later code deploys from reaching nodes until released (their
 catalogs are precompiled); --percent and --nodes release the environment's
 code to a share of the nodes or to named ones; --all releases it to every
-node and makes it the stable code.`)
+node and makes it the stable code. --run then runs Puppet on the released
+nodes through the farm's PCP broker (as broker job run), follows the runs
+and prints the release status: a canary release in one command.`)
 		fs.PrintDefaults()
 	}
 	var op operatorFlags
@@ -32,6 +39,10 @@ node and makes it the stable code.`)
 	percent := fs.Int("percent", -1, "release to this percentage of the environment's nodes (0-100)")
 	nodes := fs.String("nodes", "", "release to these nodes (comma separated)")
 	all := fs.Bool("all", false, "release to every node")
+	run := fs.Bool("run", false, "then run Puppet on the released nodes through the PCP broker (--nodes: those nodes; --percent: "+
+		"every node the release has reached; --all, --no-hold: every node of ENV) and follow the runs")
+	runConcurrency := fs.Int("run-concurrency", jobs.DefaultConcurrency, "with --run: nodes running Puppet at once")
+	runTimeout := fs.Duration("run-timeout", jobs.DefaultTimeout, "with --run: how long one node's run may take")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -75,12 +86,74 @@ node and makes it the stable code.`)
 		fs.Usage()
 		return fmt.Errorf("release: give exactly one of --hold, --no-hold, --percent, --nodes, --all")
 	}
+	if *run {
+		if ch.Hold != nil && *ch.Hold {
+			return fmt.Errorf("release --hold --run: --hold releases no node; --run goes with --percent, --nodes, --all or --no-hold")
+		}
+		if op.backend != "" {
+			return errJobsInProcess
+		}
+		if _, err := jobRequest("", pos[0], false, *runConcurrency, *runTimeout); err != nil {
+			return err
+		}
+	}
 	res, err := c.Release(ctx, pos[0], ch)
 	if err != nil {
 		return err
 	}
 	printReleaseResult(os.Stdout, res)
-	return nil
+	if !*run {
+		return nil
+	}
+	return runReleased(ctx, c, ch, res, *runConcurrency, *runTimeout, os.Stdout)
+}
+
+// runReleased runs Puppet on the nodes a release reached, follows the
+// runs, and prints the release status once they ended; an error when a
+// node's run failed or it was unreachable.
+func runReleased(ctx context.Context, c *admin.Client, ch release.ReleaseChange, res release.ReleaseResult,
+	concurrency int, timeout time.Duration, out io.Writer) error {
+	req, err := jobRequest("", res.Environment, false, concurrency, timeout)
+	if err != nil {
+		return err
+	}
+	req.Release = res.Environment + "@" + short(res.CodeID)
+	switch {
+	case len(ch.Nodes) > 0:
+		req.Nodes, req.Environment = ch.Nodes, ""
+	case ch.Percent != nil && res.Release != nil:
+		// The release's share of the nodes: those its buckets reach,
+		// named ones included, as the farm serves them.
+		req.Environment = ""
+		err := c.EachNode(ctx, res.Environment, func(n farm.Node) error {
+			if res.Release.Released(n.Certname) {
+				req.Nodes = append(req.Nodes, n.Certname)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("list the released nodes of %s: %w", res.Environment, err)
+		}
+		if len(req.Nodes) == 0 {
+			fmt.Fprintf(out, "no node of %s is released at %d%%: nothing to run\n", res.Environment, *ch.Percent)
+			return nil
+		}
+	}
+	who := fmt.Sprintf("%d released nodes", len(req.Nodes))
+	if req.Environment != "" {
+		who = "every node of " + req.Environment
+	}
+	fmt.Fprintf(out, "running Puppet on %s, %d at a time...\n", who, concurrency)
+	runErr := startAndWatch(ctx, c, req, 2*time.Second, out)
+	if ctx.Err() != nil {
+		return runErr
+	}
+	st, err := c.ReleaseStatus(context.WithoutCancel(ctx), res.Environment)
+	if err != nil {
+		return errors.Join(runErr, err)
+	}
+	printReleaseStatus(out, st)
+	return runErr
 }
 
 func printReleaseResult(w io.Writer, res release.ReleaseResult) {

@@ -61,9 +61,18 @@ func (r *Runner) adoptable(j farm.RunJob) bool {
 }
 
 // resume claims job id and runs what is left of it.
-func (r *Runner) resume(ctx context.Context, id string) error {
+func (r *Runner) resume(ctx context.Context, id string) (err error) {
+	if !r.claimHere(id) {
+		return nil // running here already
+	}
+	spawned := false
+	defer func() {
+		if !spawned {
+			r.setActive(id, false)
+		}
+	}()
 	job, err := r.cfg.Store.UpdateJob(ctx, id, func(j *farm.RunJob) error {
-		if !r.adoptable(*j) {
+		if j.State != farm.JobRunning || (j.Runner != r.cfg.Name && r.now().Sub(j.Updated) < r.cfg.StaleAfter) {
 			return errNotOurs
 		}
 		j.Runner, j.Updated = r.cfg.Name, r.now()
@@ -97,6 +106,21 @@ func (r *Runner) resume(ctx context.Context, id string) error {
 		q.After = page.Next
 	}
 	r.log.Info("job resumed", "job", id, "queued", len(queued), "running", len(recovering))
+	spawned = true
 	r.spawn(job, queued, recovering)
 	return nil
+}
+
+// claimHere marks job id as running here unless it is already.
+func (r *Runner) claimHere(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.active == nil {
+		r.active = map[string]bool{}
+	}
+	if r.active[id] {
+		return false
+	}
+	r.active[id] = true
+	return true
 }

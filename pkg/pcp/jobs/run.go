@@ -29,20 +29,11 @@ func failed(format string, args ...any) outcome {
 // recovering ones (running when an earlier runner stopped) are asked for
 // their result.
 func (r *Runner) spawn(job farm.RunJob, queued []string, recovering []farm.RunJobNode) {
-	r.mu.Lock()
-	if r.active == nil {
-		r.active = map[string]bool{}
-	}
-	r.active[job.ID] = true
-	r.mu.Unlock()
+	r.setActive(job.ID, true)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		defer func() {
-			r.mu.Lock()
-			delete(r.active, job.ID)
-			r.mu.Unlock()
-		}()
+		defer r.setActive(job.ID, false)
 		r.runJob(r.ctx, job, queued, recovering)
 	}()
 }

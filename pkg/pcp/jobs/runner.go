@@ -226,7 +226,10 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (farm.RunJob, error) {
 		Concurrency: spec.Concurrency, Timeout: spec.Timeout, Owner: spec.Owner, Runner: r.cfg.Name,
 		Total: len(nodes), Counts: map[string]int{farm.JobNodeQueued: len(nodes)},
 	}
+	// Ours before it is stored: a Resume that lists it meanwhile leaves it.
+	r.setActive(job.ID, true)
 	if err := r.cfg.Store.CreateJob(ctx, job, nodes); err != nil {
+		r.setActive(job.ID, false)
 		return farm.RunJob{}, fmt.Errorf("store job %s: %w", job.ID, err)
 	}
 	r.log.Info("job started", "job", job.ID, "nodes", len(nodes), "environment", spec.Environment,
@@ -314,6 +317,20 @@ func (r *Runner) Deliver(m *message.Message) {
 	case c.answers <- m:
 	default:
 		r.log.Warn("too many answers to one request: dropped", "message_type", m.MessageType, "sender", m.Sender)
+	}
+}
+
+// setActive marks job id as running here (or not).
+func (r *Runner) setActive(id string, on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.active == nil {
+		r.active = map[string]bool{}
+	}
+	if on {
+		r.active[id] = true
+	} else {
+		delete(r.active, id)
 	}
 }
 

@@ -8,6 +8,9 @@
 // visibility timeout. It does not collapse jobs of one node nor keep a
 // node's jobs apart (farmtest.QueueCaps{}); the node store's sequence
 // checks make a duplicate or stale compile harmless.
+//
+// Inbox (inbox.go) is the PCP broker's farm.Inbox on SQS: one short-lived
+// queue per fleet task.
 package sqsqueue
 
 import (

@@ -44,9 +44,17 @@ type Agent struct {
 	err                error
 }
 
-// Associated is the log line pxp-agent writes once it is connected (v2)
-// or associated (v1) and ready for requests.
-const Associated = "Starting the monitor task"
+// Lines of pxp-agent's log that tests wait for or count.
+const (
+	// Ready: the first connection (v2) or association (v1) is done and the
+	// agent takes requests. It is logged once, not on reconnections.
+	Ready = "Starting the monitor task"
+	// Connected: a websocket connection was established (each time).
+	Connected = "Successfully established a WebSocket connection"
+	// Superseded: the broker closed the connection with 4000, because
+	// another connection associated with the same URI.
+	Superseded = "(code: 4000)"
+)
 
 // StartAgent starts pxp-agent in the foreground with its own state
 // directories under o.Dir. Stop it with Stop.
@@ -129,10 +137,37 @@ func (a *Agent) WaitLog(ctx context.Context, s string, n int) error {
 	}
 }
 
-// WaitAssociated waits for the agent's n-th association (Associated in
-// its log).
-func (a *Agent) WaitAssociated(ctx context.Context, n int) error {
-	return a.WaitLog(ctx, Associated, n)
+// Associations counts the v1 session associations that succeeded.
+func (a *Agent) Associations() int {
+	n := 0
+	for _, line := range strings.Split(a.Log(), "\n") {
+		if strings.Contains(line, "Received an Associate Session response") && strings.HasSuffix(strings.TrimSpace(line), ": success") {
+			n++
+		}
+	}
+	return n
+}
+
+// WaitAssociations waits until the agent has associated n times (v1).
+func (a *Agent) WaitAssociations(ctx context.Context, n int) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for a.Associations() < n {
+		select {
+		case <-a.exited:
+			return fmt.Errorf("pcpclients: pxp-agent exited (%v) after %d associations; log:\n%s", a.err, a.Associations(), tail(a.Log(), 40))
+		case <-ctx.Done():
+			return fmt.Errorf("pcpclients: pxp-agent associated %d times, not %d: %w; log:\n%s", a.Associations(), n, ctx.Err(), tail(a.Log(), 40))
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// WaitReady waits until the agent is connected (and associated, v1) for
+// the first time.
+func (a *Agent) WaitReady(ctx context.Context) error {
+	return a.WaitLog(ctx, Ready, 1)
 }
 
 // Exited reports whether the process has ended.

@@ -33,7 +33,8 @@ type RequestOptions struct {
 	// to Server+Type, as pxp-agent's acceptance suite does.
 	Type       string
 	AppendType bool
-	// TTL is the request's expiry in seconds (default 10); Timeout how long
+	// TTL is the request's expiry in seconds (default 10; negative for a
+	// message already expired); Timeout how long
 	// pxp-request waits for the final answers (default 60).
 	TTL, Timeout int
 }
@@ -62,6 +63,9 @@ type RequestResult struct {
 	// 2 when it could not connect or associate.
 	ExitCode int
 	Stderr   string
+	// Other holds the lines of standard output that are not JSON
+	// (ruby-pcp-client's own log lines, such as a refused handshake).
+	Other []string
 }
 
 // OfType returns the received messages of one message type (the suffix
@@ -77,8 +81,11 @@ func (r *RequestResult) OfType(typ string) []Received {
 }
 
 // Request runs pxp-request until it exits (or ctx ends, which kills it).
-// An error means it could not run or printed something that is not a JSON
-// line; a non-zero exit is in the result.
+// An error means it could not run or printed a broken JSON line; a
+// non-zero exit is in the result. pxp-request counts an answer as final
+// only when its sender is a target: a broker's error_message or
+// ttl_expired (sender pcp:///server) is printed, but it waits on until its
+// timeout (exit 1).
 func (t *Tools) Request(ctx context.Context, o RequestOptions) (*RequestResult, error) {
 	args := []string{"--server", o.Server,
 		"--ssl_ca_cert", o.Identity.CA, "--ssl_cert", o.Identity.Cert, "--ssl_key", o.Identity.Key}
@@ -95,7 +102,7 @@ func (t *Tools) Request(ctx context.Context, o RequestOptions) (*RequestResult, 
 	add("--params", o.Params)
 	add("--transaction-id", o.TransactionID)
 	add("--type", o.Type)
-	if o.TTL > 0 {
+	if o.TTL != 0 {
 		add("--ttl", strconv.Itoa(o.TTL))
 	}
 	if o.Timeout > 0 {
@@ -120,6 +127,10 @@ func (t *Tools) Request(ctx context.Context, o RequestOptions) (*RequestResult, 
 	for sc.Scan() {
 		line := bytes.TrimSpace(sc.Bytes())
 		if len(line) == 0 {
+			continue
+		}
+		if line[0] != '{' {
+			res.Other = append(res.Other, string(line))
 			continue
 		}
 		var m Received

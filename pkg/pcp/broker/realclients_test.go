@@ -39,7 +39,7 @@ func (e *realEnv) agent(t *testing.T, certname string, version int) *pcpclients.
 	t.Cleanup(func() { _ = a.Stop() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := a.WaitAssociated(ctx, 1); err != nil {
+	if err := a.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return a
@@ -102,5 +102,153 @@ func TestRealEcho(t *testing.T) {
 	}
 	if !ping.Connected || !ping.Complete || strings.Join(ping.Responders, ",") != "pcp://agent01.example.com/agent" {
 		t.Fatalf("pcp-ping: %+v", ping)
+	}
+}
+
+// TestRealV1V2 plays pcp-broker's v1↔v2 scenario: a pxp-agent speaking
+// PCP v2 answers a ruby-pcp-client (v1) controller's echo.
+func TestRealV1V2(t *testing.T) {
+	t.Parallel()
+	e := newRealEnv(t, Options{})
+	e.agent(t, "agent02.example.com", 2)
+	res := e.request(t, pcpclients.RequestOptions{Targets: []string{"pcp://agent02.example.com/agent"},
+		Blocking: true, Params: `{"argument":"hello-v2"}`})
+	got := res.OfType("rpc_blocking_response")
+	if res.ExitCode != 0 || len(got) != 1 || echoOutcome(t, got[0]) != "hello-v2" {
+		t.Fatalf("pxp-request exit %d: %s\n%+v", res.ExitCode, res.Stderr, res.Messages)
+	}
+	if st := e.tb.Stats(); st.V2 != 1 {
+		t.Errorf("stats %+v, want one v2 connection", st)
+	}
+}
+
+// TestRealDuplicateURI: a second pxp-agent with the same certificate
+// supersedes the first, which the broker closes with 4000 "superseded".
+func TestRealDuplicateURI(t *testing.T) {
+	t.Parallel()
+	e := newRealEnv(t, Options{})
+	first := e.agent(t, "agent03.example.com", 1)
+	e.agent(t, "agent03.example.com", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := first.WaitLog(ctx, pcpclients.Superseded, 1); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Stop() // it would reconnect and supersede the second in turn
+	// The second may have been superseded by the first's reconnection:
+	// wait until it has associated again and holds the URI.
+	time.Sleep(500 * time.Millisecond)
+	waitFor(t, "the second agent to hold the URI", func() bool {
+		ok, _ := e.tb.Connected(context.Background(), "pcp://agent03.example.com/agent")
+		return ok
+	})
+	res := e.request(t, pcpclients.RequestOptions{Targets: []string{"pcp://agent03.example.com/agent"}, Blocking: true})
+	if res.ExitCode != 0 || len(res.OfType("rpc_blocking_response")) != 1 {
+		t.Fatalf("the second agent did not answer: exit %d %s %+v", res.ExitCode, res.Stderr, res.Messages)
+	}
+}
+
+// TestRealAssociationRefused: ruby-pcp-client associating with the type
+// "server" is refused (associate_response success false, then 4002), and
+// pxp-request says it could not associate.
+func TestRealAssociationRefused(t *testing.T) {
+	t.Parallel()
+	e := newRealEnv(t, Options{})
+	res := e.request(t, pcpclients.RequestOptions{Type: "server", Targets: []string{"pcp://x/agent"}})
+	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "could not connect/associate") {
+		t.Fatalf("exit %d, stderr %s", res.ExitCode, res.Stderr)
+	}
+	if st := e.tb.Stats(); st.Unauthorized == 0 {
+		t.Errorf("stats %+v: no refusal counted", st)
+	}
+}
+
+// TestRealSend plays the send scenarios with a real controller: to itself,
+// to a client never connected (error_message "not connected"), and an
+// expired message (ttl_expired).
+func TestRealSend(t *testing.T) {
+	t.Parallel()
+	e := newRealEnv(t, Options{})
+	t.Run("self", func(t *testing.T) {
+		res := e.request(t, pcpclients.RequestOptions{Targets: []string{"pcp://controller01.example.com/controller"},
+			Blocking: true, Timeout: 2})
+		got := res.OfType("rpc_blocking_request")
+		if len(got) != 1 || got[0].Envelope.Sender != "pcp://controller01.example.com/controller" {
+			t.Fatalf("the controller did not receive its own request: exit %d %+v", res.ExitCode, res.Messages)
+		}
+	})
+	t.Run("never-connected", func(t *testing.T) {
+		res := e.request(t, pcpclients.RequestOptions{Targets: []string{"pcp://nobody.example.com/agent"}, Blocking: true, Timeout: 2})
+		got := res.OfType("error_message")
+		if len(got) != 1 || !strings.Contains(string(got[0].Data), "not connected") || got[0].Envelope.InReplyTo == "" {
+			t.Fatalf("exit %d %s %+v", res.ExitCode, res.Stderr, res.Messages)
+		}
+	})
+	t.Run("expired", func(t *testing.T) {
+		res := e.request(t, pcpclients.RequestOptions{Targets: []string{"pcp://nobody.example.com/agent"}, Blocking: true, TTL: -2, Timeout: 2})
+		got := res.OfType("ttl_expired")
+		if len(got) != 1 {
+			t.Fatalf("exit %d %s %+v", res.ExitCode, res.Stderr, res.Messages)
+		}
+	})
+}
+
+// TestRealIdleTimeout: a pxp-agent that sends nothing for IdleTimeout is
+// disconnected, and associates again.
+func TestRealIdleTimeout(t *testing.T) {
+	t.Parallel()
+	e := newRealEnv(t, Options{IdleTimeout: 500 * time.Millisecond})
+	a := e.agent(t, "agent04.example.com", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	if err := a.WaitAssociations(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.tb.Stats(); st.IdleClosed == 0 {
+		t.Errorf("stats %+v: no idle close counted", st)
+	}
+}
+
+// TestRealRevoked: revoking a connected pxp-agent's certificate closes
+// its connection at the next sweep, and it cannot come back.
+func TestRealRevoked(t *testing.T) {
+	t.Parallel()
+	tools := pcpclients.Require(t)
+	pki := pcpclients.NewPKI(t)
+	e := &realEnv{tools: tools, tb: startBroker(t, pki, Options{Revocations: pki.CA, RevocationCheck: 50 * time.Millisecond})}
+	a := e.agent(t, "agent05.example.com", 1)
+	uri := "pcp://agent05.example.com/agent"
+	if ok, _ := e.tb.Connected(context.Background(), uri); !ok {
+		t.Fatal("not connected before the revocation")
+	}
+	if err := pki.CA.Revoke(context.Background(), "agent05.example.com"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the revoked agent's disconnection", func() bool {
+		ok, _ := e.tb.Connected(context.Background(), uri)
+		return !ok
+	})
+	// It retries, and is refused (the TLS handshake or the upgrade).
+	time.Sleep(2 * time.Second)
+	if ok, _ := e.tb.Connected(context.Background(), uri); ok || a.Associations() != 1 {
+		t.Fatalf("the revoked agent came back (associations %d)", a.Associations())
+	}
+	if st := e.tb.Stats(); st.RevokedClosed != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestRealConnectionLimit: over MaxConnections, a real controller is
+// refused (HTTP 503) while the agent already connected keeps working.
+func TestRealConnectionLimit(t *testing.T) {
+	t.Parallel()
+	e := newRealEnv(t, Options{MaxConnections: 1})
+	e.agent(t, "agent06.example.com", 1)
+	res := e.request(t, pcpclients.RequestOptions{Targets: []string{"pcp://agent06.example.com/agent"}, Blocking: true, Timeout: 5})
+	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "could not connect/associate") {
+		t.Fatalf("a connection over the limit was served: exit %d %+v", res.ExitCode, res.Messages)
+	}
+	if st := e.tb.Stats(); st.Connections != 1 || st.Rejected == 0 {
+		t.Errorf("stats %+v", st)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
@@ -86,5 +87,40 @@ func TestInboxQueueAttributes(t *testing.T) {
 	q = inspectQueue(t, prefix+"task-a")
 	if len(q.Messages.Ready) != 1 || q.Messages.Ready[0].Body != "AAEC" {
 		t.Errorf("queued message: %+v, want one with body AAEC (base64)", q.Messages)
+	}
+}
+
+// TestInboxAcrossTasks: two tasks' Inboxes (one process each in the
+// fleet) share the queues by name; a poster's cached URL of a queue the
+// owner closed meanwhile gives farm.ErrNotFound.
+func TestInboxAcrossTasks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the SQS emulator; skipped with -short")
+	}
+	needSQS(t)
+	ctx := context.Background()
+	prefix := fmt.Sprintf("i%d-", queueCounter.Add(1))
+	owner := sqsqueue.NewInbox(client(t), sqsqueue.InboxOptions{Prefix: prefix})
+	poster := sqsqueue.NewInbox(client(t), sqsqueue.InboxOptions{Prefix: prefix})
+	if err := poster.Post(ctx, "task-a", []byte("early")); !errors.Is(err, farm.ErrNotFound) {
+		t.Fatalf("post before the owner opened: %v, want ErrNotFound", err)
+	}
+	if err := owner.Open(ctx, "task-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := poster.Post(ctx, "task-a", []byte("hello")); err != nil {
+		t.Fatalf("post after the owner opened: %v", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	got, err := owner.Receive(rctx, "task-a")
+	if err != nil || len(got) != 1 || string(got[0]) != "hello" {
+		t.Fatalf("owner received %q, %v", got, err)
+	}
+	if err := owner.Close(ctx, "task-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := poster.Post(ctx, "task-a", []byte("late")); !errors.Is(err, farm.ErrNotFound) {
+		t.Fatalf("post with a cached URL after the owner closed: %v, want ErrNotFound", err)
 	}
 }

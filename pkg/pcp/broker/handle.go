@@ -138,9 +138,11 @@ func (b *Broker) associate(c *conn, m *message.Message) {
 	}
 	uri := m.Sender
 	c.uri.Store(&uri)
+	// Registered before the answer: a client that associates again at
+	// once elsewhere (a reconnection) supersedes this one, not the reverse.
+	b.register(c)
 	b.answer(c, serverMessage(msgAssociateResponse, uri, m.ID, resp))
 	b.log.Info("pcp: client associated", "node", c.cn, "uri", uri)
-	b.register(c)
 }
 
 // accept handles a message from an identified client (websocket or Local):

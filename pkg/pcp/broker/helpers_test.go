@@ -19,6 +19,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/compilefarm/compilefarm/internal/pcpclients"
+	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/pcp/message"
 )
 
@@ -54,13 +55,7 @@ func startBroker(t testing.TB, pki *pcpclients.PKI, o Options) *testBroker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: b.Handler(), TLSConfig: pki.ServerTLS(t, "pcp-broker.test"), ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: log.New(io.Discard, "", 0)}
-	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	tb := serveOnly(t, pki, b)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
@@ -74,9 +69,26 @@ func startBroker(t testing.TB, pki *pcpclients.PKI, o Options) *testBroker {
 		case <-time.After(10 * time.Second):
 			t.Errorf("Run did not return 10s after its context ended")
 		}
-		_ = srv.Close()
 	})
+	return tb
+}
+
+// serveOnly serves b's handler over TLS on 127.0.0.1:0 (without Run).
+func serveOnly(t testing.TB, pki *pcpclients.PKI, b *Broker) *testBroker {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: b.Handler(), TLSConfig: pki.ServerTLS(t, "pcp-broker.test"),
+		ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	t.Cleanup(func() { _ = srv.Close() })
 	return &testBroker{Broker: b, pki: pki, addr: ln.Addr().String()}
+}
+
+func presence(uri, task string) farm.Presence {
+	return farm.Presence{URI: uri, Task: task, Expires: time.Now().Add(time.Minute)}
 }
 
 // wsClient is a Go websocket test client speaking raw PCP frames.

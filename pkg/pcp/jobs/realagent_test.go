@@ -49,7 +49,7 @@ func TestRealAgent(t *testing.T) {
 	t.Cleanup(func() { agent.Stop() })
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer wcancel()
-	if err := agent.WaitAssociated(wctx, 1); err != nil {
+	if err := agent.WaitReady(wctx); err != nil {
 		t.Fatal(err)
 	}
 	store := memstore.New()

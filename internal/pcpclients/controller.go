@@ -166,7 +166,13 @@ func (t *Tools) Ping(ctx context.Context, server string, id Identity) (*PingResu
 	if err != nil {
 		return nil, err
 	}
-	res := &PingResult{ExitCode: code, Output: string(stdout) + stderr}
+	res := parsePing(stdout)
+	res.ExitCode, res.Output = code, string(stdout)+stderr
+	return res, nil
+}
+
+func parsePing(stdout []byte) *PingResult {
+	res := &PingResult{}
 	missing := false
 	for _, line := range strings.Split(string(stdout), "\n") {
 		line = strings.TrimSpace(line)
@@ -176,7 +182,7 @@ func (t *Tools) Ping(ctx context.Context, server string, id Identity) (*PingResu
 			res.Connected = true
 		case strings.HasPrefix(line, "Received all responses"):
 			res.Complete = true
-		case strings.HasPrefix(line, "Following nodes were missing") || strings.Contains(line, "Following nodes were missing"):
+		case strings.Contains(line, "Following nodes were missing"):
 			missing = true
 		case len(f) > 0 && strings.HasPrefix(f[0], "pcp://"):
 			if missing {
@@ -186,7 +192,7 @@ func (t *Tools) Ping(ctx context.Context, server string, id Identity) (*PingResu
 			}
 		}
 	}
-	return res, nil
+	return res
 }
 
 // run runs a program to its end and returns its output and exit code.

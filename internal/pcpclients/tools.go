@@ -28,6 +28,10 @@ func Find() (*Tools, error) {
 	if err != nil {
 		return nil, err
 	}
+	return findFrom(wd)
+}
+
+func findFrom(wd string) (*Tools, error) {
 	root := ""
 	for dir := wd; ; dir = filepath.Dir(dir) {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {

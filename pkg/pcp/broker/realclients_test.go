@@ -94,6 +94,12 @@ func TestRealEcho(t *testing.T) {
 	if len(got) != 1 || echoOutcome(t, got[0]) != "hello-v1" || got[0].Envelope.Sender != "pcp://agent01.example.com/agent" {
 		t.Fatalf("responses %+v", res.Messages)
 	}
+	// The acceptance suite's controller connects to /pcp/<type>.
+	res = e.request(t, pcpclients.RequestOptions{Targets: []string{"pcp://agent01.example.com/agent"},
+		Blocking: true, AppendType: true, Params: `{"argument":"appended"}`})
+	if got := res.OfType("rpc_blocking_response"); res.ExitCode != 0 || len(got) != 1 || echoOutcome(t, got[0]) != "appended" {
+		t.Fatalf("with --append-type: exit %d %s %+v", res.ExitCode, res.Stderr, res.Messages)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ping, err := e.tools.Ping(ctx, e.tb.wss("/pcp"), identity(t, e.tb.pki, "controller01.example.com"))

@@ -2,6 +2,7 @@ package pcpclients
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -32,6 +33,11 @@ type AgentOptions struct {
 	ModulesConfigDir string
 	// Args are more pxp-agent flags.
 	Args []string
+	// Config, when set, is written as a JSON config file (--config-file):
+	// the way to set pxp-agent's hidden options, such as "ping-interval"
+	// (seconds between websocket pings, 120 by default; it must exceed the
+	// 5 s pong timeout), which its command line refuses.
+	Config map[string]any
 }
 
 // Agent is a running pxp-agent.
@@ -40,6 +46,8 @@ type Agent struct {
 	// LogFile is the agent's log (--loglevel debug); AccessLog is its
 	// PCP access log.
 	LogFile, AccessLog string
+	// OutFile holds what it wrote to stdout and stderr (option errors).
+	OutFile string
 	exited             chan struct{}
 	err                error
 }
@@ -73,6 +81,7 @@ func (t *Tools) StartAgent(o AgentOptions) (*Agent, error) {
 	a := &Agent{
 		LogFile:   filepath.Join(o.Dir, "pxp-agent.log"),
 		AccessLog: filepath.Join(o.Dir, "pcp-access.log"),
+		OutFile:   filepath.Join(o.Dir, "pxp-agent.out"),
 		exited:    make(chan struct{}),
 	}
 	args := []string{"--foreground",
@@ -85,8 +94,19 @@ func (t *Tools) StartAgent(o AgentOptions) (*Agent, error) {
 		"--logfile", a.LogFile, "--loglevel", "debug",
 		"--log-pcp-access", "--pcp-access-logfile", a.AccessLog,
 	}
+	if o.Config != nil {
+		cfg, err := json.Marshal(o.Config)
+		if err != nil {
+			return nil, err
+		}
+		path := filepath.Join(o.Dir, "pxp-agent.conf")
+		if err := os.WriteFile(path, cfg, 0o600); err != nil {
+			return nil, err
+		}
+		args = append(args, "--config-file", path)
+	}
 	a.cmd = exec.Command(t.bin("pxp-agent"), append(args, o.Args...)...)
-	out, err := os.Create(filepath.Join(o.Dir, "pxp-agent.out"))
+	out, err := os.Create(a.OutFile)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +149,8 @@ func (a *Agent) WaitLog(ctx context.Context, s string, n int) error {
 			if a.Count(s) >= n {
 				return nil
 			}
-			return fmt.Errorf("pcpclients: pxp-agent exited (%v) before logging %q; log:\n%s", a.err, s, tail(a.Log(), 40))
+			out, _ := os.ReadFile(a.OutFile)
+			return fmt.Errorf("pcpclients: pxp-agent exited (%v) before logging %q; command: %s; output: %s; log:\n%s", a.err, s, strings.Join(a.cmd.Args, " "), out, tail(a.Log(), 40))
 		case <-ctx.Done():
 			return fmt.Errorf("pcpclients: pxp-agent did not log %q %d times: %w; log:\n%s", s, n, ctx.Err(), tail(a.Log(), 40))
 		case <-tick.C:

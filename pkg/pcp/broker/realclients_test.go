@@ -27,12 +27,17 @@ func newRealEnv(t *testing.T, o Options) *realEnv {
 // waits for its association.
 func (e *realEnv) agent(t *testing.T, certname string, version int) *pcpclients.Agent {
 	t.Helper()
+	return e.agentWith(t, certname, version, nil)
+}
+
+func (e *realEnv) agentWith(t *testing.T, certname string, version int, config map[string]any) *pcpclients.Agent {
+	t.Helper()
 	url := e.tb.wss("/pcp/")
 	if version == 2 {
 		url = e.tb.wss("/pcp2/")
 	}
 	a, err := e.tools.StartAgent(pcpclients.AgentOptions{Broker: url, PCPVersion: version,
-		Identity: identity(t, e.tb.pki, certname), Dir: t.TempDir()})
+		Identity: identity(t, e.tb.pki, certname), Dir: t.TempDir(), Config: config})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,5 +261,48 @@ func TestRealConnectionLimit(t *testing.T) {
 	}
 	if st := e.tb.Stats(); st.Connections != 1 || st.Rejected == 0 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestRealPingPong: pxp-agent's websocket pings (every 6 s here, instead
+// of 120 s; it wants its 5 s pong timeout below the interval) are answered
+// and keep its connection open across several idle timeouts of 7 s.
+func TestRealPingPong(t *testing.T) {
+	t.Parallel()
+	e := newRealEnv(t, Options{IdleTimeout: 7 * time.Second})
+	a := e.agentWith(t, "agent07.example.com", 1, map[string]any{"ping-interval": 6})
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	if err := a.WaitLog(ctx, "WebSocket onPong event", 3); err != nil {
+		t.Fatal(err)
+	}
+	if n := a.Associations(); n != 1 || e.tb.Stats().IdleClosed != 0 {
+		t.Fatalf("associations %d, stats %+v", n, e.tb.Stats())
+	}
+}
+
+// TestRealPuppetRun: the request the farm's jobs send, a non-blocking
+// pxp-module-puppet run with notify_outcome, to agents of both PCP
+// versions: a provisional response, then the final one (the run itself
+// fails here, no Puppet server, which is still a valid PXP answer).
+func TestRealPuppetRun(t *testing.T) {
+	t.Parallel()
+	e := newRealEnv(t, Options{})
+	e.agent(t, "agent08.example.com", 1)
+	e.agent(t, "agent09.example.com", 2)
+	res := e.request(t, pcpclients.RequestOptions{
+		Targets: []string{"pcp://agent08.example.com/agent", "pcp://agent09.example.com/agent"},
+		Module:  "pxp-module-puppet", Action: "run", Params: `{"flags":["--noop"]}`, NotifyOutcome: true, Timeout: 90})
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d %s %+v", res.ExitCode, res.Stderr, res.Messages)
+	}
+	for _, typ := range []string{"rpc_provisional_response", "rpc_non_blocking_response"} {
+		from := map[string]bool{}
+		for _, m := range res.OfType(typ) {
+			from[m.Envelope.Sender] = true
+		}
+		if !from["pcp://agent08.example.com/agent"] || !from["pcp://agent09.example.com/agent"] {
+			t.Errorf("%s from %v", typ, from)
+		}
 	}
 }

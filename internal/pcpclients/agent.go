@@ -48,8 +48,8 @@ type Agent struct {
 	LogFile, AccessLog string
 	// OutFile holds what it wrote to stdout and stderr (option errors).
 	OutFile string
-	exited             chan struct{}
-	err                error
+	exited  chan struct{}
+	err     error
 }
 
 // Lines of pxp-agent's log that tests wait for or count.

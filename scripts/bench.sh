@@ -11,6 +11,11 @@
 #     scripts/agentsim: a herd of whole agent runs (its warm-up round
 #     compiles each agent first); then stops the broker (its process group:
 #     the Ruby workers too);
+#  3. runs scripts/pcpbench: the PCP broker (pkg/pcp/broker) alone in a
+#     process of its own holding PCPBENCH_CONNS connections opened as
+#     pxp-agent opens them (memory per connection, messages routed per
+#     second, re-association after a restart); it fails the script, after
+#     the report is written;
 #  4. builds the corpus of real modules (internal/corpus: loadgen
 #     --build-corpus) into the work directory, starts a second broker on it
 #     the same way (fresh --data), runs loadgen's corpus phase (compiles per
@@ -50,6 +55,8 @@
 # BENCH_HERD_DIR (.tools/bench-herd: the big herd's broker data and agents'
 # certificates, kept between runs: the first run enrols and compiles every
 # agent once, which takes about half an hour on 2 cores; later runs reuse them).
+# PCPBENCH_CONNS (10000: PCP connections held by one broker; 0 skips it),
+# PCPBENCH_DURATION (10s: the PCP routing phase).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -70,6 +77,8 @@ AGENT_WINDOW=${BENCH_AGENT_WINDOW:-10s}
 HERD_AGENTS=${BENCH_HERD_AGENTS:-10000}
 HERD_WINDOW=${BENCH_HERD_WINDOW:-60s}
 HERD_DIR=$(realpath -m "${BENCH_HERD_DIR:-.tools/bench-herd}") # absolute: the broker compiles from it
+PCP_CONNS=${PCPBENCH_CONNS:-10000}
+PCP_DURATION=${PCPBENCH_DURATION:-10s}
 # Set but empty skips a part: hence - and not :-.
 SCALE_SIZES=${BENCH_SCALE_SIZES-1000,10000,100000}
 SCALE_AWS_SIZES=${BENCH_SCALE_AWS_SIZES-1000,10000}
@@ -202,6 +211,7 @@ say "building the load generator"
 go build -o "$work/loadgen" ./scripts/loadgen
 go build -o "$work/agentsim" ./scripts/agentsim
 go build -o "$work/scalebench" ./scripts/scalebench
+go build -o "$work/pcpbench" ./scripts/pcpbench
 scale_run=0
 if [ -n "$SCALE_SIZES$SCALE_AWS_SIZES$SCALE_EXPORT_SIZES" ]; then scale_run=1; fi
 if [ "$scale_run" = 1 ] && [ -n "$SCALE_AWS_SIZES" ]; then
@@ -317,6 +327,19 @@ if [ "$HERD_AGENTS" -gt 0 ]; then
     "${herd_cmd[@]}" --json="$work/herd.json" --markdown="$work/herd.md" >&2 || herd_rc=$?
   fi
   stop_broker
+fi
+
+# 3c. The PCP broker holding PCPBENCH_CONNS connections (scripts/pcpbench):
+# a broker process of its own (pkg/pcp/broker over the farm's TLS settings,
+# no farm around it) and a driver that opens the connections as pxp-agent
+# does, routes echo requests through it and restarts it. pcpbench writes
+# its section of the report, even when it fails; the script fails after
+# writing the report.
+pcp_rc=0
+pcp_cmd=("$work/pcpbench" run --conns "$PCP_CONNS" --duration "$PCP_DURATION" --out "$work/pcp.md")
+if [ "$PCP_CONNS" -gt 0 ]; then
+  say "PCP broker: ${pcp_cmd[*]}"
+  "${pcp_cmd[@]}" >&2 || pcp_rc=$?
 fi
 
 # 4. The corpus of real modules, on a second broker: compiles per 1,000
@@ -568,6 +591,16 @@ mkdir -p "$(dirname "$OUT")"
     echo '```'
     echo
   fi
+  if [ "$PCP_CONNS" -gt 0 ]; then
+    if [ -s "$work/pcp.md" ]; then
+      sed "s#$work/#\$TMP/#g" "$work/pcp.md"
+    else
+      echo "## PCP broker: $PCP_CONNS connections"
+      echo
+      echo "**pcpbench failed (exit $pcp_rc) before it measured anything**: see the output of \`make bench\`."
+    fi
+    echo
+  fi
   echo "## Compiles per 1,000 check-ins on real modules"
   echo
   echo "The corpus of real Puppet code (internal/corpus, testdata/corpus/README.md): a"
@@ -701,6 +734,10 @@ fi
 if [ "$herd_rc" -ne 0 ]; then
   say "the big herd FAILED (exit $herd_rc): see its output above"
   exit "$herd_rc"
+fi
+if [ "$pcp_rc" -ne 0 ]; then
+  say "the PCP broker benchmark FAILED (exit $pcp_rc): see its output above and its section in $OUT"
+  exit "$pcp_rc"
 fi
 if [ "$scale_rc" -ne 0 ]; then
   say "scalebench FAILED (exit $scale_rc): see its output above ($OUT holds what it measured before)"

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -118,8 +119,11 @@ func (r revokedSet) IsRevoked(s *big.Int) bool { return r[s.String()] }
 func TestRefusedBeforeUpgrade(t *testing.T) {
 	t.Parallel()
 	cert := func(cn string, serial int64) *tls.ConnectionState {
-		return &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{Subject: pkix.Name{CommonName: cn}, SerialNumber: big.NewInt(serial)}}}
+		leaf := &x509.Certificate{Subject: pkix.Name{CommonName: cn}, SerialNumber: big.NewInt(serial)}
+		return &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}, VerifiedChains: [][]*x509.Certificate{{leaf}}}
 	}
+	unverified := cert("node", 1)
+	unverified.VerifiedChains = nil
 	tests := []struct {
 		name   string
 		path   string
@@ -129,6 +133,7 @@ func TestRefusedBeforeUpgrade(t *testing.T) {
 	}{
 		{"no TLS", "/pcp/", nil, http.StatusUnauthorized, "client certificate is required"},
 		{"no certificate", "/pcp/", &tls.ConnectionState{}, http.StatusUnauthorized, "client certificate is required"},
+		{"certificate not verified", "/pcp/", unverified, http.StatusUnauthorized, "not verified"},
 		{"no common name", "/pcp/", cert("", 1), http.StatusForbidden, "common name"},
 		{"wildcard common name", "/pcp2/agent", cert("*", 1), http.StatusForbidden, "common name"},
 		{"revoked", "/pcp/", cert("node", 666), http.StatusForbidden, "revoked"},
@@ -156,6 +161,27 @@ func TestRefusedBeforeUpgrade(t *testing.T) {
 	}
 	if st := b.Stats(); st.Connections != 0 || st.Rejected < 8 {
 		t.Errorf("stats %+v", st)
+	}
+
+	// With VerifyPeer, the broker verifies what crypto/tls only requested.
+	checked, err := New(Options{Name: "t", Log: testLog(), VerifyPeer: func(certs []*x509.Certificate) error {
+		if certs[0].Subject.CommonName == "forged" {
+			return errors.New("not issued by the farm's CA")
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cn, want := range map[string]int{"forged": http.StatusForbidden, "node": http.StatusBadRequest} {
+		r := httptest.NewRequest("GET", "/pcp/", nil)
+		r.TLS = cert(cn, 1)
+		r.TLS.VerifiedChains = nil
+		w := httptest.NewRecorder()
+		checked.Handler().ServeHTTP(w, r)
+		if w.Code != want {
+			t.Errorf("%s: %d %s, want %d", cn, w.Code, w.Body, want)
+		}
 	}
 }
 

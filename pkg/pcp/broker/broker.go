@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +35,13 @@ type Options struct {
 	// PresenceTTL is how long a presence record lasts; records are
 	// refreshed every third of it (default 2 minutes).
 	PresenceTTL time.Duration
+	// VerifyPeer, when set, checks a client's certificates (leaf first)
+	// before the upgrade, for TLS configurations that only request client
+	// certificates (pkg/ca's ServerTLSConfig: give it (*ca.CA).VerifyPeer).
+	// When nil, a connection whose certificate crypto/tls did not verify
+	// (no VerifiedChains: RequireAndVerifyClientCert was not asked for) is
+	// refused.
+	VerifyPeer func(certs []*x509.Certificate) error
 	// Revocations, when set, is asked about every open connection's
 	// certificate every RevocationCheck (default 10 s); revoked ones are
 	// closed.

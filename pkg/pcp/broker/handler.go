@@ -13,7 +13,8 @@ import (
 // Handler serves the websocket endpoints: GET /pcp, /pcp/ and /pcp/<type>
 // (PCP v1) and /pcp2/<type> (PCP v2). The client's identity is the common
 // name of its TLS certificate (r.TLS.PeerCertificates[0]); the caller's TLS
-// configuration verifies the certificate (RequireAndVerifyClientCert).
+// configuration verifies the certificate (RequireAndVerifyClientCert), or
+// Options.VerifyPeer does.
 // Refusals happen before the upgrade, as plain text: 401 without a
 // certificate, 403 for a revoked one, no common name or the type "server",
 // 400 for a bad client type, 503 over the connection limit or while the
@@ -68,6 +69,15 @@ func (b *Broker) serveWS(w http.ResponseWriter, r *http.Request, version int, pa
 	}
 	cert := r.TLS.PeerCertificates[0]
 	cn := cert.Subject.CommonName
+	if b.o.VerifyPeer != nil {
+		if err := b.o.VerifyPeer(r.TLS.PeerCertificates); err != nil {
+			b.refuse(w, r, http.StatusForbidden, "the client certificate is not valid: "+err.Error(), cn)
+			return
+		}
+	} else if len(r.TLS.VerifiedChains) == 0 {
+		b.refuse(w, r, http.StatusUnauthorized, "the client certificate was not verified (the broker's TLS configuration must require and verify client certificates)", cn)
+		return
+	}
 	switch {
 	case cn == "" || strings.ContainsAny(cn, "/* \t\r\n"):
 		b.refuse(w, r, http.StatusForbidden, "the client certificate's common name cannot be used in a PCP URI", cn)

@@ -58,7 +58,7 @@ type Options struct {
 	// with 1009.
 	MaxMessageSize int
 	// WriteQueue is how many messages may wait for a slow client before it
-	// is disconnected (default 256).
+	// is disconnected (default 128).
 	WriteQueue int
 	// Log receives connection and routing events (default slog.Default()).
 	Log *slog.Logger
@@ -70,7 +70,7 @@ const (
 	DefaultRevocationCheck = 10 * time.Second
 	DefaultIdleTimeout     = 6 * time.Minute
 	DefaultMaxConnections  = 20000
-	DefaultWriteQueue      = 256
+	DefaultWriteQueue      = 128
 )
 
 // ServerURI is the broker's own PCP URI.

@@ -31,17 +31,17 @@ type conn struct {
 	uri      atomic.Pointer[string] // set once associated (v1) or at once (v2)
 	lastSeen atomic.Int64           // unix nanoseconds of the last frame read
 
-	out       chan outFrame
-	quit      chan struct{} // closed when the reader ends
+	out       chan []byte     // encoded messages to write
+	closing   chan closeFrame // a close frame to write after them
+	quit      chan struct{}   // closed when the reader ends
 	closeOnce sync.Once
 	kicked    atomic.Bool
 }
 
-// outFrame is a data frame to write, or a close frame when closeCode is set.
-type outFrame struct {
-	data      []byte
-	closeCode int
-	closeText string
+// closeFrame is the close frame kick asks the writer for.
+type closeFrame struct {
+	code int
+	text string
 }
 
 func (c *conn) URI() string {
@@ -63,7 +63,7 @@ func (c *conn) deliver(m *message.Message) error {
 	if err != nil {
 		return err
 	}
-	return c.queue(outFrame{data: data})
+	return c.queue(data)
 }
 
 var (
@@ -71,16 +71,19 @@ var (
 	errQueueFull = errors.New("the client's write queue is full")
 )
 
-// queue adds f to the write queue without blocking. A full queue means
-// the client does not read: it is disconnected at once.
-func (c *conn) queue(f outFrame) error {
+// queue adds data to the write queue without blocking. A full queue
+// means the client does not read: it is disconnected at once.
+func (c *conn) queue(data []byte) error {
 	select {
 	case <-c.quit:
 		return errClosed
 	default:
 	}
+	if c.kicked.Load() {
+		return errClosed
+	}
 	select {
-	case c.out <- f:
+	case c.out <- data:
 		return nil
 	default:
 		c.b.log.Warn("pcp: disconnecting a client that does not read its messages", "node", c.cn, "uri", c.URI(), "queued", cap(c.out))
@@ -95,9 +98,7 @@ func (c *conn) kick(code int, reason string) {
 	if !c.kicked.CompareAndSwap(false, true) {
 		return
 	}
-	if c.queue(outFrame{closeCode: code, closeText: reason}) != nil {
-		c.forceClose(code, reason)
-	}
+	c.closing <- closeFrame{code, reason} // capacity 1, sent once
 }
 
 // forceClose sends a close frame now, bypassing the queue, and drops the
@@ -116,29 +117,48 @@ func (c *conn) writeLoop() {
 		select {
 		case <-c.quit:
 			return
-		case f := <-c.out:
-			if f.closeCode != 0 {
-				c.closeOnce.Do(func() {
-					_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(f.closeCode, f.closeText), time.Now().Add(time.Second))
-					// The client answers the close frame and the reader
-					// ends; a client that does not is dropped shortly.
-					t := time.AfterFunc(2*time.Second, func() { _ = c.ws.Close() })
-					go func() { <-c.quit; t.Stop() }()
-				})
-				return
+		case f := <-c.closing:
+			// What was queued before the kick goes first (a refused
+			// association's answer), then the close frame.
+			for drained := false; !drained; {
+				select {
+				case data := <-c.out:
+					if !c.write(data) {
+						return
+					}
+				default:
+					drained = true
+				}
 			}
-			_ = c.ws.SetWriteDeadline(time.Now().Add(writeWait))
-			typ := websocket.BinaryMessage
-			if c.version == 2 {
-				typ = websocket.TextMessage
-			}
-			if err := c.ws.WriteMessage(typ, f.data); err != nil {
-				c.b.log.Debug("pcp: write failed", "node", c.cn, "uri", c.URI(), "err", err)
-				_ = c.ws.Close()
+			c.closeOnce.Do(func() {
+				_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(f.code, f.text), time.Now().Add(time.Second))
+				// The client answers the close frame and the reader
+				// ends; a client that does not is dropped shortly.
+				t := time.AfterFunc(2*time.Second, func() { _ = c.ws.Close() })
+				go func() { <-c.quit; t.Stop() }()
+			})
+			return
+		case data := <-c.out:
+			if !c.write(data) {
 				return
 			}
 		}
 	}
+}
+
+// write writes one message; false when the connection failed.
+func (c *conn) write(data []byte) bool {
+	_ = c.ws.SetWriteDeadline(time.Now().Add(writeWait))
+	typ := websocket.BinaryMessage
+	if c.version == 2 {
+		typ = websocket.TextMessage
+	}
+	if err := c.ws.WriteMessage(typ, data); err != nil {
+		c.b.log.Debug("pcp: write failed", "node", c.cn, "uri", c.URI(), "err", err)
+		_ = c.ws.Close()
+		return false
+	}
+	return true
 }
 
 // serve reads and handles the client's frames until the connection ends,

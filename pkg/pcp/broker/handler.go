@@ -111,7 +111,8 @@ func (b *Broker) serveWS(w http.ResponseWriter, r *http.Request, version int, pa
 		serial:   cert.SerialNumber,
 		version:  version,
 		pathType: pathType,
-		out:      make(chan outFrame, b.o.WriteQueue),
+		out:      make(chan []byte, b.o.WriteQueue),
+		closing:  make(chan closeFrame, 1),
 		quit:     make(chan struct{}),
 	}
 	c.touch()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/internal/pcpclients"
+	"github.com/compilefarm/compilefarm/pkg/memstore"
 )
 
 // realEnv is a broker with the real clients' tools and a CA.
@@ -304,5 +305,36 @@ func TestRealPuppetRun(t *testing.T) {
 		if !from["pcp://agent08.example.com/agent"] || !from["pcp://agent09.example.com/agent"] {
 			t.Errorf("%s from %v", typ, from)
 		}
+	}
+}
+
+// TestRealTwoTasks: two broker tasks share presence and inboxes
+// (memstore); a real controller on one reaches a real pxp-agent on the
+// other, by URI and through pcp-ping's wildcard with a destination report.
+func TestRealTwoTasks(t *testing.T) {
+	t.Parallel()
+	tools := pcpclients.Require(t)
+	pki := pcpclients.NewPKI(t)
+	store := memstore.New()
+	a := &realEnv{tools: tools, tb: startBroker(t, pki, Options{Name: "task-a", Presence: store, Inbox: store})}
+	b := &realEnv{tools: tools, tb: startBroker(t, pki, Options{Name: "task-b", Presence: store, Inbox: store})}
+	a.agent(t, "agent10.example.com", 1)
+	b.agent(t, "agent11.example.com", 2)
+	res := b.request(t, pcpclients.RequestOptions{Targets: []string{"pcp://agent10.example.com/agent"},
+		Blocking: true, Params: `{"argument":"across"}`})
+	if got := res.OfType("rpc_blocking_response"); res.ExitCode != 0 || len(got) != 1 || echoOutcome(t, got[0]) != "across" {
+		t.Fatalf("exit %d %s %+v", res.ExitCode, res.Stderr, res.Messages)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ping, err := tools.Ping(ctx, a.tb.wss("/pcp/"), identity(t, pki, "controller01.example.com"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ping.Complete || !sameSet(ping.Responders, []string{"pcp://agent10.example.com/agent", "pcp://agent11.example.com/agent"}) {
+		t.Fatalf("pcp-ping: %+v", ping)
+	}
+	if a.tb.Stats().MessagesRelayed == 0 || b.tb.Stats().MessagesRelayed == 0 {
+		t.Errorf("stats a %+v b %+v", a.tb.Stats(), b.tb.Stats())
 	}
 }

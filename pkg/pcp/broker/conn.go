@@ -86,8 +86,12 @@ func (c *conn) queue(data []byte) error {
 	case c.out <- data:
 		return nil
 	default:
-		c.b.log.Warn("pcp: disconnecting a client that does not read its messages", "node", c.cn, "uri", c.URI(), "queued", cap(c.out))
-		c.forceClose(CloseTryAgainLater, "write queue full")
+		if c.kicked.CompareAndSwap(false, true) {
+			c.b.log.Warn("pcp: disconnecting a client that does not read its messages", "node", c.cn, "uri", c.URI(), "queued", cap(c.out))
+			// Not on the router's goroutine: the close frame waits for
+			// the blocked writer (up to a second).
+			go c.forceClose(CloseTryAgainLater, "write queue full")
+		}
 		return errQueueFull
 	}
 }

@@ -23,7 +23,7 @@ type inventoryChange struct {
 // matching its query (here and, with a presence store, on every task).
 // With "subscribe": true the requester is then sent an inventory_update
 // whenever a client matching the query connects to or disconnects from
-// this broker, until it disconnects.
+// this broker, until it disconnects or asks again without "subscribe".
 func (b *Broker) inventory(from client, m *message.Message) {
 	var req inventoryRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil || req.Query == nil {
@@ -55,11 +55,15 @@ func (b *Broker) inventory(from client, m *message.Message) {
 			}
 		}
 	}
+	// subscribe true replaces the requester's subscription; false (or
+	// absent) ends it, as the v2 specification says.
+	b.mu.Lock()
 	if req.Subscribe {
-		b.mu.Lock()
 		b.subs[from] = pats
-		b.mu.Unlock()
+	} else {
+		delete(b.subs, from)
 	}
+	b.mu.Unlock()
 	b.reply(from, serverMessage(msgInventoryResponse, m.Sender, m.ID, map[string]any{"uris": uris}))
 }
 

@@ -216,6 +216,12 @@ func TestInventory(t *testing.T) {
 	if ch := update(); ch != (inventoryChange{Client: "pcp://i3/agent", Change: -1}) {
 		t.Fatalf("change %+v", ch)
 	}
+	// Asking again without subscribing ends the subscription.
+	ask(sub, false, "pcp://*/agent")
+	v1Client(t, tb, "i5", "agent")
+	if m, err := sub.tryRead(200 * time.Millisecond); err == nil {
+		t.Fatalf("an update after the subscription ended: %s %s", m.MessageType, m.Data)
+	}
 	// A bad query gets an error.
 	ctl.sendMsg(&message.Message{ID: newID(), MessageType: msgInventoryRequest, Sender: ctl.uri, Targets: []string{ServerURI}, Data: []byte(`{"q":1}`)})
 	if m := ctl.read(); m.MessageType != msgError {

@@ -33,6 +33,11 @@ func (r *result) writeMarkdown(w io.Writer) {
 	p("Memory is the broker's VmRSS, and its Go heap and stacks in use after a collection; CPU is user +")
 	p("system time from /proc; the driver's CPU is that of all agents and controllers.")
 	p("")
+	if r.Handshakes > 0 {
+		p("**An experiment, not `broker serve`'s behaviour**: this broker did at most %d TLS handshakes at once", r.Handshakes)
+		p("(`--broker-handshakes`); the other connections waited in the kernel's accept queue.")
+		p("")
+	}
 	if r.Failed != "" {
 		p("**The run stopped early: %s.** The rows below without a value were not measured.", r.Failed)
 		p("")

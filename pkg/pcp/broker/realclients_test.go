@@ -267,10 +267,10 @@ func TestRealConnectionLimit(t *testing.T) {
 
 // TestRealPingPong: pxp-agent's websocket pings (every 6 s here, instead
 // of 120 s; it wants its 5 s pong timeout below the interval) are answered
-// and keep its connection open across several idle timeouts of 7 s.
+// and keep its connection open across two idle timeouts of 9 s.
 func TestRealPingPong(t *testing.T) {
 	t.Parallel()
-	e := newRealEnv(t, Options{IdleTimeout: 7 * time.Second})
+	e := newRealEnv(t, Options{IdleTimeout: 9 * time.Second})
 	a := e.agentWith(t, "agent07.example.com", 1, map[string]any{"ping-interval": 6})
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()

@@ -91,7 +91,8 @@ func TestBrokenFrames(t *testing.T) {
 // timeout"); websocket pings keep another open, and are answered.
 func TestIdleTimeout(t *testing.T) {
 	t.Parallel()
-	tb := startBroker(t, pcpclients.NewPKI(t), Options{IdleTimeout: 300 * time.Millisecond})
+	const idle = time.Second
+	tb := startBroker(t, pcpclients.NewPKI(t), Options{IdleTimeout: idle})
 	silent := v1Client(t, tb, "silent", "agent")
 	pinger := v2Client(t, tb, "pinger", "agent")
 	var pongs atomic.Int32
@@ -124,7 +125,7 @@ func TestIdleTimeout(t *testing.T) {
 	}
 	// The pinger has outlived several timeouts.
 	waitFor(t, "pongs", func() bool { return pongs.Load() >= 3 })
-	time.Sleep(3 * 300 * time.Millisecond)
+	time.Sleep(2 * idle)
 	if tb.local(pinger.uri) == nil {
 		t.Fatal("the pinging client was closed")
 	}

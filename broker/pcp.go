@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/admin"
@@ -19,11 +21,10 @@ import (
 // pcpFlags are the PCP broker's settings on dev and serve: where it
 // listens (port 8142, as Puppet Enterprise's) and its limits.
 type pcpFlags struct {
-	listen         string
-	idleTimeout    time.Duration
-	maxConns       int
-	maxMessageMiB  int
-	jobConcurrency int
+	listen        string
+	idleTimeout   time.Duration
+	maxConns      int
+	maxMessageMiB int
 }
 
 func (p *pcpFlags) register(fs *flag.FlagSet, defaultListen string) {
@@ -70,12 +71,18 @@ type pcpSide struct {
 // attached as pcp://<name>/controller. It returns nil when the broker is
 // off (--pcp-listen ""). tlsConf is the front door's configuration: the
 // broker's requires a client certificate and speaks HTTP/1.1 only.
-func (p *pcpFlags) open(name string, be pcpBackend, revocations broker.Revocations, tlsConf *tls.Config, m *metrics.Farm, log *slog.Logger) (*pcpSide, error) {
+// pcpAuthority checks PCP clients' certificates: the farm's CA.
+type pcpAuthority interface {
+	IsRevoked(serial *big.Int) bool
+	VerifyPeer(certs []*x509.Certificate) error
+}
+
+func (p *pcpFlags) open(name string, be pcpBackend, auth pcpAuthority, tlsConf *tls.Config, m *metrics.Farm, log *slog.Logger) (*pcpSide, error) {
 	if p.listen == "" {
 		return nil, nil
 	}
 	b, err := broker.New(broker.Options{
-		Name: name, Presence: be.presence, Inbox: be.inbox, Revocations: revocations,
+		Name: name, Presence: be.presence, Inbox: be.inbox, Revocations: auth, VerifyPeer: auth.VerifyPeer,
 		IdleTimeout: p.idleTimeout, MaxConnections: p.maxConns, MaxMessageSize: p.maxMessageMiB << 20, Log: log,
 	})
 	if err != nil {
@@ -83,8 +90,9 @@ func (p *pcpFlags) open(name string, be pcpBackend, revocations broker.Revocatio
 	}
 	m.Registry.MustRegister(b.Collectors()...)
 	conf := tlsConf.Clone()
-	// The farm CA's VerifyConnection verifies the chain and revocation;
-	// crypto/tls makes sure there is a certificate to verify.
+	// The farm CA's VerifyConnection verifies the chain and revocation at
+	// the handshake (the broker asks VerifyPeer again: crypto/tls itself
+	// verified nothing); crypto/tls makes sure there is a certificate.
 	conf.ClientAuth = tls.RequireAnyClientCert
 	conf.NextProtos = []string{"http/1.1"}
 	return &pcpSide{

@@ -186,22 +186,30 @@ func (b *Broker) clearPresence(uri string) {
 	}
 }
 
-// refreshPresence renews the records of every client held here.
+// refreshPresence renews the records of every client held here. A record
+// that now names another task means the client associated there since (a
+// reconnection through the load balancer): the connection held here is
+// superseded and closed (4000), and the newer record is left alone.
 func (b *Broker) refreshPresence(ctx context.Context) {
 	if b.o.Presence == nil {
 		return
 	}
 	b.mu.RLock()
-	uris := make([]string, 0, len(b.clients))
-	for uri := range b.clients {
-		uris = append(uris, uri)
+	held := make(map[string]client, len(b.clients))
+	for uri, c := range b.clients {
+		held[uri] = c
 	}
 	b.mu.RUnlock()
-	for _, uri := range uris {
+	for uri, c := range held {
 		if ctx.Err() != nil {
 			return
 		}
-		if b.local(uri) != nil {
+		if task := b.presenceTask(uri); task != "" && task != b.o.Name {
+			b.log.Info("pcp: the client associated with another task; closing this older connection", "uri", uri, "node", c.node(), "task", task)
+			c.kick(CloseSuperseded, "superseded")
+			continue
+		}
+		if b.local(uri) == c {
 			b.setPresence(uri)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsecrassets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsecs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awselasticloadbalancingv2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -19,7 +20,7 @@ import (
 // Ports of a fleet task.
 const (
 	FrontDoorPort = 8140 // the front door (TLS), on the NLB
-	PCPPort       = 8142 // the PCP broker's port, on the NLB (broker serve has no PCP broker yet: see infra/README.md)
+	PCPPort       = 8142 // the PCP broker's port (serve's --pcp-listen), on the NLB
 	MetricsPort   = 9140 // /metrics: a container port, never on the NLB
 )
 
@@ -65,6 +66,33 @@ type FleetProps struct {
 	RepoRoot string // the Docker build context of broker/Dockerfile
 	Storage  *Storage
 	Queues   *Queues
+}
+
+// PCPInboxPrefix is the name prefix of the fleet's PCP inbox queues (serve's
+// --pcp-inbox-prefix): each task creates its own queue at start
+// (sqsqueue.Inbox) and deletes it when it stops, so they are not resources
+// of the stack.
+func PCPInboxPrefix(cfg Config) string { return cfg.Name("pcp-") }
+
+// PCPInboxActions are the SQS actions of sqsqueue.Inbox (DeleteMessage
+// covers DeleteMessageBatch).
+var PCPInboxActions = []string{
+	"sqs:CreateQueue", "sqs:GetQueueUrl", "sqs:SendMessage",
+	"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:DeleteQueue",
+}
+
+// PCPInboxStatement allows PCPInboxActions on the stage's inbox queues
+// only: arn:PARTITION:sqs:REGION:ACCOUNT:compilefarm-STAGE-pcp-*.
+func PCPInboxStatement(scope constructs.Construct, cfg Config) awsiam.PolicyStatement {
+	arn := awscdk.Stack_Of(scope).FormatArn(&awscdk.ArnComponents{
+		Service:  jsii.String("sqs"),
+		Resource: jsii.String(PCPInboxPrefix(cfg) + "*"),
+	})
+	return awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:       jsii.String("PCPInboxes"),
+		Actions:   jsii.Strings(PCPInboxActions...),
+		Resources: &[]*string{arn},
+	})
 }
 
 // NewFleet declares the VPC, the cluster, the service, the NLB and the
@@ -145,6 +173,13 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		jsii.String("--bulk-queue-url"), q.Bulk.Queue.QueueUrl(),
 		jsii.String("--ca-table"), st.Table(dynamostate.RoleCA).TableName(),
 		jsii.String("--ca-key-secret"), jsii.String(st.CAKeySecretName),
+		// The PCP broker: its listener, where it records which task holds
+		// each client (presence) and the run jobs, and the prefix of the
+		// per-task SQS inboxes the tasks pass messages through.
+		jsii.String("--pcp-listen"), jsii.String("0.0.0.0:" + itoa(PCPPort)),
+		jsii.String("--presence-table"), st.Table(dynamostate.RolePresence).TableName(),
+		jsii.String("--jobs-table"), st.Table(dynamostate.RoleJobs).TableName(),
+		jsii.String("--pcp-inbox-prefix"), jsii.String(PCPInboxPrefix(cfg)),
 		jsii.String("--dns-alt-names"), awscdk.Fn_Join(jsii.String(","), &altNames),
 		// The front door's requests, 4xx/5xx, refusals, catalog outcomes
 		// and latency: one embedded-metric-format line a minute on stderr,
@@ -182,9 +217,9 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		StopTimeout: awscdk.Duration_Seconds(jsii.Number(30)),
 	})
 
-	// Grants only: what broker serve calls (s3store, dynamostate,
-	// sqsqueue's SendMessage and GetQueueAttributes, cakey's
-	// GetSecretValue).
+	// Grants only: what broker serve calls (s3store, dynamostate's tables
+	// presence and jobs included, sqsqueue's SendMessage and
+	// GetQueueAttributes, cakey's GetSecretValue), and the PCP inboxes.
 	role := task.TaskRole()
 	st.Bucket.GrantReadWrite(role, nil)
 	for _, t := range st.Tables {
@@ -194,6 +229,7 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		l.Queue.GrantSendMessages(role)
 	}
 	st.CAKeySecret.GrantRead(role, nil)
+	role.AddToPrincipalPolicy(PCPInboxStatement(f.Construct, cfg))
 
 	f.Service = awsecs.NewFargateService(f.Construct, jsii.String("Service"), &awsecs.FargateServiceProps{
 		ServiceName:       jsii.String(cfg.Name("front-door")),

@@ -115,6 +115,9 @@ func TestFleetTask(t *testing.T) {
 	for flag, ref := range map[string]string{
 		"backend": `"aws"`, "bucket": bucketID, "ca-key-secret": `"compilefarm/dev/ca-key"`,
 		"metrics-listen": "9140", "listen": "8140",
+		// The PCP broker on the port the NLB forwards, its inboxes where
+		// the task role may create them (TestLeastPrivilege).
+		"pcp-listen": `"0.0.0.0:8142"`, "pcp-inbox-prefix": `"compilefarm-dev-pcp-"`,
 		// The front door's metrics to CloudWatch (Observability's widgets).
 		"emf-interval": `"60s"`, "emf-stage": `"dev"`,
 	} {
@@ -122,9 +125,10 @@ func TestFleetTask(t *testing.T) {
 			t.Errorf("--%s = %s, want %s", flag, jsonString(flags[flag]), ref)
 		}
 	}
-	for _, role := range []string{"nodes", "node-index", "environments", "ca"} {
+	for _, role := range []string{"nodes", "node-index", "environments", "ca", "presence", "jobs"} {
 		id, _ := s.find(t, "AWS::DynamoDB::Table", "TableName", "compilefarm-dev-"+role)
-		fl := map[string]string{"nodes": "nodes-table", "node-index": "node-index-table", "environments": "environments-table", "ca": "ca-table"}[role]
+		fl := map[string]string{"nodes": "nodes-table", "node-index": "node-index-table", "environments": "environments-table", "ca": "ca-table",
+			"presence": "presence-table", "jobs": "jobs-table"}[role]
 		if !containsAll(jsonString(flags[fl]), id) {
 			t.Errorf("--%s = %s, want a reference to %s", fl, jsonString(flags[fl]), id)
 		}
@@ -138,6 +142,16 @@ func TestFleetTask(t *testing.T) {
 	lbID, _ := firstID(s.resources("AWS::ElasticLoadBalancingV2::LoadBalancer"))
 	if alt := jsonString(flags["dns-alt-names"]); !containsAll(alt, lbID, "DNSName", "puppet.example.com", "farm.example.com") {
 		t.Errorf("--dns-alt-names = %s", alt)
+	}
+	// Both NLB ports reach the same container port: 8142 the PCP broker.
+	lbs := jsonString(svc["LoadBalancers"])
+	for _, port := range []string{"8140", "8142"} {
+		if !containsAll(lbs, `"ContainerName":"broker","ContainerPort":`+port) {
+			t.Errorf("service LoadBalancers %s: no target on container port %s", lbs, port)
+		}
+	}
+	if !containsAll(jsonString(c["PortMappings"]), `"ContainerPort":8142`) {
+		t.Errorf("PortMappings %s without 8142", jsonString(c["PortMappings"]))
 	}
 	// The metrics port is a container port, but no listener or security
 	// group rule opens it.

@@ -1,6 +1,8 @@
 package farmstack
 
 import (
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -24,18 +26,26 @@ func TestLeastPrivilege(t *testing.T) {
 				t.Errorf("%v: role %s has managed policies %s", ctx, id, m)
 			}
 		}
-		n := 0
+		n, inboxes := 0, 0
 		for _, d := range docs {
 			for _, st := range asList(d.(map[string]interface{})["Statement"]) {
 				st := st.(map[string]interface{})
 				if st["Effect"] != "Allow" {
 					continue
 				}
+				if st["Sid"] == "PCPInboxes" {
+					inboxes++
+					checkPCPInboxes(t, ctx, st)
+				}
 				for _, a := range asList(st["Action"]) {
 					n++
 					a, _ := a.(string)
 					if a == "*" {
 						t.Errorf("%v: statement allows every action: %s", ctx, jsonString(st))
+					}
+					// Queues are created and deleted only as PCP inboxes.
+					if (a == "sqs:CreateQueue" || a == "sqs:DeleteQueue") && st["Sid"] != "PCPInboxes" {
+						t.Errorf("%v: statement allows %s beyond the PCP inboxes: %s", ctx, a, jsonString(st))
 					}
 					for _, svc := range []string{"s3", "dynamodb", "sqs", "secretsmanager", "kms", "lambda", "iam"} {
 						if strings.EqualFold(a, svc+":*") {
@@ -48,6 +58,37 @@ func TestLeastPrivilege(t *testing.T) {
 		if n == 0 {
 			t.Errorf("%v: no IAM statements found", ctx)
 		}
+		if want := map[bool]int{true: 0, false: 1}[ctx["fleet"] == "false"]; inboxes != want {
+			t.Errorf("%v: %d PCPInboxes statements, want %d (the fleet's)", ctx, inboxes, want)
+		}
+	}
+}
+
+// checkPCPInboxes: the fleet's inbox statement allows exactly what
+// sqsqueue.Inbox calls, on the stage's compilefarm-<stage>-pcp-* queues
+// only.
+func checkPCPInboxes(t *testing.T, ctx map[string]string, st map[string]interface{}) {
+	t.Helper()
+	var actions []string
+	for _, a := range asList(st["Action"]) {
+		actions = append(actions, a.(string))
+	}
+	sort.Strings(actions)
+	want := slices.Sorted(slices.Values(PCPInboxActions))
+	if !slices.Equal(actions, want) {
+		t.Errorf("%v: PCPInboxes actions %v, want %v", ctx, actions, want)
+	}
+	stage := ctx["stage"]
+	if stage == "" {
+		stage = "dev"
+	}
+	res := asList(st["Resource"])
+	if len(res) != 1 {
+		t.Fatalf("%v: PCPInboxes resources %s, want one", ctx, jsonString(res))
+	}
+	r := jsonString(res[0])
+	if !containsAll(r, `"arn:"`, `{"Ref":"AWS::Partition"}`, `":sqs:"`, `{"Ref":"AWS::Region"}`, `{"Ref":"AWS::AccountId"}`, `":compilefarm-`+stage+`-pcp-*"`) {
+		t.Errorf("%v: PCPInboxes resource %s, want arn:PARTITION:sqs:REGION:ACCOUNT:compilefarm-%s-pcp-*", ctx, r, stage)
 	}
 }
 

@@ -22,7 +22,7 @@ type Storage struct {
 	Construct constructs.Construct // the construct holding the resources
 	Bucket    awss3.Bucket
 	// Tables by dynamostate role (RoleNodes, RoleNodeIndex,
-	// RoleEnvironments, RoleCA).
+	// RoleEnvironments, RoleCA, RolePresence, RoleJobs).
 	Tables map[string]awsdynamodb.Table
 	// CAKeySecret is the secret `broker ca init --ca-key-secret` fills;
 	// CAKeySecretName is its name (what `broker ca init` and `broker serve`
@@ -93,11 +93,16 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 	// Tables: from dynamostate.Tables(), the one definition of their keys
 	// and indexes (dynamostate.EnsureTables creates the same ones for tests).
 	for _, spec := range dynamostate.Tables() {
+		var ttl *string // the presence table's: expired records go by themselves
+		if spec.TTLAttribute != "" {
+			ttl = jsii.String(spec.TTLAttribute)
+		}
 		t := awsdynamodb.NewTable(s.Construct, jsii.String("Table-"+spec.Role), &awsdynamodb.TableProps{
-			TableName:    jsii.String(cfg.Name(spec.Role)),
-			PartitionKey: attribute(spec.PartitionKey),
-			SortKey:      optAttribute(spec.SortKey),
-			BillingMode:  awsdynamodb.BillingMode_PAY_PER_REQUEST,
+			TimeToLiveAttribute: ttl,
+			TableName:           jsii.String(cfg.Name(spec.Role)),
+			PartitionKey:        attribute(spec.PartitionKey),
+			SortKey:             optAttribute(spec.SortKey),
+			BillingMode:         awsdynamodb.BillingMode_PAY_PER_REQUEST,
 			PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
 				PointInTimeRecoveryEnabled: jsii.Bool(true),
 			},

@@ -116,7 +116,20 @@ func TestTablesFromDynamostate(t *testing.T) {
 		if jsonString(p["PointInTimeRecoverySpecification"]) != `{"PointInTimeRecoveryEnabled":true}` {
 			t.Errorf("%s PITR = %s", name, jsonString(p["PointInTimeRecoverySpecification"]))
 		}
+		var wantTTL interface{}
+		if spec.TTLAttribute != "" {
+			wantTTL = map[string]interface{}{"AttributeName": spec.TTLAttribute, "Enabled": true}
+		}
+		if got := p["TimeToLiveSpecification"]; !reflect.DeepEqual(got, wantTTL) {
+			t.Errorf("%s TimeToLiveSpecification = %s, want %s", name, jsonString(got), jsonString(wantTTL))
+		}
 	}
+	// The PCP broker's tables: presence expires by itself.
+	_, p := s.find(t, "AWS::DynamoDB::Table", "TableName", "compilefarm-dev-"+dynamostate.RolePresence)
+	if got := jsonString(p["TimeToLiveSpecification"]); got != `{"AttributeName":"expires_at","Enabled":true}` {
+		t.Errorf("presence table TimeToLiveSpecification = %s, want expires_at enabled", got)
+	}
+	s.find(t, "AWS::DynamoDB::Table", "TableName", "compilefarm-dev-"+dynamostate.RoleJobs)
 }
 
 // TestRemovalPolicies: prod keeps its state when the stack goes; other

@@ -24,6 +24,7 @@ import (
 type awsFlags struct {
 	bucket, prefix, nodesTable, indexTable, envTable string
 	urgentURL, bulkURL                               string
+	presenceTable, jobsTable, inboxPrefix            string
 	ca                                               caFlags
 }
 
@@ -35,6 +36,9 @@ func (a *awsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.envTable, "environments-table", "", "DynamoDB table of environments (required)")
 	fs.StringVar(&a.urgentURL, "urgent-queue-url", "", "SQS urgent compile queue (required)")
 	fs.StringVar(&a.bulkURL, "bulk-queue-url", "", "SQS bulk compile queue (required)")
+	fs.StringVar(&a.presenceTable, "presence-table", "", "DynamoDB table of PCP presence: which task holds each pxp-agent (required with --pcp-listen)")
+	fs.StringVar(&a.jobsTable, "jobs-table", "", "DynamoDB table of jobs, the on-demand Puppet runs through PCP (required with --pcp-listen, and for `broker job` with --backend aws)")
+	fs.StringVar(&a.inboxPrefix, "pcp-inbox-prefix", "", "name prefix of the SQS queues that are the tasks' PCP inboxes (each task creates <prefix><task> and deletes it when it stops; required with --pcp-listen)")
 	a.ca.register(fs)
 }
 
@@ -48,6 +52,16 @@ func (a *awsFlags) validate() error {
 	}
 	if err := a.ca.validate(); err != nil {
 		return err
+	}
+	return nil
+}
+
+// validatePCP checks that the PCP broker's resources are named.
+func (a *awsFlags) validatePCP() error {
+	for _, f := range []struct{ name, v string }{{"presence-table", a.presenceTable}, {"jobs-table", a.jobsTable}, {"pcp-inbox-prefix", a.inboxPrefix}} {
+		if f.v == "" {
+			return fmt.Errorf("--%s is required with --pcp-listen", f.name)
+		}
 	}
 	return nil
 }
@@ -79,8 +93,9 @@ func (a *awsFlags) openFarm(cfg aws.Config, o awsFarmOptions, log *slog.Logger) 
 	}
 	f := &awsFarm{
 		content: s3store.NewFromConfig(cfg, a.bucket, s3store.Options{Prefix: a.prefix}),
-		state:   dynamostate.NewFromConfig(cfg, dynamostate.Options{NodesTable: a.nodesTable, IndexTable: a.indexTable, EnvironmentsTable: a.envTable}),
-		queue:   sqsqueue.New(sqs.NewFromConfig(cfg), sqsqueue.Options{UrgentURL: a.urgentURL, BulkURL: a.bulkURL, Logger: log}),
+		state: dynamostate.NewFromConfig(cfg, dynamostate.Options{NodesTable: a.nodesTable, IndexTable: a.indexTable, EnvironmentsTable: a.envTable,
+			PresenceTable: a.presenceTable, JobsTable: a.jobsTable}),
+		queue: sqsqueue.New(sqs.NewFromConfig(cfg), sqsqueue.Options{UrgentURL: a.urgentURL, BulkURL: a.bulkURL, Logger: log}),
 	}
 	f.envs = envcache.New(f.state, o.envCache) // operators' read-modify-writes read through it
 	f.intake = &intake.Intake{Content: f.content, Nodes: f.state, Envs: f.envs, Queue: f.queue, Filter: filter, Log: log,

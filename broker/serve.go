@@ -17,6 +17,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/compilefarm/compilefarm/pkg/admin"
 	"github.com/compilefarm/compilefarm/pkg/awscalls"
@@ -25,6 +26,7 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/envcache"
 	"github.com/compilefarm/compilefarm/pkg/frontdoor"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
+	"github.com/compilefarm/compilefarm/pkg/sqsqueue"
 )
 
 type serveConfig struct {
@@ -41,6 +43,7 @@ type serveConfig struct {
 	basemodulepath                              basemodulepathFlag
 	admission                                   admissionFlags
 	emf                                         emfFlags
+	pcp                                         pcpFlags
 }
 
 // runServe runs the fleet's front door (and operator API) on the AWS
@@ -76,8 +79,12 @@ func runServe(ctx context.Context, args []string) error {
 	c.classifier.register(fs)
 	c.admission.register(fs)
 	c.emf.register(fs)
+	c.pcp.register(fs, "") // the stack passes 0.0.0.0:8142, with the tables and inbox prefix
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if err := c.pcp.validate(); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
 	if err := c.admission.validate(); err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -93,6 +100,11 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	if err := c.aws.validate(); err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	if c.pcp.listen != "" {
+		if err := c.aws.validatePCP(); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
 	}
 	log, err := newLogger(c.logLevel)
 	if err != nil {
@@ -142,14 +154,26 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		// (COMPILEFARM_EXTERNAL_NODES).
 		in.Classifier, fd.Classifier = enc, enc
 	}
-	adm := adminHandler(&admin.Server{CA: authority, Nodes: state, Envs: state, Deployer: deployer, Explainer: in})
+	// The fleet's tasks find each other's pxp-agents through the presence
+	// table and post to each other's inboxes (an SQS queue per task).
+	var pcpBE pcpBackend
+	if c.pcp.listen != "" {
+		inbox := sqsqueue.NewInbox(sqs.NewFromConfig(awsCfg), sqsqueue.InboxOptions{Prefix: c.aws.inboxPrefix, Logger: log})
+		pcpBE = pcpBackend{presence: state, inbox: inbox, jobs: state, nodes: state}
+	}
+	pcp, err := c.pcp.open(c.certname, pcpBE, authority, authority.ServerTLSConfig(serverCert), m, log)
+	if err != nil {
+		return err
+	}
+	adm := adminHandler(&admin.Server{CA: authority, Nodes: state, Envs: state, Deployer: deployer, Explainer: in, Jobs: pcp.jobs()})
 	fd.Operator = adm
 	// The EMF lines go where the logs go: the awslogs driver ships both.
 	defer c.emf.start(ctx, m, os.Stderr, log)()
-	return listenAndServe(ctx, log, endpoints{
+	e := endpoints{
 		front: c.listen, maxConns: c.admission.maxConns, metrics: c.metricsListen, admin: c.adminListen,
 		frontHandler: fd.Handler(), tlsConf: authority.ServerTLSConfig(serverCert), metricsHandler: metricsHandler(m), adminHandler: adm,
-	}, nil, "compilefarm serve is up", "backend", c.backend, "certname", c.certname, "bucket", c.aws.bucket)
+	}
+	return listenAndServe(ctx, log, e, pcp.withPCP(&e, c.pcp.listen, fd, nil), "compilefarm serve is up", "backend", c.backend, "certname", c.certname, "bucket", c.aws.bucket)
 }
 
 // newLogger returns the process's logger at level (--log-level) and makes

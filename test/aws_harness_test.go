@@ -73,7 +73,8 @@ func startAWS(t *testing.T, ctx context.Context) *awsFarm {
 		t.Fatal(err)
 	}
 	ddbc := dynamodb.New(dynamodb.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(ddb.URL)})
-	state := dynamostate.New(ddbc, dynamostate.Options{NodesTable: "nodes", IndexTable: "node-index", EnvironmentsTable: "environments"})
+	state := dynamostate.New(ddbc, dynamostate.Options{NodesTable: "nodes", IndexTable: "node-index", EnvironmentsTable: "environments",
+		PresenceTable: "pcp-presence", JobsTable: "jobs"})
 	if err := state.EnsureTables(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +147,14 @@ func (a *awsFarm) startFleet(t *testing.T, ctx context.Context, envs string, ext
 	t.Cleanup(stopPolling)
 	pollForever(pollCtx, t, pollers)
 	return doors, rt
+}
+
+// pcpArgs are the broker serve flags of a task named name running the PCP
+// broker on these backends (presence and jobs tables, an inbox queue per
+// task).
+func (a *awsFarm) pcpArgs(name string) []string {
+	return []string{"--certname", name, "--pcp-listen", "127.0.0.1:0",
+		"--presence-table", "pcp-presence", "--jobs-table", "jobs", "--pcp-inbox-prefix", "farm-pcp-"}
 }
 
 // serveProxyArgs are the broker serve flags for a front door on these

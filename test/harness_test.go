@@ -103,6 +103,7 @@ type farmProc struct {
 	Addr    string // host:port of the front door
 	Metrics string // http://host:port of /metrics
 	Admin   string // http://host:port of the operator API
+	PCP     string // wss://host:port/pcp/ of the PCP broker, when it runs
 	logPath string
 }
 
@@ -162,8 +163,8 @@ func startBroker(t *testing.T, env []string, args ...string) *farmProc {
 		t.Fatalf("start broker: %v", err)
 	}
 	f := &farmProc{t: t, proc: proc, logPath: logf.Name()}
-	up := make(chan [3]string, 1)
-	upRE := regexp.MustCompile(`front_door=https://(\S+) metrics=(http://\S+)/metrics admin=(http://\S+)`)
+	up := make(chan [4]string, 1)
+	upRE := regexp.MustCompile(`front_door=https://(\S+) metrics=(http://\S+)/metrics admin=(http://\S+)(?: pcp=(wss://\S+))?`)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -172,7 +173,7 @@ func startBroker(t *testing.T, env []string, args ...string) *farmProc {
 			fmt.Fprintln(logf, line)
 			if m := upRE.FindStringSubmatch(line); m != nil {
 				select {
-				case up <- [3]string{m[1], m[2], m[3]}:
+				case up <- [4]string{m[1], m[2], m[3], m[4]}:
 				default:
 				}
 			}
@@ -187,7 +188,7 @@ func startBroker(t *testing.T, env []string, args ...string) *farmProc {
 	})
 	select {
 	case a := <-up:
-		f.Addr, f.Metrics, f.Admin = a[0], a[1], a[2]
+		f.Addr, f.Metrics, f.Admin, f.PCP = a[0], a[1], a[2], a[3]
 	case <-f.proc.Done():
 		b, _ := os.ReadFile(f.logPath)
 		t.Fatalf("broker %s exited before it was up:\n%s", args[0], tail(string(b), 40))
@@ -373,16 +374,9 @@ func (a *agent) run(t *testing.T, f *farmProc, extra ...string) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	args := append([]string{"agent", "-t",
-		"--certname", a.Certname, "--server", "localhost", "--serverport", f.port(),
-		"--confdir", filepath.Join(a.Dir, "conf"), "--vardir", filepath.Join(a.Dir, "var"),
-		"--logdir", filepath.Join(a.Dir, "log"), "--rundir", filepath.Join(a.Dir, "run"),
-		"--publicdir", filepath.Join(a.Dir, "public"), "--codedir", filepath.Join(a.Dir, "code"),
-		"--ssldir", filepath.Join(a.Dir, "ssl"),
-		"--http_read_timeout", "120",
-	}, extra...)
+	args := append(append([]string{"agent", "-t"}, a.settings(f)...), extra...)
 	cmd := exec.CommandContext(ctx, "puppet", args...)
-	cmd.Env = append(os.Environ(), "FACTER_cf_root="+a.Root, "CF_E2E_FACTS="+filepath.Join(a.Dir, "facts.txt"))
+	cmd.Env = append(os.Environ(), a.env()...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -393,6 +387,25 @@ func (a *agent) run(t *testing.T, f *farmProc, extra ...string) (int, string) {
 		t.Fatalf("run puppet agent: %v\n%s", err, out.String())
 	}
 	return code, out.String()
+}
+
+// settings are the Puppet settings of the agent's runs against f: its own
+// directories, certname and server.
+func (a *agent) settings(f *farmProc) []string {
+	return []string{
+		"--certname", a.Certname, "--server", "localhost", "--serverport", f.port(),
+		"--confdir", filepath.Join(a.Dir, "conf"), "--vardir", filepath.Join(a.Dir, "var"),
+		"--logdir", filepath.Join(a.Dir, "log"), "--rundir", filepath.Join(a.Dir, "run"),
+		"--publicdir", filepath.Join(a.Dir, "public"), "--codedir", filepath.Join(a.Dir, "code"),
+		"--ssldir", filepath.Join(a.Dir, "ssl"),
+		"--http_read_timeout", "120",
+	}
+}
+
+// env is the environment of the agent's runs: its managed root and its
+// external facts (factsScript).
+func (a *agent) env() []string {
+	return []string{"FACTER_cf_root=" + a.Root, "CF_E2E_FACTS=" + filepath.Join(a.Dir, "facts.txt")}
 }
 
 // tlsClient returns an HTTPS client presenting the agent's certificate

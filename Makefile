@@ -6,7 +6,7 @@ LISTEN  ?= 127.0.0.1:8140
 METRICS ?= 127.0.0.1:9140
 ENVS    ?= examples/environments
 
-.PHONY: run build deps emulators pcp-clients test unit e2e vet fmt-check bench clean synth infra-test scaler-bootstrap \
+.PHONY: run build deps emulators pcp-clients fuzz test unit e2e vet fmt-check bench clean synth infra-test scaler-bootstrap \
 	localstack-up localstack-deploy localstack-e2e localstack-down
 
 build:
@@ -41,7 +41,14 @@ fmt-check:
 # app's tests and a synth (infra/; these need node, and fail without it).
 test: deps emulators pcp-clients fmt-check vet
 	$(GO) test -count=1 -timeout 20m ./...
-	$(MAKE) infra-test synth
+	$(MAKE) fuzz infra-test synth
+
+# A bounded run of each fuzz target (the seed corpus in testdata runs in
+# every `go test`): the PCP decoders face bytes from any client.
+FUZZTIME ?= 15s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeV1$$' -fuzztime $(FUZZTIME) ./pkg/pcp/message
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeV2$$' -fuzztime $(FUZZTIME) ./pkg/pcp/message
 
 # The AWS CDK app (infra/, its own Go module): its tests synthesize the stack
 # with the jsii runtime (node 20+ on PATH; no cdk CLI, Docker or AWS needed).

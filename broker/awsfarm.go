@@ -37,7 +37,7 @@ func (a *awsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.urgentURL, "urgent-queue-url", "", "SQS urgent compile queue (required)")
 	fs.StringVar(&a.bulkURL, "bulk-queue-url", "", "SQS bulk compile queue (required)")
 	fs.StringVar(&a.presenceTable, "presence-table", "", "DynamoDB table of PCP presence: which task holds each pxp-agent (required with --pcp-listen)")
-	fs.StringVar(&a.jobsTable, "jobs-table", "", "DynamoDB table of jobs, the on-demand Puppet runs through PCP (required with --pcp-listen, and for `broker job` with --backend aws)")
+	fs.StringVar(&a.jobsTable, "jobs-table", "", "DynamoDB table of jobs, the on-demand Puppet runs through PCP (required with --pcp-listen)")
 	fs.StringVar(&a.inboxPrefix, "pcp-inbox-prefix", "", "name prefix of the SQS queues that are the tasks' PCP inboxes (each task creates <prefix><task> and deletes it when it stops; required with --pcp-listen)")
 	a.ca.register(fs)
 }

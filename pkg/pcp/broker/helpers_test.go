@@ -263,6 +263,9 @@ func v2Client(t testing.TB, tb *testBroker, certname, typ string) *wsClient {
 	t.Helper()
 	c := dial(t, tb, identity(t, tb.pki, certname), "/pcp2/"+typ)
 	c.uri = "pcp://" + certname + "/" + typ
+	// The broker registers a v2 client right after the upgrade, which the
+	// client may see first.
+	waitFor(t, c.uri+"'s registration", func() bool { return tb.local(c.uri) != nil })
 	return c
 }
 

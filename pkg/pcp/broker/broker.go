@@ -93,6 +93,11 @@ type Broker struct {
 	wg       sync.WaitGroup // connection goroutines
 
 	st counters
+
+	// The inbox deliveries seen last (relayedBefore), to drop duplicates.
+	seen     map[string]struct{}
+	seenRing []string
+	seenNext int
 }
 
 // client is a PCP client the broker delivers to: a websocket connection or

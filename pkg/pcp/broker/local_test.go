@@ -269,3 +269,29 @@ func TestSupersededAcrossTasks(t *testing.T) {
 		t.Fatalf("presence %+v %v", p, err)
 	}
 }
+
+// TestInboxDuplicates: a message an inbox delivers twice (allowed after a
+// crash) reaches its target once.
+func TestInboxDuplicates(t *testing.T) {
+	t.Parallel()
+	store := memstore.New()
+	tb := startBroker(t, pcpclients.NewPKI(t), Options{Name: "task-a", Presence: store, Inbox: store})
+	agent := v1Client(t, tb, "dup", "agent")
+	m := &message.Message{ID: newID(), MessageType: rpcRequest, Sender: "pcp://ctl/controller", Targets: []string{agent.uri},
+		Expires: time.Now().Add(time.Minute), Data: []byte(`{}`)}
+	enc, err := message.EncodeV1(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(relayed{Target: agent.uri, From: "task-b", Msg: enc})
+	waitFor(t, "task-a's inbox", func() bool { return store.Post(context.Background(), "task-a", body) == nil })
+	if err := store.Post(context.Background(), "task-a", body); err != nil {
+		t.Fatal(err)
+	}
+	if got := agent.read(); got.ID != m.ID {
+		t.Fatalf("got %+v", got)
+	}
+	if got, err := agent.tryRead(300 * time.Millisecond); err == nil {
+		t.Fatalf("a second copy: %+v", got)
+	}
+}

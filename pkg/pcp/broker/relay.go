@@ -139,6 +139,10 @@ func (b *Broker) receiveRelayed(raw []byte) {
 		b.log.Warn("pcp: dropping an inbox message that does not decode", "from_task", r.From, "err", err)
 		return
 	}
+	if b.relayedBefore(r.Target + " " + m.ID) {
+		b.log.Debug("pcp: dropping a message the inbox delivered twice", "uri", r.Target, "id", m.ID)
+		return
+	}
 	b.st.fromInbox.Add(1)
 	if m.Expires.Before(time.Now()) {
 		b.st.expired.Add(1)
@@ -213,4 +217,27 @@ func (b *Broker) refreshPresence(ctx context.Context) {
 			b.setPresence(uri)
 		}
 	}
+}
+
+// relayedRemembered is how many relayed deliveries (target and message id)
+// a task remembers to drop the inbox's duplicates.
+const relayedRemembered = 4096
+
+// relayedBefore reports whether key was received from the inbox recently,
+// and remembers it. Only receiveInbox's goroutine calls it.
+func (b *Broker) relayedBefore(key string) bool {
+	if _, ok := b.seen[key]; ok {
+		return true
+	}
+	if b.seen == nil {
+		b.seen = make(map[string]struct{}, relayedRemembered)
+		b.seenRing = make([]string, relayedRemembered)
+	}
+	if old := b.seenRing[b.seenNext]; old != "" {
+		delete(b.seen, old)
+	}
+	b.seenRing[b.seenNext] = key
+	b.seenNext = (b.seenNext + 1) % relayedRemembered
+	b.seen[key] = struct{}{}
+	return false
 }

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -370,12 +371,17 @@ func (r *Runner) recoverNode(ctx context.Context, job farm.RunJob, n farm.RunJob
 	}
 }
 
-// record stores a node's final state.
+// record stores a node's final state, with the link to its run's report.
 func (r *Runner) record(ctx context.Context, log *slog.Logger, id, node string, out outcome) {
+	link := r.reportLink(ctx, log, node, out.uuid)
 	r.set(ctx, log, id, node, func(n *farm.RunJobNode) {
 		n.State, n.ExitCode, n.Status, n.TransactionUUID, n.Error = out.state, out.exitCode, out.status, out.uuid, out.err
+		n.ReportURL = link
 	})
 	attrs := []any{"state", out.state, "status", out.status, "transaction_uuid", out.uuid}
+	if link != "" {
+		attrs = append(attrs, "report", link)
+	}
 	if out.exitCode != nil {
 		attrs = append(attrs, "exitcode", *out.exitCode)
 	}
@@ -383,6 +389,58 @@ func (r *Runner) record(ctx context.Context, log *slog.Logger, id, node string, 
 		attrs = append(attrs, "error", out.err)
 	}
 	log.Info("node run ended", attrs...)
+}
+
+// reportLink is the operator API's path to the stored report of node's
+// run uuid: "" without Config.Reports or a uuid, when the farm kept only
+// the run's summary, or when the report does not arrive.
+//
+// The agent sends its report before it exits, so before pxp-module-puppet
+// answers, and the front door records the summary and stores a report it
+// keeps before it answers the agent: the first read normally finds the
+// run's report. A node whose latest report is another run's (this run's
+// is late) is read again, reportTries reads in all, reportPause apart.
+func (r *Runner) reportLink(ctx context.Context, log *slog.Logger, node, uuid string) string {
+	if r.cfg.Reports == nil || uuid == "" {
+		return ""
+	}
+	log = log.With("transaction_uuid", uuid)
+	var lastErr error
+	for try := 1; ; try++ {
+		n, err := r.cfg.Reports.GetNode(ctx, node)
+		lastErr = err
+		switch {
+		case ctx.Err() != nil:
+			return ""
+		case errors.Is(err, farm.ErrNotFound):
+			log.Debug("no report link: the farm has no record of the node")
+			return ""
+		case err != nil:
+			// read again: the node store may be throttled
+		case n.Report != nil && n.Report.TransactionUUID == uuid:
+			if n.Report.Digest == "" {
+				log.Debug("no report link: the farm kept only a summary of the run's report (see --full-report-every)")
+				return ""
+			}
+			return ReportPath + string(n.Report.Digest)
+		}
+		if try >= r.reportTries {
+			break
+		}
+		t := time.NewTimer(r.reportPause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ""
+		case <-t.C:
+		}
+	}
+	if lastErr != nil {
+		log.Warn("no report link: read the node's report summary", "err", lastErr)
+	} else {
+		log.Debug("no report link: the run's report has not reached the farm")
+	}
+	return ""
 }
 
 // set changes a node's record with fill, and the job's counts with its

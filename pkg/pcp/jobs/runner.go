@@ -47,11 +47,30 @@ type NodeLister interface {
 	QueryNodes(ctx context.Context, q farm.NodeQuery) (farm.NodePage, error)
 }
 
+// NodeReader reads a node's record (farm.NodeStore's GetNode), whose
+// Report is the summary of the node's latest report.
+type NodeReader interface {
+	GetNode(ctx context.Context, certname string) (farm.Node, error)
+}
+
+// ReportPath is the operator API's route to a stored report (pkg/admin's
+// GET /admin/v1/reports/{digest}): a node's RunJobNode.ReportURL is
+// ReportPath + digest, a path on the operator API, which the front door
+// serves under frontdoor.OperatorPrefix (/compilefarm/admin/v1/reports/...)
+// and a broker's --admin-listen as it is.
+const ReportPath = "/admin/v1/reports/"
+
 // Config is what a Runner needs.
 type Config struct {
 	Store    farm.RunJobStore
 	Presence Presence
 	Nodes    NodeLister
+	// Reports, when set, links each node's result to the run's report:
+	// the runner reads the node's latest report summary and, when it is
+	// this run's (its transaction_uuid) and the farm kept the full report,
+	// sets RunJobNode.ReportURL to ReportPath + the report's digest (an
+	// operator API path: under /compilefarm on the front door).
+	Reports NodeReader
 	// Messenger may be set later with SetMessenger (it is made by
 	// attaching Deliver to the broker).
 	Messenger Messenger
@@ -84,6 +103,11 @@ type Runner struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// reportTries reads of a node find its run's report at most,
+	// reportPause apart (reportLink).
+	reportTries int
+	reportPause time.Duration
+
 	mu        sync.Mutex
 	messenger Messenger
 	byTx      map[string]*call // by transaction_id
@@ -99,7 +123,7 @@ type call struct {
 
 // New returns a Runner. Wiring into a broker:
 //
-//	r := jobs.New(jobs.Config{Store: state, Presence: b, Nodes: state, Name: task, Logger: log})
+//	r := jobs.New(jobs.Config{Store: state, Presence: b, Nodes: state, Reports: state, Name: task, Logger: log})
 //	local, err := b.Attach(..., "controller", r.Deliver) // a URI unique to this task
 //	r.SetMessenger(local)
 //	r.Resume(ctx)
@@ -122,6 +146,7 @@ func New(cfg Config) *Runner {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Runner{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel, messenger: cfg.Messenger,
+		reportTries: 5, reportPause: 500 * time.Millisecond,
 		byTx: map[string]*call{}, byMsg: map[string]*call{}}
 }
 

@@ -583,3 +583,115 @@ func TestStartWithoutBroker(t *testing.T) {
 		t.Errorf("Start without a messenger = %v, want ErrNoBroker", err)
 	}
 }
+
+// nodeReader plays the node store for the report link: read answers the
+// try-th read of a node's record.
+type nodeReader struct {
+	read func(try int) (farm.Node, error)
+
+	mu    sync.Mutex
+	reads int
+}
+
+func (n *nodeReader) GetNode(ctx context.Context, certname string) (farm.Node, error) {
+	n.mu.Lock()
+	n.reads++
+	try := n.reads
+	n.mu.Unlock()
+	return n.read(try)
+}
+
+func (n *nodeReader) count() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.reads
+}
+
+// reportOf is a node whose latest report is run uuid's, kept in full
+// when digest is set.
+func reportOf(uuid string, digest farm.Digest) (farm.Node, error) {
+	return farm.Node{Certname: "a.test", Report: &farm.ReportSummary{TransactionUUID: uuid, Digest: digest,
+		Status: "unchanged", At: time.Now()}}, nil
+}
+
+// TestReportLink: a node's result links to its run's report when the
+// farm kept it, read again while the node's latest report is an older
+// run's, and never when there is no report to link.
+func TestReportLink(t *testing.T) {
+	d := farm.DigestOf([]byte(`{"host":"a.test"}`))
+	const run = "uuid-unchanged" // agentOK's run
+	tests := []struct {
+		name      string
+		agent     agent
+		read      func(try int) (farm.Node, error) // nil: no Config.Reports
+		wantLink  string
+		wantReads int
+	}{
+		{"link set", agentOK, func(int) (farm.Node, error) { return reportOf(run, d) }, ReportPath + string(d), 1},
+		{"summary only", agentOK, func(int) (farm.Node, error) { return reportOf(run, "") }, "", 1},
+		{"report of another run", agentOK, func(int) (farm.Node, error) { return reportOf("uuid-older", d) }, "", 5},
+		{"report arrives after the answer", agentOK, func(try int) (farm.Node, error) {
+			if try < 3 {
+				return reportOf("uuid-older", farm.DigestOf([]byte("older")))
+			}
+			return reportOf(run, d)
+		}, ReportPath + string(d), 3},
+		{"no report yet", agentOK, func(int) (farm.Node, error) { return farm.Node{Certname: "a.test"}, nil }, "", 5},
+		{"no node record", agentOK, func(int) (farm.Node, error) { return farm.Node{}, fmt.Errorf("get node: %w", farm.ErrNotFound) }, "", 1},
+		{"node store fails", agentOK, func(int) (farm.Node, error) { return farm.Node{}, errors.New("throttled") }, "", 5},
+		{"run without a transaction uuid", agentRPCError, func(int) (farm.Node, error) { return reportOf(run, d) }, "", 0},
+		{"no node reader", agentOK, nil, "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var cfg Config
+			reader := &nodeReader{read: tt.read}
+			if tt.read != nil {
+				cfg.Reports = reader
+			}
+			r := newRig(t, map[string]agent{"a.test": tt.agent}, cfg)
+			r.runner.reportPause = time.Millisecond
+			job, err := r.runner.Start(t.Context(), Spec{Nodes: []string{"a.test"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.wait(t, job.ID)
+			n := r.nodes(t, job.ID)["a.test"]
+			if n.ReportURL != tt.wantLink {
+				t.Errorf("report link %q, want %q (%+v)", n.ReportURL, tt.wantLink, n)
+			}
+			if got := reader.count(); got != tt.wantReads {
+				t.Errorf("%d reads of the node, want %d", got, tt.wantReads)
+			}
+		})
+	}
+}
+
+// TestReportLinkClose: a runner that stops while it waits for a run's
+// report stops waiting, and leaves the node running for Resume.
+func TestReportLinkClose(t *testing.T) {
+	reader := &nodeReader{read: func(int) (farm.Node, error) { return reportOf("uuid-older", "") }}
+	r := newRig(t, map[string]agent{"a.test": agentOK}, Config{Reports: reader})
+	r.runner.reportPause = time.Hour
+	job, err := r.runner.Start(t.Context(), Spec{Nodes: []string{"a.test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for reader.count() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the node's record was never read")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan struct{})
+	go func() { r.runner.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for the report")
+	}
+	if n := r.nodes(t, job.ID)["a.test"]; n.State != farm.JobNodeRunning || n.ReportURL != "" {
+		t.Errorf("node after Close: %+v", n)
+	}
+}

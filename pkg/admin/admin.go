@@ -68,12 +68,16 @@ type Server struct {
 	// Jobs runs on-demand Puppet runs through the PCP broker; nil when
 	// this server runs none (the job routes answer 503).
 	Jobs Jobs
+	// Reports reads stored agent reports (the content store); nil when
+	// this server keeps none (the report route answers 503).
+	Reports Reports
 }
 
 // Register adds the operator API's routes to mux.
 func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /admin/v1/nodes", s.listNodes)
 	s.registerJobs(mux)
+	mux.HandleFunc("GET "+ReportsPath+"{digest}", s.getReport)
 	mux.HandleFunc("GET /admin/v1/ca/certs", func(w http.ResponseWriter, r *http.Request) {
 		certs, err := s.CA.List(r.Context())
 		reply(w, certs, err)

@@ -226,7 +226,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func showJob(ctx context.Context, c *admin.Client, id string, out io.Writer) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	header := false
+	header, linked := false, false
 	job, err := c.EachJobNode(ctx, id, func(n farm.RunJobNode) error {
 		if !header {
 			header = true
@@ -236,7 +236,10 @@ func showJob(ctx context.Context, c *admin.Client, id string, out io.Writer) err
 		if n.ExitCode != nil {
 			exit = fmt.Sprint(*n.ExitCode)
 		}
+		// The link to the run's stored report (broker report prints it);
+		// the run's id when the farm kept only a summary of the report.
 		report := n.ReportURL
+		linked = linked || report != ""
 		if report == "" && n.TransactionUUID != "" {
 			report = "transaction " + n.TransactionUUID
 		}
@@ -247,7 +250,13 @@ func showJob(ctx context.Context, c *admin.Client, id string, out io.Writer) err
 		return err
 	}
 	fmt.Fprintln(out, jobSummary(job))
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if linked {
+		fmt.Fprintf(out, "a run's report: broker report %sDIGEST (with the same --admin flags)\n", admin.ReportsPath)
+	}
+	return nil
 }
 
 // jobSummary is show's first line: what the job is and where it stands.

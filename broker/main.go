@@ -30,6 +30,7 @@ commands:
   job run --nodes a,b | --environment ENV [--noop] [--concurrency N] [--timeout D]
                               run Puppet on nodes now through the PCP broker (pxp-agent), follow it, exit 1 if a node failed
   job show ID | job list      a job's per-node results (exit code, status, report, error); the jobs, newest first
+  report DIGEST               print a stored agent report (JSON): the REPORT job show printed
   diff NODE [--from ID] [--to ID]  resource-level difference between two catalogs of a node
   nodes                       list nodes: environment, catalog age, code_id, why last compiled, last compile and report
   explain NODE [--json]       why the farm last compiled NODE (which fact changed, old -> new) and what its catalog reads
@@ -70,6 +71,8 @@ func main() {
 		err = runRelease(ctx, args)
 	case "job":
 		err = runJob(ctx, args)
+	case "report":
+		err = runReport(ctx, args)
 	case "diff":
 		err = runDiff(ctx, args)
 	case "explain":

@@ -108,7 +108,6 @@ func runMain(args []string) error {
 	fs.StringVar(&o.keepLog, "broker-log", "", "copy the broker's log (both processes') to FILE at the end")
 	fs.StringVar(&o.restart, "restart", "term", "how the broker is stopped before the new one starts: term (SIGTERM: it closes every connection, 1001) or kill (SIGKILL: a crash)")
 	fs.StringVar(&o.profileDir, "profile", "", "save Go profiles into DIR: the broker's CPU while associating, routing and re-associating (20 s, --duration, 20 s), its heap and goroutines with all connections, and the driver's CPU (driver-cpu.pprof)")
-	fs.IntVar(&o.handshakes, "broker-handshakes", 0, "an experiment `broker serve` does not do: the broker does at most N TLS handshakes at once (serve --handshakes; 0: no limit)")
 	fs.StringVar(&out, "out", "", "write the Markdown section to FILE (default stdout)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -130,8 +129,6 @@ func runMain(args []string) error {
 		return errors.New("--connect-timeout, --reassociate-timeout and --timeout must be at least 1s")
 	case o.restart != "term" && o.restart != "kill":
 		return fmt.Errorf("--restart %q: want term or kill", o.restart)
-	case o.handshakes < 0 || o.handshakes > 10_000:
-		return errors.New("--broker-handshakes must be between 0 and 10000")
 	case o.progressEvery < 100*time.Millisecond:
 		return errors.New("--progress must be at least 100ms")
 	}

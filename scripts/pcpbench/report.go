@@ -27,17 +27,18 @@ func (r *result) writeMarkdown(w io.Writer) {
 	p("time. Then %d controllers (client type `controller`) each keep %d PXP echo requests", r.Controllers, r.Inflight)
 	p("(`rpc_blocking_request`) in flight to random agents for %s; an agent answers with an", r.Duration)
 	p("`rpc_blocking_response` to the sender, so a round trip is two messages the broker routes. Then the")
-	p("broker gets SIGTERM (it closes every connection, 1001) and a new one starts on the same address;")
-	p("the agents reconnect with pxp-agent's backoff (200 ms after the close, then 2 s, 4 s, … 32 s between")
+	if r.RestartSignal == "SIGKILL" {
+		p("broker gets SIGKILL (a crash) and, once it is gone, a new one starts on the same address; the")
+	} else {
+		p("broker gets SIGTERM (it stops listening and closes every connection, 1001) and, once it has")
+		p("exited, a new one starts on the same address; the")
+	}
+	p("agents reconnect with pxp-agent's backoff (200 ms after the close, then 2 s, 4 s, … 32 s between")
 	p("tries, ±0.5 s; each try bounded by pxp-agent's 5 s connection and 15 s association timeouts).")
 	p("Memory is the broker's VmRSS, and its Go heap and stacks in use after a collection; CPU is user +")
-	p("system time from /proc; the driver's CPU is that of all agents and controllers.")
+	p("system time from /proc. The driver's agents share the machine's CPUs with the broker, and their")
+	p("side of each TLS handshake costs about as much as the broker's: real agents bring their own CPUs.")
 	p("")
-	if r.Handshakes > 0 {
-		p("**An experiment, not `broker serve`'s behaviour**: this broker did at most %d TLS handshakes at once", r.Handshakes)
-		p("(`--broker-handshakes`); the other connections waited in the kernel's accept queue.")
-		p("")
-	}
 	if r.Failed != "" {
 		p("**The run stopped early: %s.** The rows below without a value were not measured.", r.Failed)
 		p("")

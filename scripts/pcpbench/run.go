@@ -25,7 +25,6 @@ type runOptions struct {
 	keepLog                                       string
 	restart                                       string // term or kill
 	profileDir                                    string
-	handshakes                                    int // serve --handshakes
 }
 
 // cpuMark is the CPU time of the broker, of this process and of the whole
@@ -67,7 +66,6 @@ type result struct {
 	Command, Machine      string
 	LoadBefore, LoadAfter string
 	Conns, Controllers    int
-	Handshakes            int
 	Inflight, DialAtOnce  int
 	Duration              time.Duration
 	FileLimit             uint64
@@ -128,7 +126,7 @@ func sampleBroker(ctx context.Context, p *brokerProc) (procSample, error) {
 // run measures: the certificates, the first associations, memory, routing,
 // and a restart. It returns what it measured even when it fails.
 func run(ctx context.Context, o runOptions, progress func(string)) (*result, error) {
-	res := &result{Handshakes: o.handshakes, Conns: o.conns, Controllers: o.controllers, Inflight: o.inflight, DialAtOnce: o.dialConcurrency,
+	res := &result{Conns: o.conns, Controllers: o.controllers, Inflight: o.inflight, DialAtOnce: o.dialConcurrency,
 		Duration: o.duration, Machine: machine(), LoadBefore: loadAverage(), BrokerRouted: -1}
 	defer func() { res.LoadAfter = loadAverage() }()
 	var err error
@@ -180,8 +178,7 @@ func run(ctx context.Context, o runOptions, progress func(string)) (*result, err
 	logPath := filepath.Join(dir, "broker.log")
 	serveArgs := func(listen string) []string {
 		return []string{"--listen", listen, "--status", "127.0.0.1:0", "--certs", dir,
-			"--max-connections", strconv.Itoa(o.conns + o.controllers + 100), "--log-level", o.logLevel,
-			"--handshakes", strconv.Itoa(o.handshakes)}
+			"--max-connections", strconv.Itoa(o.conns + o.controllers + 100), "--log-level", o.logLevel}
 	}
 	b, err := startBroker(ctx, exe, serveArgs("127.0.0.1:0"), logPath)
 	if err != nil {

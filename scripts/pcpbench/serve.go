@@ -31,7 +31,6 @@ type serveOptions struct {
 	maxConns              int
 	idleTimeout           time.Duration
 	logLevel              slog.Level
-	handshakes            int
 }
 
 // serveMain is `pcpbench serve`: the real broker (pkg/pcp/broker) alone in
@@ -48,7 +47,6 @@ func serveMain(args []string) error {
 	fs.StringVar(&o.certs, "certs", "", "directory with ca.pem, broker.pem and broker-key.pem (written by `pcpbench run`)")
 	fs.IntVar(&o.maxConns, "max-connections", 0, "the broker's MaxConnections (0: its default)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 0, "the broker's IdleTimeout (0: its default, 6m)")
-	fs.IntVar(&o.handshakes, "handshakes", 0, "an experiment `broker serve` does not do: at most N TLS handshakes at once, the other connections waiting to be accepted (0: no limit, as broker serve)")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "the broker's log level (debug, info, warn, error); logs go to stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -115,11 +113,7 @@ func serve(ctx context.Context, o serveOptions) error {
 	defer cancel()
 	runDone := make(chan error, 1)
 	go func() { runDone <- b.Run(runCtx) }()
-	if o.handshakes > 0 {
-		go srv.Serve(limitHandshakes(ln, tlsConfig, o.handshakes))
-	} else {
-		go srv.ServeTLS(ln, "", "")
-	}
+	go srv.ServeTLS(ln, "", "")
 	go statusSrv.Serve(sln)
 	fmt.Printf("pcpbench serve: pcp=%s status=%s pid=%d\n", ln.Addr(), sln.Addr(), os.Getpid())
 

@@ -35,9 +35,10 @@ func (r *result) writeMarkdown(w io.Writer) {
 	}
 	p("agents reconnect with pxp-agent's backoff (200 ms after the close, then 2 s, 4 s, … 32 s between")
 	p("tries, ±0.5 s; each try bounded by pxp-agent's 5 s connection and 15 s association timeouts).")
-	p("Memory is the broker's VmRSS, and its Go heap and stacks in use after a collection; CPU is user +")
-	p("system time from /proc. The driver's agents share the machine's CPUs with the broker, and their")
-	p("side of each TLS handshake costs about as much as the broker's: real agents bring their own CPUs.")
+	p("Memory is the broker's VmRSS, its Go heap in use after a collection and its goroutine stacks;")
+	p("CPU is user + system time from /proc. The driver's agents share the machine's CPUs with the")
+	p("broker, and their side of each TLS handshake costs about as much as the broker's: real agents")
+	p("bring their own CPUs. The broker's TLS is `broker serve`'s (pkg/ca's server configuration).")
 	p("")
 	if r.Failed != "" {
 		p("**The run stopped early: %s.** The rows below without a value were not measured.", r.Failed)
@@ -55,8 +56,9 @@ func (r *result) writeMarkdown(w io.Writer) {
 	}
 	if r.After.RSS > 0 {
 		p("| broker RSS, before → with all connections | %s → %s |", mib(r.Before.RSS), mib(r.After.RSS))
-		p("| memory per connection: RSS / Go heap and stacks after a GC | %s / %s |",
-			kib(float64(r.After.RSS-r.Before.RSS)/n), kib((float64(r.After.Live)-float64(r.Before.Live))/n))
+		p("| memory per connection: RSS / Go heap after a GC / goroutine stacks | %s / %s / %s |",
+			kib(float64(r.After.RSS-r.Before.RSS)/n), kib((float64(r.After.Heap)-float64(r.Before.Heap))/n),
+			kib((float64(r.After.Stacks)-float64(r.Before.Stacks))/n))
 		p("| broker goroutines, before → with all connections (per connection) | %s → %s (%.2f) |",
 			thousands(int64(r.Before.Goroutines)), thousands(int64(r.After.Goroutines)), float64(r.After.Goroutines-r.Before.Goroutines)/n)
 		p("| broker open descriptors with all connections | %s |", thousands(int64(r.After.FDs)))
@@ -148,10 +150,10 @@ func (r *result) writeMarkdown(w io.Writer) {
 
 // writeText is the summary run prints on stderr at the end.
 func (r *result) writeText(w io.Writer) {
-	fmt.Fprintf(w, "pcpbench: %s connections associated in %s; RSS %s → %s (%s per connection); %d round trips in %s, p50 %.2f ms p99 %.2f ms; re-associated in %s after SIGTERM\n",
+	fmt.Fprintf(w, "pcpbench: %s connections associated in %s; RSS %s → %s (%s per connection); %d round trips in %s, p50 %.2f ms p99 %.2f ms; re-associated in %s after %s\n",
 		thousands(int64(r.Associated)), secs(r.Associate.Wall.Seconds()), mib(r.Before.RSS), mib(r.After.RSS),
 		kib(float64(r.After.RSS-r.Before.RSS)/float64(max(1, r.Conns))), r.RoundTrips, secs(r.Routing.Wall.Seconds()),
-		r.RTT.P50, r.RTT.P99, secs(r.Restart.Wall.Seconds()))
+		r.RTT.P50, r.RTT.P99, secs(r.Restart.Wall.Seconds()), r.RestartSignal)
 }
 
 // brokerCounters lists the broker's statistics that say something went

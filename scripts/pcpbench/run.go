@@ -105,7 +105,8 @@ type procSample struct {
 	RSS        int64
 	FDs        int
 	Goroutines int
-	Live       uint64 // Go heap + stacks in use after a collection
+	Heap       uint64 // Go heap in use after a collection
+	Stacks     uint64 // goroutine stacks in use
 }
 
 func sampleBroker(ctx context.Context, p *brokerProc) (procSample, error) {
@@ -119,7 +120,7 @@ func sampleBroker(ctx context.Context, p *brokerProc) (procSample, error) {
 	if err != nil {
 		return s, err
 	}
-	s.Goroutines, s.Live = st.Goroutines, st.HeapInuse+st.StackInuse
+	s.Goroutines, s.Heap, s.Stacks = st.Goroutines, st.HeapInuse, st.StackInuse
 	return s, nil
 }
 

@@ -24,14 +24,19 @@ type Local struct {
 	stopped chan struct{}
 }
 
+// localQueue is the least queue of a Local: a controller such as the job
+// runner receives the answers of many agents at once.
+const localQueue = 4096
+
 // ErrLocalClosed is returned by Send after Close, or once the broker
 // shut down.
 var ErrLocalClosed = errors.New("pcp broker: the local client is closed")
 
 // Attach registers an in-process client of type clientType. deliver is
 // called with each message for it, one at a time, on a goroutine of the
-// Local's own (a queue of Options.WriteQueue messages; messages beyond it
-// are dropped and logged). Attaching a type already attached supersedes
+// Local's own (a queue of 4096 messages, or Options.WriteQueue if larger;
+// messages beyond it are refused: their senders get an error_message, and
+// the drop is logged). Attaching a type already attached supersedes
 // the older Local, as for any client.
 func (b *Broker) Attach(ctx context.Context, clientType string, deliver func(*message.Message)) (*Local, error) {
 	if !validType(clientType) || clientType == "server" {
@@ -50,7 +55,7 @@ func (b *Broker) Attach(ctx context.Context, clientType string, deliver func(*me
 		b:       b,
 		uri:     "pcp://" + b.o.Name + "/" + clientType,
 		fn:      deliver,
-		in:      make(chan *message.Message, b.o.WriteQueue),
+		in:      make(chan *message.Message, max(b.o.WriteQueue, localQueue)),
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}

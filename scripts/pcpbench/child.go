@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -198,27 +197,3 @@ func (p *brokerProc) profile(ctx context.Context, name string, seconds int, path
 	}
 	return f.Close()
 }
-
-// brokerNumber finds a numeric field of the broker's statistics by one of
-// its possible names (case-insensitive; nested objects are searched).
-func brokerNumber(m map[string]any, names ...string) (float64, bool) {
-	for k, v := range m {
-		for _, n := range names {
-			if strings.EqualFold(k, n) {
-				if f, ok := v.(float64); ok {
-					return f, true
-				}
-			}
-		}
-	}
-	for _, v := range m {
-		if sub, ok := v.(map[string]any); ok {
-			if f, ok := brokerNumber(sub, names...); ok {
-				return f, true
-			}
-		}
-	}
-	return 0, false
-}
-
-var errNotAll = errors.New("not every connection associated")

@@ -115,7 +115,7 @@ func (r *result) writeMarkdown(w io.Writer) {
 	row("restart and re-associate (old broker's shutdown + new broker)", r.Restart)
 	if r.Associate.Wall > 0 && r.Associated > 0 {
 		p("")
-		p("Broker CPU per association: %.2f ms (first connections), %s (after the restart, startup included).",
+		p("Broker CPU per association: %.2f ms (first connections), %s (after the restart: the old broker's shutdown and the new one's start included).",
 			1000*r.Associate.Broker/float64(r.Associated), perConn(r.Restart.Broker, r.Reassociated))
 	}
 	if len(r.Errors) > 0 {

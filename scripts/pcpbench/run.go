@@ -30,8 +30,8 @@ type runOptions struct {
 // cpuMark is the CPU time of the broker, of this process and of the whole
 // machine at one moment.
 type cpuMark struct {
-	at                      time.Time
-	broker, self, machineCP float64
+	at                 time.Time
+	broker, self, busy float64
 }
 
 // phaseCPU is what a phase cost: wall time and CPU seconds of the broker,
@@ -45,7 +45,7 @@ type phaseCPU struct {
 }
 
 func mark(brokerPID int) cpuMark {
-	m := cpuMark{at: time.Now(), machineCP: machineBusy()}
+	m := cpuMark{at: time.Now(), busy: machineBusy()}
 	m.self, _ = cpuSeconds(0)
 	if brokerPID != 0 {
 		m.broker, _ = cpuSeconds(brokerPID)
@@ -53,11 +53,10 @@ func mark(brokerPID int) cpuMark {
 	return m
 }
 
-// since is the cost from a to b; brokerCPU overrides b's broker CPU when
-// the broker exited in between (its CPU at exit), or adds a second broker.
+// to is the cost of the phase from a to b (one broker process throughout).
 func (a cpuMark) to(b cpuMark) phaseCPU {
 	p := phaseCPU{Wall: b.at.Sub(a.at), Broker: b.broker - a.broker, Driver: b.self - a.self}
-	p.Others = max(0, (b.machineCP-a.machineCP)-p.Broker-p.Driver)
+	p.Others = max(0, (b.busy-a.busy)-p.Broker-p.Driver)
 	return p
 }
 
@@ -124,31 +123,76 @@ func sampleBroker(ctx context.Context, p *brokerProc) (procSample, error) {
 	return s, nil
 }
 
-// run measures: the certificates, the first associations, memory, routing,
-// and a restart. It returns what it measured even when it fails.
+// bench is one run's shared state: its options, what it measured so far,
+// the broker process and the agents.
+type bench struct {
+	o        runOptions
+	res      *result
+	progress func(string)
+	exe, dir string
+	logPath  string
+	ca       *benchCA
+	ids      []identity // the agents', then the controllers'
+	b        *brokerProc
+	d        *dialer
+	f        *fleet
+	profiles sync.WaitGroup
+}
+
+// run measures, in named steps: the certificates, the first associations,
+// memory, routing, and a restart. It returns what it measured even when it
+// fails.
 func run(ctx context.Context, o runOptions, progress func(string)) (*result, error) {
 	res := &result{Conns: o.conns, Controllers: o.controllers, Inflight: o.inflight, DialAtOnce: o.dialConcurrency,
 		Duration: o.duration, Machine: machine(), LoadBefore: loadAverage(), BrokerRouted: -1}
 	defer func() { res.LoadAfter = loadAverage() }()
+	bn := &bench{o: o, res: res, progress: progress}
 	var err error
 	if res.FileLimit, err = raiseFileLimit(uint64(o.conns + o.controllers + 512)); err != nil {
 		return res, err
 	}
-	exe, err := os.Executable()
-	if err != nil {
+	if bn.exe, err = os.Executable(); err != nil {
 		return res, err
 	}
-	dir, err := os.MkdirTemp("", "pcpbench-")
-	if err != nil {
+	if bn.dir, err = os.MkdirTemp("", "pcpbench-"); err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(dir)
+	defer os.RemoveAll(bn.dir)
+	bn.logPath = filepath.Join(bn.dir, "broker.log")
+	if err := bn.makeIdentities(); err != nil {
+		return res, err
+	}
+	if bn.b, err = bn.startBroker(ctx, "127.0.0.1:0"); err != nil {
+		return res, err
+	}
+	defer bn.stop()
+	defer bn.profiles.Wait()
+	progress(fmt.Sprintf("broker up: pid %d, wss://%s/pcp/", bn.b.pid, bn.b.pcpAddr))
+	bn.d = newDialer(bn.b.pcpAddr, bn.ca.pool())
+	bn.f = newFleet(bn.d, bn.ids[:o.conns], o.dialConcurrency)
+	fctx, stopFleet := context.WithCancel(ctx)
+	defer func() { stopFleet(); bn.f.wait() }()
+	for _, step := range []func(context.Context) error{
+		func(ctx context.Context) error { return bn.associate(ctx, fctx) },
+		bn.route,
+		bn.restart,
+		bn.finish,
+	} {
+		if err := step(ctx); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
 
-	// 1. A CA and a certificate per client.
+// makeIdentities makes the CA, a certificate for every agent and
+// controller, and the broker's certificate files.
+func (bn *bench) makeIdentities() error {
+	o := bn.o
 	t := time.Now()
 	ca, err := newBenchCA()
 	if err != nil {
-		return res, err
+		return err
 	}
 	names := make([]string, 0, o.conns+o.controllers)
 	for i := range o.conns {
@@ -159,246 +203,173 @@ func run(ctx context.Context, o runOptions, progress func(string)) (*result, err
 	}
 	certs, err := ca.issueAll(names)
 	if err != nil {
-		return res, err
+		return err
 	}
-	if err := ca.writeServerFiles(dir); err != nil {
-		return res, err
+	if err := ca.writeServerFiles(bn.dir); err != nil {
+		return err
 	}
-	res.Certs = time.Since(t)
-	ids := make([]identity, len(names))
+	bn.res.Certs = time.Since(t)
+	bn.ca, bn.ids = ca, make([]identity, len(names))
 	for i := range names {
 		typ := "agent"
 		if i >= o.conns {
 			typ = "controller"
 		}
-		ids[i] = identity{uri: "pcp://" + names[i] + "/" + typ, cert: certs[i]}
+		bn.ids[i] = identity{uri: "pcp://" + names[i] + "/" + typ, cert: certs[i]}
 	}
-	progress(fmt.Sprintf("%d client certificates signed in %s", len(names), round(res.Certs)))
+	bn.progress(fmt.Sprintf("%d client certificates signed in %s", len(names), round(bn.res.Certs)))
+	return nil
+}
 
-	// 2. The broker, in its own process.
-	logPath := filepath.Join(dir, "broker.log")
-	serveArgs := func(listen string) []string {
-		return []string{"--listen", listen, "--status", "127.0.0.1:0", "--certs", dir,
-			"--max-connections", strconv.Itoa(o.conns + o.controllers + 100), "--log-level", o.logLevel}
+// startBroker starts a broker process listening on listen.
+func (bn *bench) startBroker(ctx context.Context, listen string) (*brokerProc, error) {
+	o := bn.o
+	return startBroker(ctx, bn.exe, []string{"--listen", listen, "--status", "127.0.0.1:0", "--certs", bn.dir,
+		"--max-connections", strconv.Itoa(o.conns + o.controllers + 100), "--log-level", o.logLevel}, bn.logPath)
+}
+
+// stop stops the broker and keeps its log when asked to.
+func (bn *bench) stop() {
+	bn.b.stop(10 * time.Second)
+	if bn.o.keepLog != "" {
+		if data, err := os.ReadFile(bn.logPath); err == nil {
+			os.WriteFile(bn.o.keepLog, data, 0o644)
+		}
 	}
-	b, err := startBroker(ctx, exe, serveArgs("127.0.0.1:0"), logPath)
-	if err != nil {
-		return res, err
+}
+
+// profile saves one of the broker's profiles into --profile DIR, in the
+// background for a CPU profile (name "profile").
+func (bn *bench) profile(ctx context.Context, name string, seconds int, file string) {
+	if bn.o.profileDir == "" {
+		return
 	}
-	defer func() {
-		b.stop(10 * time.Second)
-		if o.keepLog != "" {
-			if data, err := os.ReadFile(logPath); err == nil {
-				os.WriteFile(o.keepLog, data, 0o644)
-			}
+	b, path := bn.b, filepath.Join(bn.o.profileDir, file)
+	get := func() {
+		if err := b.profile(ctx, name, seconds, path); err != nil {
+			bn.progress(fmt.Sprintf("profile %s: %v", file, err))
 		}
-	}()
-	progress(fmt.Sprintf("broker up: pid %d, wss://%s/pcp/", b.pid, b.pcpAddr))
-	var profiles sync.WaitGroup
-	defer profiles.Wait()
-	// profile saves one of the broker's profiles into --profile DIR, in the
-	// background for a CPU profile.
-	profile := func(b *brokerProc, name string, seconds int, file string) {
-		if o.profileDir == "" {
-			return
-		}
-		path := filepath.Join(o.profileDir, file)
-		get := func() {
-			if err := b.profile(ctx, name, seconds, path); err != nil {
-				progress(fmt.Sprintf("profile %s: %v", file, err))
-			}
-		}
-		if name != "profile" {
-			get()
-			return
-		}
-		profiles.Add(1)
-		go func() { defer profiles.Done(); get() }()
 	}
+	if name != "profile" {
+		get()
+		return
+	}
+	bn.profiles.Add(1)
+	go func() { defer bn.profiles.Done(); get() }()
+}
+
+// associate starts every agent (they live on fctx), dialConcurrency dials
+// at a time, waits until all are associated, and samples the broker before
+// and after.
+func (bn *bench) associate(ctx, fctx context.Context) error {
+	o, res, b, f := bn.o, bn.res, bn.b, bn.f
 	if !sleep(ctx, time.Second) {
-		return res, ctx.Err()
+		return ctx.Err()
 	}
+	var err error
 	if res.Before, err = sampleBroker(ctx, b); err != nil {
-		return res, err
+		return err
 	}
-
-	// 3. Every agent connects and associates, dialConcurrency at a time.
-	d := newDialer(b.pcpAddr, ca.pool())
-	f := newFleet(d, ids[:o.conns], o.dialConcurrency)
-	fctx, stopFleet := context.WithCancel(ctx)
-	defer func() { stopFleet(); f.wait() }()
 	m0 := mark(b.pid)
-	profile(b, "profile", 20, "broker-cpu-associate.pprof")
+	bn.profile(ctx, "profile", 20, "broker-cpu-associate.pprof")
 	f.start(fctx)
 	n, err := waitFor(ctx, o.connectTimeout, o.progressEvery, o.conns, func() int { return int(f.associated.Load()) },
 		func(n int) string {
 			return fmt.Sprintf("associating: %d/%d associated, %d failed tries", n, o.conns, f.failures.Load())
-		}, progress)
+		}, bn.progress)
 	res.Associate = m0.to(mark(b.pid))
 	res.Associated, res.AssocAttempts, res.AssocFailures = n, f.attempts.Load(), f.failures.Load()
 	res.Errors = f.errs.top(5)
 	if err != nil {
-		return res, fmt.Errorf("associating: %w: %d of %d in %s", err, n, o.conns, round(o.connectTimeout))
+		return fmt.Errorf("associating: %w: %d of %d in %s", err, n, o.conns, round(o.connectTimeout))
 	}
-	res.TLSVersion = tls.VersionName(uint16(d.tlsVersion.Load()))
-	progress(fmt.Sprintf("all %d associated in %s", o.conns, round(res.Associate.Wall)))
+	res.TLSVersion = tls.VersionName(uint16(bn.d.tlsVersion.Load()))
+	bn.progress(fmt.Sprintf("all %d associated in %s", o.conns, round(res.Associate.Wall)))
 	if !sleep(ctx, 2*time.Second) {
-		return res, ctx.Err()
+		return ctx.Err()
 	}
 	if res.After, err = sampleBroker(ctx, b); err != nil {
-		return res, err
+		return err
 	}
-	progress(fmt.Sprintf("broker RSS %s before, %s with %d connections", mib(res.Before.RSS), mib(res.After.RSS), o.conns))
-	profile(b, "heap", 0, "broker-heap.pprof")
-	profile(b, "goroutine", 0, "broker-goroutine.pprof")
-	profile(b, "profile", max(1, int(o.duration.Seconds())), "broker-cpu-routing.pprof")
+	bn.progress(fmt.Sprintf("broker RSS %s before, %s with %d connections", mib(res.Before.RSS), mib(res.After.RSS), o.conns))
+	bn.profile(ctx, "heap", 0, "broker-heap.pprof")
+	bn.profile(ctx, "goroutine", 0, "broker-goroutine.pprof")
+	return nil
+}
 
-	// 4. Routing: controllers send echo requests to random agents.
-	if err := route(ctx, o, d, ids[o.conns:], ids[:o.conns], b, res, progress); err != nil {
-		return res, err
-	}
-
-	// 5. A restart: SIGTERM, a new broker on the same address, and every
-	// agent back with pxp-agent's backoff.
+// restart stops the broker (SIGTERM or SIGKILL), starts a new one on the
+// same address once the old one is gone, and waits until every agent has
+// associated again, each with pxp-agent's backoff.
+func (bn *bench) restart(ctx context.Context) error {
+	o, res, f := bn.o, bn.res, bn.f
 	res.RestartSignal = map[string]string{"term": "SIGTERM", "kill": "SIGKILL"}[o.restart]
-	progress(fmt.Sprintf("restarting the broker (%s, then a new one on %s)", res.RestartSignal, b.pcpAddr))
+	bn.progress(fmt.Sprintf("restarting the broker (%s, then a new one on %s)", res.RestartSignal, bn.b.pcpAddr))
 	f.errs.reset()
 	attempts0, failures0 := f.attempts.Load(), f.failures.Load()
-	m1 := mark(b.pid)
+	m1 := mark(bn.b.pid)
 	kill := time.Now()
 	if o.restart == "kill" {
-		b.kill()
+		bn.b.kill()
 		res.RestartGraceful = true
 	} else {
-		res.RestartGraceful = b.stop(10 * time.Second)
+		res.RestartGraceful = bn.b.stop(10 * time.Second)
 	}
 	res.Shutdown = time.Since(kill)
-	oldCPU := b.cpuAtExit - m1.broker
-	nb, err := startBroker(ctx, exe, serveArgs(b.pcpAddr), logPath)
+	oldCPU := bn.b.cpuAtExit - m1.broker
+	nb, err := bn.startBroker(ctx, bn.b.pcpAddr)
 	if err != nil {
-		return res, fmt.Errorf("restarting: %w", err)
+		return fmt.Errorf("restarting: %w", err)
 	}
-	b = nb
+	bn.b = nb
 	res.Listening = time.Since(kill)
-	profile(b, "profile", 20, "broker-cpu-reassociate.pprof")
-	n, err = waitFor(ctx, o.reassociateTimeout, o.progressEvery, o.conns, func() int {
-		if int(f.associated.Load()) < o.conns {
-			return min(f.associatedSince(kill), int(f.associated.Load()))
-		}
-		return f.associatedSince(kill)
+	bn.profile(ctx, "profile", 20, "broker-cpu-reassociate.pprof")
+	n, err := waitFor(ctx, o.reassociateTimeout, o.progressEvery, o.conns, func() int {
+		return min(f.associatedSince(kill), int(f.associated.Load()))
 	}, func(n int) string {
 		return fmt.Sprintf("re-associating: %d/%d associated again, %d failed tries", n, o.conns, f.failures.Load()-failures0)
-	}, progress)
-	end := mark(b.pid)
+	}, bn.progress)
+	end := mark(nb.pid)
 	res.Restart = m1.to(end)
 	// The old broker's CPU until it exited, plus the new one's from its start.
 	res.Restart.Broker = oldCPU + end.broker
-	res.Restart.Others = max(0, (end.machineCP-m1.machineCP)-res.Restart.Broker-res.Restart.Driver)
+	res.Restart.Others = max(0, (end.busy-m1.busy)-res.Restart.Broker-res.Restart.Driver)
 	res.Reassociated = n
 	res.ReassocAttempts, res.ReassocFailures = f.attempts.Load()-attempts0, f.failures.Load()-failures0
 	res.Closes, res.ReassocErrors = f.closes.top(5), f.errs.top(5)
-	if after := f.associatedAfter(kill); len(after) > 0 {
-		for i, q := range []float64{0.5, 0.9, 0.99, 1} {
-			if k := int(math.Ceil(q*float64(o.conns))) - 1; k < len(after) {
-				res.ReassocCurve[i] = after[k]
-			}
+	after := f.associatedAfter(kill)
+	for i, q := range []float64{0.5, 0.9, 0.99, 1} {
+		if k := int(math.Ceil(q*float64(o.conns))) - 1; k < len(after) {
+			res.ReassocCurve[i] = after[k]
 		}
 	}
 	if err != nil {
-		return res, fmt.Errorf("re-associating: %w: %d of %d in %s", err, n, o.conns, round(o.reassociateTimeout))
+		return fmt.Errorf("re-associating: %w: %d of %d in %s", err, n, o.conns, round(o.reassociateTimeout))
 	}
-	progress(fmt.Sprintf("all %d associated again %s after %s", o.conns, round(res.Restart.Wall), res.RestartSignal))
+	bn.progress(fmt.Sprintf("all %d associated again %s after %s", o.conns, round(res.Restart.Wall), res.RestartSignal))
+	return nil
+}
+
+// finish samples the new broker with every agent back, and its counters.
+func (bn *bench) finish(ctx context.Context) error {
+	res, f := bn.res, bn.f
 	if !sleep(ctx, 2*time.Second) {
-		return res, ctx.Err()
+		return ctx.Err()
 	}
-	if res.AfterRestart, err = sampleBroker(ctx, b); err != nil {
-		return res, err
+	var err error
+	if res.AfterRestart, err = sampleBroker(ctx, bn.b); err != nil {
+		return err
 	}
-	if st, err := b.stats(ctx, false); err == nil {
+	if st, err := bn.b.stats(ctx, false); err == nil {
 		res.BrokerStatsAfter = st.Broker
 	}
 	if f.badFrames.Load() > 0 || f.others.Load() > 0 {
 		res.Errors = append(res.Errors, fmt.Sprintf("agents received %d undecodable frames and %d unexpected messages",
 			f.badFrames.Load(), f.others.Load()))
 	}
-	return res, nil
-}
-
-// route runs the routing phase: controllers connect, then each keeps
-// o.inflight echo requests in flight to random agents for o.duration.
-func route(ctx context.Context, o runOptions, d *dialer, cids, agents []identity, b *brokerProc, res *result, progress func(string)) error {
-	targets := make([]string, len(agents))
-	for i, a := range agents {
-		targets[i] = a.uri
-	}
-	var cs []*controller
-	for _, id := range cids {
-		c, err := dialController(ctx, d, id, o.inflight)
-		if err != nil {
-			return err
-		}
-		cs = append(cs, c)
-	}
-	st0, err := b.stats(ctx, false)
-	if err != nil {
-		return err
-	}
-	progress(fmt.Sprintf("routing: %d controllers × %d requests in flight, for %s", len(cs), o.inflight, o.duration))
-	m0 := mark(b.pid)
-	end := time.Now().Add(o.duration)
-	done := make(chan struct{})
-	for _, c := range cs {
-		go func() { c.run(ctx, targets, end); done <- struct{}{} }()
-	}
-	tick := time.NewTicker(o.progressEvery)
-	defer tick.Stop()
-	endTimer := time.NewTimer(time.Until(end))
-	defer endTimer.Stop()
-	endC := endTimer.C
-	var m1 cpuMark
-	var st1 brokerStats
-	for waiting := len(cs); waiting > 0; {
-		select {
-		case <-done:
-			waiting--
-		case <-tick.C:
-			var n int64
-			for _, c := range cs {
-				n += c.answered.Load()
-			}
-			progress(fmt.Sprintf("routing: %d round trips", n))
-		case <-endC:
-			endC = nil
-			m1 = mark(b.pid)
-			st1, _ = b.stats(ctx, false)
-		}
-	}
-	if m1.at.IsZero() {
-		m1 = mark(b.pid)
-	}
-	res.Routing = m0.to(m1)
-	var rtts []time.Duration
-	res.RouteErrors = map[string]int64{}
-	for _, c := range cs {
-		res.RoundTrips += c.inWindow.Load()
-		res.RouteSent += c.sent.Load()
-		res.RouteLost += c.lost.Load()
-		rtts = append(rtts, c.rtts...)
-		for k, v := range c.errTypes {
-			res.RouteErrors[k] += v
-		}
-	}
-	res.RTT = latency.Summarize(rtts)
-	names := []string{"messages_routed", "MessagesRouted", "routed", "Routed", "delivered", "Delivered"}
-	if a, ok := brokerNumber(st0.Broker, names...); ok {
-		if z, ok := brokerNumber(st1.Broker, names...); ok {
-			res.BrokerRouted = z - a
-		}
-	}
-	progress(fmt.Sprintf("routing: %d round trips in %s (%.0f/s), p50 %.2f ms, p99 %.2f ms, %d lost",
-		res.RoundTrips, round(res.Routing.Wall), float64(res.RoundTrips)/res.Routing.Wall.Seconds(), res.RTT.P50, res.RTT.P99, res.RouteLost))
 	return nil
 }
+
+var errNotAll = errors.New("not every connection associated")
 
 // waitFor polls count until it reaches want, printing describe(count)
 // every progressEvery, for at most timeout. It returns the last count.

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 )
@@ -110,7 +111,7 @@ func machine() string {
 			}
 		}
 	}
-	return fmt.Sprintf("%s, %d CPUs%s", model, numCPU(), mem)
+	return fmt.Sprintf("%s, %d CPUs%s", model, runtime.NumCPU(), mem)
 }
 
 // loadAverage is /proc/loadavg's first three fields.

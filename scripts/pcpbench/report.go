@@ -115,8 +115,14 @@ func (r *result) writeMarkdown(w io.Writer) {
 	row("restart and re-associate (old broker's shutdown + new broker)", r.Restart)
 	if r.Associate.Wall > 0 && r.Associated > 0 {
 		p("")
-		p("Broker CPU per association: %.2f ms (first connections), %s (after the restart: the old broker's shutdown and the new one's start included).",
+		p("Broker CPU per association: %.2f ms (first connections), %s (after the restart: the old broker's",
 			1000*r.Associate.Broker/float64(r.Associated), perConn(r.Restart.Broker, r.Reassociated))
+		p("shutdown and the new one's start included).")
+		if r.RoundTrips > 0 {
+			p("Broker CPU per message routed: %.0f µs (its user + system time over the routing phase, divided by",
+				1e6*r.Routing.Broker/(2*float64(r.RoundTrips)))
+			p("two messages per round trip).")
+		}
 	}
 	if len(r.Errors) > 0 {
 		p("")

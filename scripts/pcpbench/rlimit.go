@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"runtime"
 	"syscall"
 )
 
@@ -28,5 +27,3 @@ func raiseFileLimit(need uint64) (uint64, error) {
 	}
 	return l.Cur, nil
 }
-
-func numCPU() int { return runtime.NumCPU() }

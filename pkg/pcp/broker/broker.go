@@ -244,8 +244,8 @@ func (b *Broker) Run(ctx context.Context) error {
 	bg.Add(1)
 	go func() { defer bg.Done(); b.sweep(ctx) }()
 	<-ctx.Done()
+	bg.Wait() // no presence refresh may follow shutdown's clearing
 	b.shutdown()
-	bg.Wait()
 	return nil
 }
 

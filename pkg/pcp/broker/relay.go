@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
@@ -204,20 +205,33 @@ func (b *Broker) refreshPresence(ctx context.Context) {
 		held[uri] = c
 	}
 	b.mu.RUnlock()
+	// A store call takes milliseconds and a task holds thousands of
+	// clients: refresh several at once.
+	sem := make(chan struct{}, refreshConcurrency)
+	var wg sync.WaitGroup
 	for uri, c := range held {
 		if ctx.Err() != nil {
-			return
+			break
 		}
-		if task := b.presenceTask(uri); task != "" && task != b.o.Name {
-			b.log.Info("pcp: the client associated with another task; closing this older connection", "uri", uri, "node", c.node(), "task", task)
-			c.kick(CloseSuperseded, "superseded")
-			continue
-		}
-		if b.local(uri) == c {
-			b.setPresence(uri)
-		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if task := b.presenceTask(uri); task != "" && task != b.o.Name {
+				b.log.Info("pcp: the client associated with another task; closing this older connection", "uri", uri, "node", c.node(), "task", task)
+				c.kick(CloseSuperseded, "superseded")
+				return
+			}
+			if b.local(uri) == c {
+				b.setPresence(uri)
+			}
+		}()
 	}
+	wg.Wait()
 }
+
+// refreshConcurrency bounds the presence store calls of one refresh.
+const refreshConcurrency = 32
 
 // relayedRemembered is how many relayed deliveries (target and message id)
 // a task remembers to drop the inbox's duplicates.

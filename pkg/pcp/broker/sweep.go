@@ -15,6 +15,9 @@ func (b *Broker) sweep(ctx context.Context) {
 	defer revoked.Stop()
 	presence := time.NewTicker(b.o.PresenceTTL / 3)
 	defer presence.Stop()
+	// A refresh runs beside the sweeps; the next waits for it to end.
+	refreshing := make(chan struct{}, 1)
+	defer func() { refreshing <- struct{}{} }() // wait for the last one
 	for {
 		select {
 		case <-ctx.Done():
@@ -24,7 +27,14 @@ func (b *Broker) sweep(ctx context.Context) {
 		case <-revoked.C:
 			b.closeRevoked()
 		case <-presence.C:
-			b.refreshPresence(ctx)
+			select {
+			case refreshing <- struct{}{}:
+				go func() {
+					defer func() { <-refreshing }()
+					b.refreshPresence(ctx)
+				}()
+			default: // the previous refresh is still going
+			}
 		}
 	}
 }

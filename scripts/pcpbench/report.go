@@ -15,31 +15,30 @@ func (r *result) writeMarkdown(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
 	p("## PCP broker: %s connections", thousands(int64(r.Conns)))
 	p("")
-	p("One broker process (`pcpbench serve`: `pkg/pcp/broker` alone in its process, TLS 1.2 or later,")
-	p("client certificates required and verified) holds %s PCP v1 connections that the driver", thousands(int64(r.Conns)))
-	p("(`pcpbench run`, scripts/pcpbench) opens on loopback as pxp-agent does: `wss://…/pcp/`, a full")
 	tlsv := r.TLSVersion
 	if tlsv == "" || strings.HasPrefix(tlsv, "0x") {
 		tlsv = "TLS"
 	}
-	p("%s handshake with a client certificate of its own (ECDSA P-256, CN `agent-NNNNN.pcpbench.test`,", tlsv)
-	p("from a CA made for the run), then an `associate_request` with an envelope only, %d dials at a", r.DialAtOnce)
-	p("time. Then %d controllers (client type `controller`) each keep %d PXP echo requests", r.Controllers, r.Inflight)
-	p("(`rpc_blocking_request`) in flight to random agents for %s; an agent answers with an", r.Duration)
-	p("`rpc_blocking_response` to the sender, so a round trip is two messages the broker routes. Then the")
+	restart := "SIGTERM (it stops listening and closes every connection, 1001) and, once it has exited,"
 	if r.RestartSignal == "SIGKILL" {
-		p("broker gets SIGKILL (a crash) and, once it is gone, a new one starts on the same address; the")
-	} else {
-		p("broker gets SIGTERM (it stops listening and closes every connection, 1001) and, once it has")
-		p("exited, a new one starts on the same address; the")
+		restart = "SIGKILL (a crash) and, once it is gone,"
 	}
-	p("agents reconnect with pxp-agent's backoff (200 ms after the close, then 2 s, 4 s, … 32 s between")
-	p("tries, ±0.5 s; each try bounded by pxp-agent's 5 s connection and 15 s association timeouts).")
-	p("Memory is the broker's VmRSS, its Go heap in use after a collection and its goroutine stacks;")
-	p("CPU is user + system time from /proc. The driver's agents share the machine's CPUs with the")
-	p("broker, and their side of each TLS handshake costs about as much as the broker's: real agents")
-	p("bring their own CPUs. The broker's TLS is `broker serve`'s (pkg/ca's server configuration).")
-	p("")
+	para := func(format string, a ...any) { p("%s", wrap(fmt.Sprintf(format, a...), 100)); p("") }
+	para("One broker process (`pcpbench serve`: `pkg/pcp/broker` alone in its process, TLS 1.2 or later, "+
+		"client certificates required and verified) holds %s PCP v1 connections that the driver "+
+		"(`pcpbench run`, scripts/pcpbench) opens on loopback as pxp-agent does: `wss://…/pcp/`, a full "+
+		"%s handshake with a client certificate of its own (ECDSA P-256, CN `agent-NNNNN.pcpbench.test`, "+
+		"from a CA made for the run), then an `associate_request` with an envelope only, %d dials at a time. "+
+		"Then %d controllers (client type `controller`) each keep %d PXP echo requests (`rpc_blocking_request`) "+
+		"in flight to random agents for %s; an agent answers with an `rpc_blocking_response` to the sender, "+
+		"so a round trip is two messages the broker routes. Then the broker gets %s a new one starts on the "+
+		"same address; the agents reconnect with pxp-agent's backoff (200 ms after the close, then 2 s, 4 s, "+
+		"… 32 s between tries, ±0.5 s; each try bounded by pxp-agent's 5 s connection and 15 s association "+
+		"timeouts).", thousands(int64(r.Conns)), tlsv, r.DialAtOnce, r.Controllers, r.Inflight, r.Duration, restart)
+	para("Memory is the broker's VmRSS, its Go heap in use after a collection and its goroutine stacks; " +
+		"CPU is user + system time from /proc. The driver's agents share the machine's CPUs with the broker, " +
+		"and their side of each TLS handshake costs about as much as the broker's: real agents bring their " +
+		"own CPUs. The broker's TLS is `broker serve`'s (pkg/ca's server configuration).")
 	if r.Failed != "" {
 		p("**The run stopped early: %s.** The rows below without a value were not measured.", r.Failed)
 		p("")
@@ -115,41 +114,41 @@ func (r *result) writeMarkdown(w io.Writer) {
 	row("restart and re-associate (old broker's shutdown + new broker)", r.Restart)
 	if r.Associate.Wall > 0 && r.Associated > 0 {
 		p("")
-		p("Broker CPU per association: %.2f ms (first connections), %s (after the restart: the old broker's",
+		text := fmt.Sprintf("Broker CPU per association: %.2f ms (first connections), %s (after the restart: "+
+			"the old broker's shutdown and the new one's start included).",
 			1000*r.Associate.Broker/float64(r.Associated), perConn(r.Restart.Broker, r.Reassociated))
-		p("shutdown and the new one's start included).")
 		if r.RoundTrips > 0 {
-			p("Broker CPU per message routed: %.0f µs (its user + system time over the routing phase, divided by",
-				1e6*r.Routing.Broker/(2*float64(r.RoundTrips)))
-			p("two messages per round trip).")
+			text += fmt.Sprintf(" Broker CPU per message routed: %.0f µs (its CPU time over the routing phase, "+
+				"divided by two messages per round trip).", 1e6*r.Routing.Broker/(2*float64(r.RoundTrips)))
 		}
+		p("%s", wrap(text, 100))
 	}
+	// block is a paragraph after a blank line.
+	block := func(format string, a ...any) { p(""); p("%s", wrap(fmt.Sprintf(format, a...), 100)) }
 	if len(r.Errors) > 0 {
-		p("")
-		p("Failed tries while associating the first time, by error: %s.", strings.Join(r.Errors, "; "))
+		block("Failed tries while associating the first time, by error: %s.", strings.Join(r.Errors, "; "))
 	}
 	if len(r.Closes) > 0 {
-		p("")
-		p("How the agents' connections ended at the restart: %s.", strings.Join(r.Closes, "; "))
+		block("How the agents' connections ended at the restart: %s.", strings.Join(r.Closes, "; "))
 	}
 	if len(r.ReassocErrors) > 0 {
-		p("")
-		p("Failed tries while associating again, by error: %s.", strings.Join(r.ReassocErrors, "; "))
+		block("Failed tries while associating again, by error: %s.", strings.Join(r.ReassocErrors, "; "))
 	}
 	if c := brokerCounters(r.BrokerStatsAfter); c != "" {
-		p("")
-		p("The new broker's counters at the end (those not zero): %s.", c)
+		block("The new broker's counters at the end (those not zero): %s.", c)
 	}
-	p("")
 	others, wall := r.Associate.Others+r.Routing.Others+r.Restart.Others, r.Associate.Wall+r.Routing.Wall+r.Restart.Wall
-	p("Machine: %s; %s; load average %s before the run, %s after.", r.Machine, runtime.Version(), r.LoadBefore, r.LoadAfter)
+	text := fmt.Sprintf("Machine: %s; %s; load average %s before the run, %s after.", r.Machine, runtime.Version(),
+		r.LoadBefore, r.LoadAfter)
 	if wall > 0 && others/wall.Seconds() > 0.25 {
-		p("Other processes kept %.2f CPUs busy on average during the measured phases (last column): the broker",
-			others/wall.Seconds())
-		p("and the driver shared the machine with them, so these numbers are lower than a quiet machine gives.")
+		text += fmt.Sprintf(" Other processes kept %.2f CPUs busy on average during the measured phases (last column "+
+			"of the phase table): the broker and the driver shared the machine with them, so these numbers are "+
+			"lower than a quiet machine gives.", others/wall.Seconds())
 	}
+	block("%s", text)
 	p("")
 	p("```")
+	p("go build -o pcpbench ./scripts/pcpbench   # make bench: scripts/bench.sh, PCPBENCH_CONNS")
 	p("%s", r.Command)
 	p("```")
 }
@@ -203,6 +202,24 @@ func secs(s float64) string {
 }
 
 func kib(b float64) string { return fmt.Sprintf("%.1f KiB", b/1024) }
+
+// wrap breaks text into lines of at most width bytes, at spaces.
+func wrap(text string, width int) string {
+	var b strings.Builder
+	n := 0
+	for _, w := range strings.Fields(text) {
+		if n > 0 && n+1+len(w) > width {
+			b.WriteByte('\n')
+			n = 0
+		} else if n > 0 {
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
+}
 
 // thousands formats n with commas: 10000 → 10,000.
 func thousands(n int64) string {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -166,14 +167,10 @@ func (p *brokerProc) stats(ctx context.Context, gc bool) (brokerStats, error) {
 	return st, nil
 }
 
-// profile saves the broker's profile NAME (heap, goroutine, or profile:
-// CPU for seconds) to path.
-func (p *brokerProc) profile(ctx context.Context, name string, seconds int, path string) error {
+// profile saves the broker's profile NAME (heap, goroutine, ...) to path.
+func (p *brokerProc) profile(ctx context.Context, name, path string) error {
 	u := strings.TrimSuffix(p.statusURL, "/stats") + "/debug/pprof/" + name
-	if name == "profile" {
-		u += fmt.Sprintf("?seconds=%d", seconds)
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(seconds)*time.Second+30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -196,4 +193,29 @@ func (p *brokerProc) profile(ctx context.Context, name string, seconds int, path
 		return err
 	}
 	return f.Close()
+}
+
+// cpuProfile starts (a CPU profile into the broker's --profile-dir, named
+// name) or stops the broker's CPU profile.
+func (p *brokerProc) cpuProfile(ctx context.Context, start bool, name string) error {
+	u := strings.TrimSuffix(p.statusURL, "/stats") + "/cpuprofile/stop"
+	if start {
+		u = strings.TrimSuffix(p.statusURL, "/stats") + "/cpuprofile/start?name=" + url.QueryEscape(name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("%s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
 }

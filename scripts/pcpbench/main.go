@@ -107,7 +107,7 @@ func runMain(args []string) error {
 	fs.StringVar(&o.logLevel, "broker-log-level", "info", "the broker's log level (its log is kept only with --broker-log)")
 	fs.StringVar(&o.keepLog, "broker-log", "", "copy the broker's log (both processes') to FILE at the end")
 	fs.StringVar(&o.restart, "restart", "term", "how the broker is stopped before the new one starts: term (SIGTERM: it closes every connection, 1001) or kill (SIGKILL: a crash)")
-	fs.StringVar(&o.profileDir, "profile", "", "save Go profiles into DIR: the broker's CPU while associating, routing and re-associating (20 s, --duration, 20 s), its heap and goroutines with all connections, and the driver's CPU (driver-cpu.pprof)")
+	fs.StringVar(&o.profileDir, "profile", "", "save Go profiles into DIR: the broker's CPU while associating, routing and re-associating, its heap and goroutines with all connections, and the driver's CPU (driver-cpu.pprof)")
 	fs.StringVar(&out, "out", "", "write the Markdown section to FILE (default stdout)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -141,18 +141,12 @@ func runMain(args []string) error {
 	debug.SetGCPercent(400)
 	progress := func(s string) { fmt.Fprintf(os.Stderr, "pcpbench: %s\n", s) }
 	if o.profileDir != "" {
-		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
-			return err
-		}
-		f, err := os.Create(filepath.Join(o.profileDir, "driver-cpu.pprof"))
+		dir, stopProfile, err := profileDriver(o.profileDir)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
+		o.profileDir = dir
 	}
 	res, err := run(ctx, o, progress)
 	if err != nil && ctx.Err() == context.DeadlineExceeded {
@@ -174,4 +168,25 @@ func runMain(args []string) error {
 	}
 	res.writeMarkdown(w)
 	return err
+}
+
+// profileDriver creates dir, makes it absolute (the broker process writes
+// there too) and profiles this process's CPU into dir/driver-cpu.pprof
+// until stop.
+func profileDriver(dir string) (abs string, stop func(), err error) {
+	if abs, err = filepath.Abs(dir); err != nil {
+		return "", nil, err
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return "", nil, err
+	}
+	f, err := os.Create(filepath.Join(abs, "driver-cpu.pprof"))
+	if err != nil {
+		return "", nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return "", nil, err
+	}
+	return abs, func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

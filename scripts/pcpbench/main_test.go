@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func TestRunSmall(t *testing.T) {
 	o := runOptions{
 		conns: 50, controllers: 2, inflight: 4, dialConcurrency: 10,
 		duration: time.Second, connectTimeout: 30 * time.Second, reassociateTimeout: 30 * time.Second,
-		progressEvery: time.Second, logLevel: "warn", restart: "term",
+		progressEvery: time.Second, logLevel: "warn", restart: "term", profileDir: t.TempDir(),
 	}
 	res, err := run(ctx, o, func(s string) { t.Log(s) })
 	if err != nil {
@@ -54,6 +55,12 @@ func TestRunSmall(t *testing.T) {
 	}
 	if res.BrokerRouted <= 0 {
 		t.Errorf("the broker's routed-message count was not read (%v): has Stats' messages_routed changed name?", res.BrokerRouted)
+	}
+	for _, name := range []string{"broker-cpu-associate.pprof", "broker-cpu-routing.pprof", "broker-cpu-reassociate.pprof",
+		"broker-heap.pprof", "broker-goroutine.pprof"} {
+		if st, err := os.Stat(filepath.Join(o.profileDir, name)); err != nil || st.Size() == 0 {
+			t.Errorf("profile %s: %v (want a non-empty file)", name, err)
+		}
 	}
 	var md bytes.Buffer
 	res.Command = "pcpbench run --conns 50"

@@ -33,7 +33,7 @@ func (bn *bench) route(ctx context.Context) error {
 		return err
 	}
 	progress(fmt.Sprintf("routing: %d controllers × %d requests in flight, for %s", len(cs), o.inflight, o.duration))
-	bn.profile(ctx, "profile", max(1, int(o.duration.Seconds())), "broker-cpu-routing.pprof")
+	bn.cpuProfile(ctx, "broker-cpu-routing.pprof")
 	m0 := mark(b.pid)
 	end := time.Now().Add(o.duration)
 	done := make(chan struct{})
@@ -61,6 +61,7 @@ func (bn *bench) route(ctx context.Context) error {
 			endC = nil
 			m1 = mark(b.pid)
 			st1, _ = b.stats(ctx, false)
+			bn.cpuProfile(ctx, "")
 		}
 	}
 	if m1.at.IsZero() {

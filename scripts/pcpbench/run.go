@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/compilefarm/compilefarm/internal/latency"
@@ -136,7 +135,6 @@ type bench struct {
 	b        *brokerProc
 	d        *dialer
 	f        *fleet
-	profiles sync.WaitGroup
 }
 
 // run measures, in named steps: the certificates, the first associations,
@@ -166,7 +164,6 @@ func run(ctx context.Context, o runOptions, progress func(string)) (*result, err
 		return res, err
 	}
 	defer bn.stop()
-	defer bn.profiles.Wait()
 	progress(fmt.Sprintf("broker up: pid %d, wss://%s/pcp/", bn.b.pid, bn.b.pcpAddr))
 	bn.d = newDialer(bn.b.pcpAddr, bn.ca.pool())
 	bn.f = newFleet(bn.d, bn.ids[:o.conns], o.dialConcurrency)
@@ -224,8 +221,12 @@ func (bn *bench) makeIdentities() error {
 // startBroker starts a broker process listening on listen.
 func (bn *bench) startBroker(ctx context.Context, listen string) (*brokerProc, error) {
 	o := bn.o
-	return startBroker(ctx, bn.exe, []string{"--listen", listen, "--status", "127.0.0.1:0", "--certs", bn.dir,
-		"--max-connections", strconv.Itoa(o.conns + o.controllers + 100), "--log-level", o.logLevel}, bn.logPath)
+	args := []string{"--listen", listen, "--status", "127.0.0.1:0", "--certs", bn.dir,
+		"--max-connections", strconv.Itoa(o.conns + o.controllers + 100), "--log-level", o.logLevel}
+	if o.profileDir != "" {
+		args = append(args, "--profile-dir", o.profileDir)
+	}
+	return startBroker(ctx, bn.exe, args, bn.logPath)
 }
 
 // stop stops the broker and keeps its log when asked to.
@@ -238,24 +239,26 @@ func (bn *bench) stop() {
 	}
 }
 
-// profile saves one of the broker's profiles into --profile DIR, in the
-// background for a CPU profile (name "profile").
-func (bn *bench) profile(ctx context.Context, name string, seconds int, file string) {
+// profile saves one of the broker's profiles (heap, goroutine) into
+// --profile DIR.
+func (bn *bench) profile(ctx context.Context, name, file string) {
 	if bn.o.profileDir == "" {
 		return
 	}
-	b, path := bn.b, filepath.Join(bn.o.profileDir, file)
-	get := func() {
-		if err := b.profile(ctx, name, seconds, path); err != nil {
-			bn.progress(fmt.Sprintf("profile %s: %v", file, err))
-		}
+	if err := bn.b.profile(ctx, name, filepath.Join(bn.o.profileDir, file)); err != nil {
+		bn.progress(fmt.Sprintf("profile %s: %v", file, err))
 	}
-	if name != "profile" {
-		get()
+}
+
+// cpuProfile starts the broker's CPU profile into --profile DIR (file
+// set) or stops it (file empty).
+func (bn *bench) cpuProfile(ctx context.Context, file string) {
+	if bn.o.profileDir == "" {
 		return
 	}
-	bn.profiles.Add(1)
-	go func() { defer bn.profiles.Done(); get() }()
+	if err := bn.b.cpuProfile(ctx, file != "", file); err != nil {
+		bn.progress(fmt.Sprintf("the broker's CPU profile %s: %v", file, err))
+	}
 }
 
 // associate starts every agent (they live on fctx), dialConcurrency dials
@@ -271,13 +274,14 @@ func (bn *bench) associate(ctx, fctx context.Context) error {
 		return err
 	}
 	m0 := mark(b.pid)
-	bn.profile(ctx, "profile", 20, "broker-cpu-associate.pprof")
+	bn.cpuProfile(ctx, "broker-cpu-associate.pprof")
 	f.start(fctx)
 	n, err := waitFor(ctx, o.connectTimeout, o.progressEvery, o.conns, func() int { return int(f.associated.Load()) },
 		func(n int) string {
 			return fmt.Sprintf("associating: %d/%d associated, %d failed tries", n, o.conns, f.failures.Load())
 		}, bn.progress)
 	res.Associate = m0.to(mark(b.pid))
+	bn.cpuProfile(ctx, "")
 	res.Associated, res.AssocAttempts, res.AssocFailures = n, f.attempts.Load(), f.failures.Load()
 	res.Errors = f.errs.top(5)
 	if err != nil {
@@ -292,8 +296,8 @@ func (bn *bench) associate(ctx, fctx context.Context) error {
 		return err
 	}
 	bn.progress(fmt.Sprintf("broker RSS %s before, %s with %d connections", mib(res.Before.RSS), mib(res.After.RSS), o.conns))
-	bn.profile(ctx, "heap", 0, "broker-heap.pprof")
-	bn.profile(ctx, "goroutine", 0, "broker-goroutine.pprof")
+	bn.profile(ctx, "heap", "broker-heap.pprof")
+	bn.profile(ctx, "goroutine", "broker-goroutine.pprof")
 	return nil
 }
 
@@ -322,13 +326,14 @@ func (bn *bench) restart(ctx context.Context) error {
 	}
 	bn.b = nb
 	res.Listening = time.Since(kill)
-	bn.profile(ctx, "profile", 20, "broker-cpu-reassociate.pprof")
+	bn.cpuProfile(ctx, "broker-cpu-reassociate.pprof")
 	n, err := waitFor(ctx, o.reassociateTimeout, o.progressEvery, o.conns, func() int {
 		return min(f.associatedSince(kill), int(f.associated.Load()))
 	}, func(n int) string {
 		return fmt.Sprintf("re-associating: %d/%d associated again, %d failed tries", n, o.conns, f.failures.Load()-failures0)
 	}, bn.progress)
 	end := mark(nb.pid)
+	bn.cpuProfile(ctx, "")
 	res.Restart = m1.to(end)
 	// The old broker's CPU until it exited, plus the new one's from its start.
 	res.Restart.Broker = oldCPU + end.broker

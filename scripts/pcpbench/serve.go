@@ -12,11 +12,15 @@ import (
 	"math/big"
 	"net"
 	"net/http"
-	"net/http/pprof"
+	httppprof "net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,6 +35,7 @@ type serveOptions struct {
 	maxConns              int
 	idleTimeout           time.Duration
 	logLevel              slog.Level
+	profileDir            string
 }
 
 // serveMain is `pcpbench serve`: the real broker (pkg/pcp/broker) alone in
@@ -47,6 +52,7 @@ func serveMain(args []string) error {
 	fs.StringVar(&o.certs, "certs", "", "directory with ca.pem, broker.pem and broker-key.pem (written by `pcpbench run`)")
 	fs.IntVar(&o.maxConns, "max-connections", 0, "the broker's MaxConnections (0: its default)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 0, "the broker's IdleTimeout (0: its default, 6m)")
+	fs.StringVar(&o.profileDir, "profile-dir", "", "directory where POST /cpuprofile/start?name=NAME.pprof on the status address writes a CPU profile (until POST /cpuprofile/stop)")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "the broker's log level (debug, info, warn, error); logs go to stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -107,7 +113,9 @@ func serve(ctx context.Context, o serveOptions) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
 	}
-	statusSrv := &http.Server{Handler: statusHandler(b), ReadHeaderTimeout: 10 * time.Second}
+	cpu := &cpuProfiler{dir: o.profileDir}
+	defer cpu.stop()
+	statusSrv := &http.Server{Handler: statusHandler(b, cpu), ReadHeaderTimeout: 10 * time.Second}
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -180,12 +188,23 @@ type serveStats struct {
 
 // statusHandler serves GET /stats; ?gc=1 collects garbage and returns
 // freed memory to the OS first, so that the heap figures are live data.
-// It also serves the Go profiles under /debug/pprof/ (loopback only, as
-// the whole status endpoint).
-func statusHandler(b *broker.Broker) http.Handler {
+// It also serves the Go profiles under /debug/pprof/ (heap, goroutine, ...)
+// and starts and stops CPU profiles that cover a phase exactly (POST
+// /cpuprofile/start?name=NAME, /cpuprofile/stop). Loopback only, as the
+// whole status endpoint.
+func statusHandler(b *broker.Broker, cpu *cpuProfiler) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/", httppprof.Index)
+	mux.HandleFunc("POST /cpuprofile/start", func(w http.ResponseWriter, r *http.Request) {
+		if err := cpu.start(r.URL.Query().Get("name")); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+		}
+	})
+	mux.HandleFunc("POST /cpuprofile/stop", func(w http.ResponseWriter, r *http.Request) {
+		if err := cpu.stop(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+	})
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("gc") == "1" {
 			runtime.GC()
@@ -204,4 +223,49 @@ func statusHandler(b *broker.Broker) http.Handler {
 		json.NewEncoder(w).Encode(st)
 	})
 	return mux
+}
+
+// cpuProfiler writes one CPU profile at a time into dir.
+type cpuProfiler struct {
+	dir string
+	mu  sync.Mutex
+	f   *os.File
+}
+
+// start starts a CPU profile into dir/name (a file name ending .pprof).
+func (c *cpuProfiler) start(name string) error {
+	if c.dir == "" {
+		return errors.New("serve has no --profile-dir")
+	}
+	if name != filepath.Base(name) || !strings.HasSuffix(name, ".pprof") || strings.HasPrefix(name, ".") {
+		return fmt.Errorf("profile name %q: want a file name ending .pprof", name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.f != nil {
+		return fmt.Errorf("a CPU profile (%s) is running", c.f.Name())
+	}
+	f, err := os.Create(filepath.Join(c.dir, name))
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	c.f = f
+	return nil
+}
+
+// stop ends the running CPU profile, if any, and closes its file.
+func (c *cpuProfiler) stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.f == nil {
+		return nil
+	}
+	pprof.StopCPUProfile()
+	err := c.f.Close()
+	c.f = nil
+	return err
 }

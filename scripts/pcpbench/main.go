@@ -19,16 +19,19 @@
 //     requests (rpc_blocking_request) in flight to random agents for
 //     --duration; the agents answer with rpc_blocking_response: messages
 //     routed per second and the round trips' p50/p99;
-//  3. stops the broker with SIGTERM, starts a new one on the same address,
-//     and times until every agent has associated again, each reconnecting
-//     with pxp-agent's backoff;
+//  3. stops the broker with SIGTERM (--restart kill: SIGKILL), starts a new
+//     one on the same address once it is gone, and times until every agent
+//     has associated again, each reconnecting with pxp-agent's backoff;
 //
 // with the broker's CPU time (/proc/PID/stat), the driver's and the rest of
 // the machine's per phase. Progress goes to stderr; the result, a Markdown
-// section of docs/benchmarks.md, to stdout or --out. Every phase has a
-// timeout; run exits non-zero when a phase does not complete, after
-// writing what it measured. It raises its open-files soft limit to the
-// hard limit and refuses to start when that is too low for --conns.
+// section of docs/benchmarks.md, to stdout or --out; --profile DIR keeps
+// the broker's CPU profile of each phase and its heap. Every phase has a
+// timeout and the whole run --timeout (3m; 10,000 connections take one to
+// two minutes on 2 cores); run exits non-zero when a phase does not
+// complete, after writing what it measured. It raises its open-files soft
+// limit to the hard limit and refuses to start when that is too low for
+// --conns.
 //
 //	pcpbench serve --listen 127.0.0.1:0 --certs DIR
 //

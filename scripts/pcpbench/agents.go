@@ -42,14 +42,12 @@ type fleet struct {
 	// which pxp-agent's backoff spreads).
 	ramp chan struct{}
 
-	associated   atomic.Int64   // connections open and associated now
-	associations atomic.Int64   // associations so far
-	assocAt      []atomic.Int64 // per agent: unix ns of its last association
-	attempts     atomic.Int64   // connection tries
-	failures     atomic.Int64   // tries that failed
-	answered     atomic.Int64   // echo requests answered
-	badFrames    atomic.Int64   // frames that did not decode
-	others       atomic.Int64   // messages neither echo requests nor expected
+	associated atomic.Int64   // connections open and associated now
+	assocAt    []atomic.Int64 // per agent: unix ns of its last association
+	attempts   atomic.Int64   // connection tries
+	failures   atomic.Int64   // tries that failed
+	badFrames  atomic.Int64   // frames that did not decode
+	others     atomic.Int64   // messages neither echo requests nor expected
 
 	errs   counter // why tries failed
 	closes counter // how open connections ended (close code and reason)
@@ -131,7 +129,6 @@ func (f *fleet) agent(ctx context.Context, i int) {
 		first, backoff = false, backoffStart
 		f.assocAt[i].Store(time.Now().UnixNano())
 		f.associated.Add(1)
-		f.associations.Add(1)
 		err = f.serve(ctx, ws, id)
 		f.associated.Add(-1)
 		ws.Close()
@@ -168,7 +165,6 @@ func (f *fleet) serve(ctx context.Context, ws *websocket.Conn, id identity) erro
 		if err := f.d.send(ws, resp); err != nil {
 			return err
 		}
-		f.answered.Add(1)
 	}
 }
 

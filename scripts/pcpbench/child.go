@@ -26,7 +26,6 @@ type brokerProc struct {
 	pid       int
 	pcpAddr   string
 	statusURL string
-	started   time.Time
 	done      chan struct{}
 	// cpuAtExit is its user + system time once it exited.
 	cpuAtExit float64
@@ -49,7 +48,7 @@ func startBroker(ctx context.Context, exe string, args []string, logPath string)
 	if err != nil {
 		return nil, err
 	}
-	p := &brokerProc{cmd: cmd, started: time.Now(), done: make(chan struct{})}
+	p := &brokerProc{cmd: cmd, done: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the broker (%s serve): %w", exe, err)
 	}

@@ -74,19 +74,22 @@ func serve(ctx context.Context, o serveOptions) error {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	check := clientCheck(caCert)
 	b, err := broker.New(broker.Options{
 		Name:           brokerCN,
 		IdleTimeout:    o.idleTimeout,
 		MaxConnections: o.maxConns,
-		// As `broker serve`: every open connection's certificate is
-		// checked every 10 s (none is revoked here).
+		// As `broker serve` (broker/pcp.go): the CA checks the certificate
+		// again at the upgrade (a cache hit), and every open connection's
+		// every 10 s (none is revoked here).
+		VerifyPeer:  check.VerifyPeer,
 		Revocations: neverRevoked{},
 		Log:         logger,
 	})
 	if err != nil {
 		return err
 	}
-	tlsConfig := brokerTLS(cert, caCert)
+	tlsConfig := brokerTLS(cert, check)
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("the broker's listener: %w", err)
@@ -143,24 +146,28 @@ type neverRevoked struct{}
 
 func (neverRevoked) IsRevoked(*big.Int) bool { return false }
 
-// brokerTLS is the TLS configuration of `broker serve`'s PCP listener
-// (broker/pcp.go on pkg/ca's ServerTLSConfig: TLS 1.2 or later, no session
-// tickets, full-size records, revocation checked by VerifyConnection,
-// HTTP/1.1 only), except that crypto/tls itself verifies the client's
-// chain (RequireAndVerifyClientCert), so that the broker sees it verified
-// without being told how to verify: the same one chain verification per
-// new certificate.
-func brokerTLS(cert tls.Certificate, caCert *x509.Certificate) *tls.Config {
+// clientCheck checks clients' certificates against the bench CA as the
+// farm's CA does (pkg/ca.ClientCheck, with its cache of verified
+// certificates).
+func clientCheck(caCert *x509.Certificate) ca.ClientCheck {
 	pool := x509.NewCertPool()
 	pool.AddCert(caCert)
-	cc := ca.ClientCheck{
+	return ca.ClientCheck{
 		Roots:     pool,
 		Issuers:   []*x509.Certificate{caCert},
 		IsRevoked: neverRevoked{}.IsRevoked,
 		Verified:  ca.NewVerifiedCache(0),
 	}
-	conf := cc.TLSConfig(cert)
-	conf.ClientAuth = tls.RequireAndVerifyClientCert
+}
+
+// brokerTLS is the TLS configuration of `broker serve`'s PCP listener
+// (broker/pcp.go on pkg/ca's ServerTLSConfig): TLS 1.2 or later, no
+// session tickets, full-size records, a client certificate required
+// (RequireAnyClientCert) and verified by check's VerifyConnection, HTTP/1.1
+// only.
+func brokerTLS(cert tls.Certificate, check ca.ClientCheck) *tls.Config {
+	conf := check.TLSConfig(cert)
+	conf.ClientAuth = tls.RequireAnyClientCert
 	conf.NextProtos = []string{"http/1.1"}
 	return conf
 }

@@ -20,7 +20,7 @@ func TestStatusServicesReportsExtraServices(t *testing.T) {
 			t.Fatalf("status %d: %s", resp.status, resp.body)
 		}
 		var got map[string]struct {
-			State  string         `json:"state"`
+			State  string           `json:"state"`
 			Status map[string]int64 `json:"status"`
 		}
 		if err := json.Unmarshal([]byte(resp.body), &got); err != nil {

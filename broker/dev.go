@@ -197,7 +197,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	adm := adminHandler(&admin.Server{CA: authority, Nodes: store, Envs: envs, Deployer: deployer, Explainer: in, Jobs: pcp.jobs()})
+	adm := adminHandler(&admin.Server{CA: authority, Nodes: store, Envs: envs, Deployer: deployer, Explainer: in, Jobs: pcp.jobs(), Reports: store})
 	fd.Operator = adm
 	defer c.emf.start(ctx, m, os.Stderr, log)()
 	// Client certificates are optional (CA bootstrap), verified against the

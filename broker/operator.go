@@ -157,7 +157,7 @@ func (o *operatorFlags) awsClient(ctx context.Context) (*admin.Client, func(), e
 		os.RemoveAll(work)
 		return nil, nil, err
 	}
-	h := adminHandler(&admin.Server{CA: auth, Nodes: f.state, Envs: f.state, Deployer: f.deployer, Explainer: f.intake})
+	h := adminHandler(&admin.Server{CA: auth, Nodes: f.state, Envs: f.state, Deployer: f.deployer, Explainer: f.intake, Reports: f.content})
 	done := func() {
 		auth.Close()
 		os.RemoveAll(work)

@@ -56,7 +56,14 @@ type pcpBackend struct {
 	presence farm.PresenceStore
 	inbox    farm.Inbox
 	jobs     farm.RunJobStore
-	nodes    jobs.NodeLister
+	nodes    pcpNodes
+}
+
+// pcpNodes are the node records jobs read: an environment's nodes, and a
+// node's latest report (the run's report link).
+type pcpNodes interface {
+	jobs.NodeLister
+	jobs.NodeReader
 }
 
 // pcpSide is a running farm's PCP broker and job runner.
@@ -97,7 +104,7 @@ func (p *pcpFlags) open(name string, be pcpBackend, auth pcpAuthority, tlsConf *
 	conf.NextProtos = []string{"http/1.1"}
 	return &pcpSide{
 		broker: b,
-		runner: jobs.New(jobs.Config{Store: be.jobs, Presence: b, Nodes: be.nodes, Name: name, Logger: log}),
+		runner: jobs.New(jobs.Config{Store: be.jobs, Presence: b, Nodes: be.nodes, Reports: be.nodes, Name: name, Logger: log}),
 		tls:    conf, log: log,
 	}, nil
 }

@@ -165,7 +165,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	adm := adminHandler(&admin.Server{CA: authority, Nodes: state, Envs: state, Deployer: deployer, Explainer: in, Jobs: pcp.jobs()})
+	adm := adminHandler(&admin.Server{CA: authority, Nodes: state, Envs: state, Deployer: deployer, Explainer: in, Jobs: pcp.jobs(), Reports: content})
 	fd.Operator = adm
 	// The EMF lines go where the logs go: the awslogs driver ships both.
 	defer c.emf.start(ctx, m, os.Stderr, log)()

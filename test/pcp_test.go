@@ -70,6 +70,8 @@ func (a *agent) pxpAgent(t *testing.T, tools *pcpclients.Tools, f *farmProc, bro
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
+var reportLinkRE = regexp.MustCompile(`/admin/v1/reports/[0-9a-f]{64}`)
+
 var jobIDRE = regexp.MustCompile(`job (\d{8}T\d{6}Z-[0-9a-f]+)`)
 
 // runJob runs `broker job run` against f and returns its output, the job id
@@ -164,10 +166,21 @@ func TestPCPJobs(t *testing.T) {
 	if list, err := f.brokerCLI("job", "list"); err != nil || !strings.Contains(list, id) {
 		t.Errorf("job list: %v, want %s in it:\n%s", err, id, list)
 	}
-	// The reports of the job's runs reached the farm.
+	// The reports of the job's runs reached the farm, and job show links
+	// each to it: broker report prints the run's report.
+	jobOut := show(f)
 	for _, a := range connected {
 		if r := f.nodes()[a.Certname].Report; r == nil || r.Status != "changed" {
 			t.Errorf("%s's last report: %+v, want changed (the job's run)", a.Certname, r)
+		}
+		link := reportLinkRE.FindString(nodeLine(jobOut, a.Certname))
+		if link == "" {
+			t.Errorf("%s in job show has no report link:\n%s", a.Certname, jobOut)
+			continue
+		}
+		rep, err := f.brokerCLI("report", link)
+		if err != nil || !strings.Contains(rep, `"host":"`+a.Certname+`"`) && !strings.Contains(rep, `"host": "`+a.Certname+`"`) {
+			t.Errorf("broker report %s: %v, want %s's report:\n%.300s", link, err, a.Certname, rep)
 		}
 	}
 	if got := f.metric("compilefarm_pcp_messages_routed_total"); got < 6 {

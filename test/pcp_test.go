@@ -132,6 +132,7 @@ func TestPCPJobs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: real brokers, pxp-agents and puppet agents; skipped with -short")
 	}
+	t.Parallel() // with the other PCP test, after the package's serial tests: ports and directories are its own
 	tools := pcpclients.Require(t)
 	envs := copyExampleEnvs(t)
 	data := t.TempDir()
@@ -202,6 +203,7 @@ func TestPCPJobsAcrossTasks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: AWS emulators, real brokers, pxp-agents and puppet agents; skipped with -short")
 	}
+	t.Parallel()
 	tools := pcpclients.Require(t)
 	ctx := context.Background()
 	aws := startAWS(t, ctx)

@@ -27,14 +27,27 @@ type Options struct {
 	// records, and the common name of its in-process clients
 	// (pcp://<Name>/<type>).
 	Name string
-	// Presence records which task holds each client; nil means one
-	// process that delivers locally only. Inbox is required with it.
+	// Presence records which task holds each client, and which tasks are
+	// alive (each task's heartbeat record); nil means one process that
+	// delivers locally only. Inbox is required with it.
 	Presence farm.PresenceStore
 	// Inbox carries messages to the tasks holding their targets.
 	Inbox farm.Inbox
-	// PresenceTTL is how long a presence record lasts; records are
-	// refreshed every third of it (default 2 minutes).
-	PresenceTTL time.Duration
+	// TaskTTL is how long this task's heartbeat record
+	// (pcp://<Name>/compilefarm-task) lasts; it is rewritten every third of
+	// it while Run runs (default 90 s). Other tasks count this task's
+	// client records only while it is unexpired, so a task that dies
+	// without clearing its records loses its clients after at most TaskTTL
+	// (and the liveness cache's few seconds).
+	TaskTTL time.Duration
+	// ClientTTL is how long a client's presence record lasts (default 24
+	// h). A record is written when the client associates (v2: connects)
+	// and cleared when it disconnects; while it stays connected it is
+	// rewritten about every third of ClientTTL, each client at its own
+	// time, a bounded batch at a time. It only bounds how long the record
+	// of a client whose disconnection was never cleared can outlive a
+	// live task; a dead task's records are ignored at once (TaskTTL).
+	ClientTTL time.Duration
 	// VerifyPeer, when set, checks a client's certificates (leaf first)
 	// before the upgrade, for TLS configurations that only request client
 	// certificates (pkg/ca's ServerTLSConfig: give it (*ca.CA).VerifyPeer).
@@ -66,7 +79,8 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultPresenceTTL     = 2 * time.Minute
+	DefaultTaskTTL         = 90 * time.Second
+	DefaultClientTTL       = 24 * time.Hour
 	DefaultRevocationCheck = 10 * time.Second
 	DefaultIdleTimeout     = 6 * time.Minute
 	DefaultMaxConnections  = 20000
@@ -87,6 +101,10 @@ type Broker struct {
 	conns   map[*conn]struct{} // open websocket connections, associated or not
 	clients map[string]client  // associated clients by URI
 	subs    map[client][]pattern
+	due     map[string]time.Time // when each held client's presence record is next refreshed
+
+	liveMu sync.Mutex
+	live   map[string]*liveness // other tasks' liveness, for a few seconds (liveness.go)
 
 	open     atomic.Int64 // websocket connections counted against MaxConnections
 	stopping atomic.Bool
@@ -124,8 +142,11 @@ func New(o Options) (*Broker, error) {
 	if err := farm.ValidatePCPURI("pcp://" + o.Name + "/x"); err != nil {
 		return nil, fmt.Errorf("pcp broker: Options.Name %q cannot be a PCP common name", o.Name)
 	}
-	if o.PresenceTTL <= 0 {
-		o.PresenceTTL = DefaultPresenceTTL
+	if o.TaskTTL <= 0 {
+		o.TaskTTL = DefaultTaskTTL
+	}
+	if o.ClientTTL <= 0 {
+		o.ClientTTL = DefaultClientTTL
 	}
 	if o.RevocationCheck <= 0 {
 		o.RevocationCheck = DefaultRevocationCheck
@@ -152,6 +173,8 @@ func New(o Options) (*Broker, error) {
 		conns:   map[*conn]struct{}{},
 		clients: map[string]client{},
 		subs:    map[client][]pattern{},
+		due:     map[string]time.Time{},
+		live:    map[string]*liveness{},
 	}, nil
 }
 
@@ -163,6 +186,7 @@ func (b *Broker) register(c client) {
 	b.mu.Lock()
 	old := b.clients[uri]
 	b.clients[uri] = c
+	b.due[uri] = b.firstRefresh(time.Now())
 	b.mu.Unlock()
 	if old != nil && old != c {
 		b.log.Info("pcp: a new connection superseded the old one", "uri", uri, "node", c.node())
@@ -188,6 +212,7 @@ func (b *Broker) unregister(c client) {
 	held := b.clients[uri] == c
 	if held {
 		delete(b.clients, uri)
+		delete(b.due, uri)
 	}
 	b.mu.Unlock()
 	b.unsubscribe(c)
@@ -207,12 +232,12 @@ func (b *Broker) local(uri string) client {
 }
 
 // Connected reports whether a client holds uri here or, with a presence
-// store, on any task (an unexpired record).
+// store, on another task (an unexpired record of a live task).
 func (b *Broker) Connected(ctx context.Context, uri string) (bool, error) {
 	if b.local(uri) != nil {
 		return true, nil
 	}
-	if b.o.Presence == nil {
+	if b.o.Presence == nil || isTaskURI(uri) {
 		return false, nil
 	}
 	p, err := b.o.Presence.LookupPresence(ctx, uri)
@@ -222,15 +247,25 @@ func (b *Broker) Connected(ctx context.Context, uri string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("pcp broker: presence of %s: %w", uri, err)
 	}
-	return p.Task != b.o.Name, nil
+	if p.Task == b.o.Name {
+		return false, nil
+	}
+	return b.taskAlive(ctx, p.Task), nil
 }
 
-// Run does the broker's background work until ctx ends: it receives the
-// messages other tasks post to this task's inbox, refreshes presence
-// records, and closes idle connections and those whose certificate was
-// revoked. When ctx ends it closes every connection (1001 going away),
-// clears this task's presence records and inbox, and returns nil.
+// Run does the broker's background work until ctx ends: it writes this
+// task's heartbeat record first and keeps it fresh, receives the messages
+// other tasks post to this task's inbox, refreshes its clients' presence
+// records when they fall due, and closes idle connections and those whose
+// certificate was revoked. When ctx ends it clears the heartbeat, closes
+// every connection (1001 going away), clears this task's presence records
+// and inbox, and returns nil.
 func (b *Broker) Run(ctx context.Context) error {
+	if b.o.Presence != nil {
+		// Before the inbox, so that the clients that associate from now on
+		// are reachable from other tasks at once.
+		b.beat(ctx)
+	}
 	if b.o.Inbox != nil {
 		if err := b.o.Inbox.Open(ctx, b.o.Name); err != nil {
 			return fmt.Errorf("pcp broker: opening inbox %s: %w", b.o.Name, err)
@@ -241,10 +276,14 @@ func (b *Broker) Run(ctx context.Context) error {
 		bg.Add(1)
 		go func() { defer bg.Done(); b.receiveInbox(ctx) }()
 	}
+	if b.o.Presence != nil {
+		bg.Add(1)
+		go func() { defer bg.Done(); b.heartbeat(ctx) }()
+	}
 	bg.Add(1)
 	go func() { defer bg.Done(); b.sweep(ctx) }()
 	<-ctx.Done()
-	bg.Wait() // no presence refresh may follow shutdown's clearing
+	bg.Wait() // no presence refresh or heartbeat may follow shutdown's clearing
 	b.shutdown()
 	return nil
 }
@@ -252,6 +291,9 @@ func (b *Broker) Run(ctx context.Context) error {
 // shutdown closes every client and forgets this task's presence.
 func (b *Broker) shutdown() {
 	b.stopping.Store(true)
+	// The heartbeat first: other tasks stop relaying to clients that are
+	// about to go.
+	b.clearHeartbeat()
 	b.mu.RLock()
 	var all []client
 	for c := range b.conns {

@@ -112,8 +112,8 @@ func (b *Broker) associate(c *conn, m *message.Message) {
 		reason = "Message not authenticated: the sender is not a PCP URI"
 	case u.CommonName != c.cn:
 		reason = "Message not authenticated: the sender " + m.Sender + " does not match the certificate's common name " + c.cn
-	case u.ClientType == "server":
-		reason = "'server' type connections not accepted"
+	case reservedType(u.ClientType):
+		reason = "'" + u.ClientType + "' type connections not accepted"
 	case !validType(u.ClientType):
 		reason = "the client type " + u.ClientType + " is not valid"
 	case c.pathType != "" && u.ClientType != c.pathType:

@@ -16,9 +16,9 @@ import (
 // configuration verifies the certificate (RequireAndVerifyClientCert), or
 // Options.VerifyPeer does.
 // Refusals happen before the upgrade, as plain text: 401 without a
-// certificate, 403 for a revoked one, no common name or the type "server",
-// 400 for a bad client type, 503 over the connection limit or while the
-// broker shuts down.
+// certificate, 403 for a revoked one, no common name or the type "server"
+// or "compilefarm-task", 400 for a bad client type, 503 over the
+// connection limit or while the broker shuts down.
 func (b *Broker) Handler() http.Handler {
 	mux := http.NewServeMux()
 	v1 := func(w http.ResponseWriter, r *http.Request) { b.serveWS(w, r, 1, r.PathValue("type")) }
@@ -85,8 +85,8 @@ func (b *Broker) serveWS(w http.ResponseWriter, r *http.Request, version int, pa
 	case b.o.Revocations != nil && b.o.Revocations.IsRevoked(cert.SerialNumber):
 		b.refuse(w, r, http.StatusForbidden, "the client certificate is revoked", cn)
 		return
-	case pathType == "server":
-		b.refuse(w, r, http.StatusForbidden, "'server' type connections not accepted", cn)
+	case reservedType(pathType):
+		b.refuse(w, r, http.StatusForbidden, "'"+pathType+"' type connections not accepted", cn)
 		return
 	case pathType != "" && !validType(pathType):
 		b.refuse(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not a PCP client type", pathType), cn)

@@ -39,7 +39,7 @@ var ErrLocalClosed = errors.New("pcp broker: the local client is closed")
 // the drop is logged). Attaching a type already attached supersedes
 // the older Local, as for any client.
 func (b *Broker) Attach(ctx context.Context, clientType string, deliver func(*message.Message)) (*Local, error) {
-	if !validType(clientType) || clientType == "server" {
+	if !validType(clientType) || reservedType(clientType) {
 		return nil, fmt.Errorf("pcp broker: %q cannot be a client type", clientType)
 	}
 	if deliver == nil {

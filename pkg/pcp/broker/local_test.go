@@ -251,13 +251,13 @@ func TestShutdown(t *testing.T) {
 // TestSupersededAcrossTasks: a client that associates with another task
 // while this one still holds an older connection (a reconnection through
 // the load balancer) keeps its newer presence record, and the older
-// connection is closed with 4000 at the next refresh.
+// connection is closed with 4000 at its next refresh.
 func TestSupersededAcrossTasks(t *testing.T) {
 	t.Parallel()
 	pki := pcpclients.NewPKI(t)
 	store := memstore.New()
-	a := startBroker(t, pki, Options{Name: "task-a", Presence: store, Inbox: store, PresenceTTL: 300 * time.Millisecond})
-	b := startBroker(t, pki, Options{Name: "task-b", Presence: store, Inbox: store, PresenceTTL: 300 * time.Millisecond})
+	a := startBroker(t, pki, Options{Name: "task-a", Presence: store, Inbox: store, ClientTTL: 300 * time.Millisecond})
+	b := startBroker(t, pki, Options{Name: "task-b", Presence: store, Inbox: store, ClientTTL: 300 * time.Millisecond})
 	old := v1Client(t, a, "moved", "agent")
 	v1Client(t, b, "moved", "agent")
 	if ce := old.expectClose(5 * time.Second); ce.Code != CloseSuperseded {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
@@ -24,56 +23,6 @@ type relayed struct {
 	Target string `json:"target"`
 	From   string `json:"from"` // the posting task, for logs
 	Msg    []byte `json:"msg"`
-}
-
-// presenceTask returns the task a presence record names for uri, or "".
-func (b *Broker) presenceTask(uri string) string {
-	if b.o.Presence == nil {
-		return ""
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
-	p, err := b.o.Presence.LookupPresence(ctx, uri)
-	if err != nil {
-		if !errors.Is(err, farm.ErrNotFound) {
-			b.st.errors.Add(1)
-			b.log.Warn("pcp: presence lookup failed", "uri", uri, "err", err)
-		}
-		return ""
-	}
-	return p.Task
-}
-
-// maxPresencePages bounds a wildcard's walk of the presence store.
-const maxPresencePages = 1000
-
-// presenceMatching returns the unexpired presence records matching p, when
-// p names a client type (the store's index is by type).
-func (b *Broker) presenceMatching(p pattern) []farm.Presence {
-	if b.o.Presence == nil || p.typ == "*" {
-		return nil
-	}
-	q := farm.PresenceQuery{ClientType: p.typ}
-	if p.cn != "*" {
-		q.CommonName = p.cn
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
-	var out []farm.Presence
-	for range maxPresencePages {
-		page, err := b.o.Presence.QueryPresence(ctx, q)
-		if err != nil {
-			b.st.errors.Add(1)
-			b.log.Warn("pcp: presence query failed", "type", p.typ, "err", err)
-			break
-		}
-		out = append(out, page.Records...)
-		if page.Next == "" {
-			break
-		}
-		q.After = page.Next
-	}
-	return out
 }
 
 // relay posts m for d.uri to the inbox of d.task.
@@ -163,75 +112,6 @@ func (b *Broker) receiveRelayed(raw []byte) {
 	}
 	b.st.routed.Add(1)
 }
-
-// setPresence records that this task holds uri.
-func (b *Broker) setPresence(uri string) {
-	if b.o.Presence == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
-	p := farm.Presence{URI: uri, Task: b.o.Name, Expires: time.Now().Add(b.o.PresenceTTL)}
-	if err := b.o.Presence.SetPresence(ctx, p); err != nil {
-		b.st.errors.Add(1)
-		b.log.Warn("pcp: recording presence failed; other tasks cannot reach the client until the next refresh", "uri", uri, "err", err)
-	}
-}
-
-// clearPresence removes this task's record of uri.
-func (b *Broker) clearPresence(uri string) {
-	if b.o.Presence == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
-	if err := b.o.Presence.ClearPresence(ctx, uri, b.o.Name); err != nil {
-		b.st.errors.Add(1)
-		b.log.Warn("pcp: clearing presence failed; the record expires by itself", "uri", uri, "err", err)
-	}
-}
-
-// refreshPresence renews the records of every client held here. A record
-// that now names another task means the client associated there since (a
-// reconnection through the load balancer): the connection held here is
-// superseded and closed (4000), and the newer record is left alone.
-func (b *Broker) refreshPresence(ctx context.Context) {
-	if b.o.Presence == nil {
-		return
-	}
-	b.mu.RLock()
-	held := make(map[string]client, len(b.clients))
-	for uri, c := range b.clients {
-		held[uri] = c
-	}
-	b.mu.RUnlock()
-	// A store call takes milliseconds and a task holds thousands of
-	// clients: refresh several at once.
-	sem := make(chan struct{}, refreshConcurrency)
-	var wg sync.WaitGroup
-	for uri, c := range held {
-		if ctx.Err() != nil {
-			break
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if task := b.presenceTask(uri); task != "" && task != b.o.Name {
-				b.log.Info("pcp: the client associated with another task; closing this older connection", "uri", uri, "node", c.node(), "task", task)
-				c.kick(CloseSuperseded, "superseded")
-				return
-			}
-			if b.local(uri) == c {
-				b.setPresence(uri)
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-// refreshConcurrency bounds the presence store calls of one refresh.
-const refreshConcurrency = 32
 
 // relayedRemembered is how many relayed deliveries (target and message id)
 // a task remembers to drop the inbox's duplicates.

@@ -6,14 +6,14 @@ import (
 )
 
 // sweep closes idle connections and those whose certificate was revoked,
-// and refreshes presence records, until ctx ends.
+// and refreshes the presence records that are due, until ctx ends.
 func (b *Broker) sweep(ctx context.Context) {
 	idleEvery := min(max(b.o.IdleTimeout/10, 10*time.Millisecond), 30*time.Second)
 	idle := time.NewTicker(idleEvery)
 	defer idle.Stop()
 	revoked := time.NewTicker(b.o.RevocationCheck)
 	defer revoked.Stop()
-	presence := time.NewTicker(b.o.PresenceTTL / 3)
+	presence := time.NewTicker(b.refreshCheck())
 	defer presence.Stop()
 	// A refresh runs beside the sweeps; the next waits for it to end.
 	refreshing := make(chan struct{}, 1)
@@ -31,7 +31,7 @@ func (b *Broker) sweep(ctx context.Context) {
 			case refreshing <- struct{}{}:
 				go func() {
 					defer func() { <-refreshing }()
-					b.refreshPresence(ctx)
+					b.refreshDue(ctx, time.Now())
 				}()
 			default: // the previous refresh is still going
 			}

@@ -117,16 +117,35 @@ func (s *pcpSide) run(ctx context.Context) {
 		s.log.Error("attach the job runner to the PCP broker; jobs cannot run", "err", err)
 	} else {
 		s.runner.SetMessenger(local)
-		go func() {
-			if err := s.runner.Resume(ctx); err != nil {
-				s.log.Error("resume the jobs of earlier runs", "err", err)
-			}
-		}()
+		go s.adopt(ctx)
 	}
 	if err := s.broker.Run(ctx); err != nil {
 		s.log.Error("PCP broker stopped", "err", err)
 	}
 	s.runner.Close()
+}
+
+// adoptEvery is how often a task looks for jobs no runner runs any more:
+// the runner's StaleAfter, after which a job of a task that died may be
+// taken over (its replacement has another name, so it finds the job stale
+// only after a while, not at its start).
+const adoptEvery = 2 * time.Minute
+
+// adopt resumes this task's interrupted jobs at start, then takes over the
+// jobs of tasks that stopped, until ctx ends.
+func (s *pcpSide) adopt(ctx context.Context) {
+	t := time.NewTicker(adoptEvery)
+	defer t.Stop()
+	for {
+		if err := s.runner.Resume(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("resume jobs that no runner runs", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // status is the broker's entry in /status/v1/services.

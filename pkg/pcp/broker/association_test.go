@@ -34,6 +34,8 @@ func TestAssociation(t *testing.T) {
 		{"without the trailing slash", "/pcp", "node3", "pcp://node3/agent", ""},
 		{"sender is not the certificate", "/pcp/", "node4", "pcp://other/agent", "Message not authenticated"},
 		{"type server", "/pcp/", "node5", "pcp://node5/server", "'server' type connections not accepted"},
+		{"type compilefarm-task", "/pcp/", "node7", "pcp://node7/compilefarm-task", "'compilefarm-task' type connections not accepted"},
+		{"the broker's own heartbeat URI", "/pcp/", "broker1", "pcp://broker1/compilefarm-task", "'compilefarm-task' type connections not accepted"},
 		{"type differs from the path's", "/pcp/agent", "node6", "pcp://node6/controller", "is not the one this connection named"},
 	}
 	for _, tt := range tests {
@@ -139,6 +141,8 @@ func TestRefusedBeforeUpgrade(t *testing.T) {
 		{"revoked", "/pcp/", cert("node", 666), http.StatusForbidden, "revoked"},
 		{"v2 type server", "/pcp2/server", cert("node", 1), http.StatusForbidden, "'server' type"},
 		{"v1 type server", "/pcp/server", cert("node", 1), http.StatusForbidden, "'server' type"},
+		{"v2 type compilefarm-task", "/pcp2/compilefarm-task", cert("node", 1), http.StatusForbidden, "'compilefarm-task' type"},
+		{"v1 type compilefarm-task", "/pcp/compilefarm-task", cert("node", 1), http.StatusForbidden, "'compilefarm-task' type"},
 		{"v2 without type", "/pcp2/", cert("node", 1), http.StatusBadRequest, "/pcp2/<client type>"},
 		{"not a websocket", "/pcp/", cert("node", 1), http.StatusBadRequest, ""},
 		{"unknown path", "/other", cert("node", 1), http.StatusNotFound, ""},

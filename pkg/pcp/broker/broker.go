@@ -268,6 +268,11 @@ func (b *Broker) Run(ctx context.Context) error {
 	}
 	if b.o.Inbox != nil {
 		if err := b.o.Inbox.Open(ctx, b.o.Name); err != nil {
+			if ctx.Err() != nil { // stopped as it started
+				b.shutdown()
+				return nil
+			}
+			b.clearHeartbeat()
 			return fmt.Errorf("pcp broker: opening inbox %s: %w", b.o.Name, err)
 		}
 	}

@@ -15,4 +15,17 @@
 // certificate was revoked. Each connection has its own reader and writer
 // goroutines and a bounded write queue: a client that does not read is
 // disconnected, never allowed to hold up routing.
+//
+// Across tasks, presence costs little per client: a client's record
+// (pcp://<cn>/<type> → task) is written when it associates, cleared when it
+// disconnects, and rewritten only every third of Options.ClientTTL (8 h by
+// default), each client at its own time. What keeps the records honest is
+// one heartbeat record per task, pcp://<task>/compilefarm-task, rewritten
+// every third of Options.TaskTTL (30 s): a client record counts — for
+// routing, Connected, wildcards and inventory — only while the heartbeat
+// of the task it names is unexpired, so the clients of a task that died
+// without clearing its records are "not connected" within TaskTTL. A
+// task's liveness is cached for 5 s (a third of TaskTTL if less), so a
+// burst of messages to one task's clients reads its heartbeat once. The
+// type "compilefarm-task" is reserved like "server".
 package broker

@@ -14,11 +14,15 @@ import (
 // it, and no message reaches it.
 const TaskClientType = "compilefarm-task"
 
-// How long a task's liveness is believed, and how many tasks' are kept.
+// How long a task's liveness is believed (never longer than a third of
+// TaskTTL: see liveFor), and how many tasks' are kept.
 const (
-	liveFor = 5 * time.Second
-	maxLive = 1024
+	maxLiveFor = 5 * time.Second
+	maxLive    = 1024
 )
+
+// liveFor is how long a task's liveness is believed.
+func (b *Broker) liveFor() time.Duration { return min(maxLiveFor, b.o.TaskTTL/3) }
 
 // taskURI is the URI of task's heartbeat record.
 func taskURI(task string) string { return "pcp://" + task + "/" + TaskClientType }
@@ -79,8 +83,8 @@ type liveness struct {
 }
 
 // taskAlive reports whether task's heartbeat record is unexpired (this
-// task is alive while it runs): one LookupPresence per task every liveFor
-// at most, however many callers ask at once. A failed lookup counts as
+// task is alive while it runs): one LookupPresence per task every 5 s
+// (a third of TaskTTL if less) at most, however many callers ask at once. A failed lookup counts as
 // alive, uncached: the inbox then tells whether the task is gone.
 func (b *Broker) taskAlive(ctx context.Context, task string) bool {
 	return b.taskAliveAt(ctx, task, time.Now())
@@ -118,7 +122,7 @@ func (b *Broker) taskAliveAt(ctx context.Context, task string, now time.Time) bo
 	alive, ok := b.lookupTask(ctx, task)
 	e.alive = alive
 	if ok {
-		e.until = now.Add(liveFor)
+		e.until = now.Add(b.liveFor())
 	}
 	close(e.ready)
 	return alive

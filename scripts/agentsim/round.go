@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/compilefarm/compilefarm/internal/brokermetrics"
 	"github.com/compilefarm/compilefarm/internal/latency"
+	"github.com/compilefarm/compilefarm/internal/procstat"
 )
 
 // Round is what one round of runs measured: a herd, a steady period, or
@@ -105,7 +105,7 @@ func (m *monitor) measure(ctx context.Context, r *Round, expected int, fn func(r
 			pidOK = false
 		}
 	}
-	self0, _ := readStat(os.Getpid())
+	self0, _ := procstat.ReadStat(0)
 	rss := Triple{Before: float64(b0.rss), Peak: float64(b0.rss)}
 	fds := Triple{Before: float64(b0.fds), Peak: float64(b0.fds)}
 
@@ -148,8 +148,8 @@ func (m *monitor) measure(ctx context.Context, r *Round, expected int, fn func(r
 	close(stop)
 	<-sampled
 	rs.fill(r)
-	self1, _ := readStat(os.Getpid())
-	r.SimCPUSeconds = round2(self1.cpu - self0.cpu)
+	self1, _ := procstat.ReadStat(0)
+	r.SimCPUSeconds = round2(self1.CPU - self0.CPU)
 
 	after, err := brokermetrics.Scrape(context.WithoutCancel(ctx), m.metricsURL)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/internal/latency"
+	"github.com/compilefarm/compilefarm/internal/procstat"
 )
 
 // runOptions are `pcpbench run`'s flags.
@@ -43,11 +44,17 @@ type phaseCPU struct {
 	Others float64
 }
 
+// mark is the CPU times now; one /proc cannot give is 0.
 func mark(brokerPID int) cpuMark {
-	m := cpuMark{at: time.Now(), busy: machineBusy()}
-	m.self, _ = cpuSeconds(0)
+	m := cpuMark{at: time.Now()}
+	m.busy, _ = procstat.MachineBusy()
+	if st, err := procstat.ReadStat(0); err == nil {
+		m.self = st.CPU
+	}
 	if brokerPID != 0 {
-		m.broker, _ = cpuSeconds(brokerPID)
+		if st, err := procstat.ReadStat(brokerPID); err == nil {
+			m.broker = st.CPU
+		}
 	}
 	return m
 }
@@ -110,10 +117,10 @@ type procSample struct {
 func sampleBroker(ctx context.Context, p *brokerProc) (procSample, error) {
 	var s procSample
 	var err error
-	if s.RSS, err = residentBytes(p.pid); err != nil {
+	if s.RSS, err = procstat.ResidentBytes(p.pid); err != nil {
 		return s, err
 	}
-	s.FDs, _ = openFDs(p.pid)
+	s.FDs, _ = procstat.OpenFDs(p.pid)
 	st, err := p.stats(ctx, true)
 	if err != nil {
 		return s, err

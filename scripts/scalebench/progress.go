@@ -3,12 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/compilefarm/compilefarm/internal/procstat"
 )
 
 // progress writes what the benchmark is doing to stderr, each line with
@@ -118,21 +117,8 @@ func heapMB() float64 {
 	return float64(ms.HeapAlloc) / (1 << 20)
 }
 
-// rssMB is the process's resident set (VmRSS of /proc/self/status); 0
-// where there is no /proc.
+// rssMB is the process's resident set in MiB; 0 where there is no /proc.
 func rssMB() float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(rest)
-			if len(f) > 0 {
-				kb, _ := strconv.ParseFloat(f[0], 64)
-				return kb / 1024
-			}
-		}
-	}
-	return 0
+	b, _ := procstat.ResidentBytes(0)
+	return float64(b) / (1 << 20)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io/fs"
 	"math"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/compilefarm/compilefarm/internal/procstat"
 )
 
 // fmtInt writes n with thousands separators: 100,000.
@@ -145,52 +146,39 @@ type machine struct {
 	Storage  storage `json:"storage"`
 }
 
-// cpuModel is the first "model name" of /proc/cpuinfo.
+// cpuModel is the machine's CPU model, or "unknown".
 func cpuModel() string {
-	return procField("/proc/cpuinfo", "model name", ":")
+	model, err := procstat.CPUModel()
+	if err != nil {
+		return "unknown"
+	}
+	return model
 }
 
-// memGiB is MemTotal of /proc/meminfo in GiB.
+// memGiB is the machine's memory in GiB, to a tenth; 0 when unknown.
 func memGiB() float64 {
-	v := procField("/proc/meminfo", "MemTotal", ":")
-	kb, _ := strconv.ParseFloat(strings.TrimSuffix(v, " kB"), 64)
-	return math.Round(kb/1048576*10) / 10
+	b, _ := procstat.MemTotal()
+	return math.Round(float64(b)/(1<<30)*10) / 10
 }
 
+// loadAvg is the machine's load average over 1, 5 and 15 minutes, or
+// "unknown".
 func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
+	load, err := procstat.LoadAverage()
 	if err != nil {
 		return "unknown"
 	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
+	return load
 }
 
+// kernel names the operating system: "Linux" and the kernel's release, or
+// "unknown".
 func kernel() string {
-	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	rel, err := procstat.KernelRelease()
 	if err != nil {
 		return "unknown"
 	}
-	return "Linux " + strings.TrimSpace(string(b))
-}
-
-func procField(path, key, sep string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return "unknown"
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), sep)
-		if ok && strings.TrimSpace(k) == key {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown"
+	return "Linux " + rel
 }
 
 // storage describes where the stores wrote: the work directory's file

@@ -179,8 +179,8 @@ func New(o Options) (*Broker, error) {
 }
 
 // register makes c the holder of its URI, closing the client that held it
-// before (4000 superseded), records its presence and tells inventory
-// subscribers.
+// before (4000 superseded) here or on another task (claimPresence), records
+// its presence and tells inventory subscribers.
 func (b *Broker) register(c client) {
 	uri := c.URI()
 	b.mu.Lock()
@@ -199,7 +199,7 @@ func (b *Broker) register(c client) {
 	if old != nil && old != c {
 		b.st.associated.Add(-1)
 	}
-	b.setPresence(uri)
+	b.claimPresence(uri)
 }
 
 // unregister forgets c if it still holds its URI.

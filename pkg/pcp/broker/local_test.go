@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/compilefarm/compilefarm/internal/pcpclients"
+	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/memstore"
 	"github.com/compilefarm/compilefarm/pkg/pcp/message"
 )
@@ -198,20 +200,37 @@ func TestMultiTask(t *testing.T) {
 	}
 }
 
-// TestMultiTaskGoneTask: a presence record that names a task whose inbox
-// is closed (the task ended without clearing it) gives "not connected".
+// TestMultiTaskGoneTask: a presence record that names a task that ended
+// without clearing it gives "not connected": its heartbeat is gone, or
+// (not yet expired) its inbox is closed.
 func TestMultiTaskGoneTask(t *testing.T) {
 	t.Parallel()
 	store := memstore.New()
 	tb := startBroker(t, pcpclients.NewPKI(t), Options{Name: "task-a", Presence: store, Inbox: store})
 	ctx := context.Background()
-	if err := store.SetPresence(ctx, presence("pcp://ghost/agent", "task-gone")); err != nil {
-		t.Fatal(err)
-	}
 	ctl := v1Client(t, tb, "ctl", "controller")
-	ctl.sendMsg(&message.Message{ID: newID(), MessageType: rpcRequest, Sender: ctl.uri, Targets: []string{"pcp://ghost/agent"}, Data: []byte(`{}`)})
-	if m := ctl.read(); m.MessageType != msgError || !strings.Contains(string(m.Data), "not connected") {
-		t.Fatalf("got %s %s", m.MessageType, m.Data)
+	for _, tt := range []struct {
+		name, task string
+		heartbeat  bool
+	}{
+		{"no heartbeat", "task-gone", false},
+		{"heartbeat but no inbox", "task-closed", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			uri := "pcp://ghost-" + tt.task + "/agent"
+			if tt.heartbeat {
+				if err := store.SetPresence(ctx, presence(taskURI(tt.task), tt.task)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := store.SetPresence(ctx, presence(uri, tt.task)); err != nil {
+				t.Fatal(err)
+			}
+			ctl.sendMsg(&message.Message{ID: newID(), MessageType: rpcRequest, Sender: ctl.uri, Targets: []string{uri}, Data: []byte(`{}`)})
+			if m := ctl.read(); m.MessageType != msgError || !strings.Contains(string(m.Data), "not connected: "+uri) {
+				t.Fatalf("got %s %s", m.MessageType, m.Data)
+			}
+		})
 	}
 }
 
@@ -251,22 +270,65 @@ func TestShutdown(t *testing.T) {
 // TestSupersededAcrossTasks: a client that associates with another task
 // while this one still holds an older connection (a reconnection through
 // the load balancer) keeps its newer presence record, and the older
-// connection is closed with 4000 at its next refresh.
+// connection is closed with 4000: at once when the new task tells the old
+// one, else at the record's next refresh. A record of a dead task is taken
+// back at the refresh instead.
 func TestSupersededAcrossTasks(t *testing.T) {
 	t.Parallel()
 	pki := pcpclients.NewPKI(t)
-	store := memstore.New()
-	a := startBroker(t, pki, Options{Name: "task-a", Presence: store, Inbox: store, ClientTTL: 300 * time.Millisecond})
-	b := startBroker(t, pki, Options{Name: "task-b", Presence: store, Inbox: store, ClientTTL: 300 * time.Millisecond})
-	old := v1Client(t, a, "moved", "agent")
-	v1Client(t, b, "moved", "agent")
-	if ce := old.expectClose(5 * time.Second); ce.Code != CloseSuperseded {
-		t.Fatalf("the older connection closed with %d %q", ce.Code, ce.Text)
+	tests := []struct {
+		name      string
+		clientTTL time.Duration // of task a
+		// elsewhere makes the newer association, with the store task a
+		// uses, and returns the task it names.
+		elsewhere  func(t *testing.T, store *memstore.Store, uri string) string
+		superseded bool
+	}{
+		{"told by the new task", 0, func(t *testing.T, store *memstore.Store, uri string) string {
+			b := startBroker(t, pki, Options{Name: "task-b", Presence: store, Inbox: store})
+			v1Client(t, b, strings.TrimSuffix(strings.TrimPrefix(uri, "pcp://"), "/agent"), "agent")
+			return "task-b"
+		}, true},
+		{"at the next refresh", 300 * time.Millisecond, func(t *testing.T, store *memstore.Store, uri string) string {
+			writePresence(t, store, presence(taskURI("task-c"), "task-c"))
+			writePresence(t, store, presence(uri, "task-c"))
+			return "task-c"
+		}, true},
+		{"a dead task's record", 300 * time.Millisecond, func(t *testing.T, store *memstore.Store, uri string) string {
+			writePresence(t, store, presence(uri, "task-dead"))
+			return "task-a"
+		}, false},
 	}
-	time.Sleep(300 * time.Millisecond) // a few refreshes of task b
-	p, err := store.LookupPresence(context.Background(), "pcp://moved/agent")
-	if err != nil || p.Task != "task-b" {
-		t.Fatalf("presence %+v %v", p, err)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			store := memstore.New()
+			a := startBroker(t, pki, Options{Name: "task-a", Presence: store, Inbox: store, ClientTTL: tt.clientTTL})
+			cn := fmt.Sprintf("moved%d", i)
+			uri := "pcp://" + cn + "/agent"
+			old := v1Client(t, a, cn, "agent")
+			want := tt.elsewhere(t, store, uri)
+			if tt.superseded {
+				if ce := old.expectClose(5 * time.Second); ce.Code != CloseSuperseded {
+					t.Fatalf("the older connection closed with %d %q", ce.Code, ce.Text)
+				}
+				time.Sleep(300 * time.Millisecond) // a few refreshes of task a
+			}
+			waitFor(t, "the record of "+want, func() bool {
+				p, err := store.LookupPresence(context.Background(), uri)
+				return err == nil && p.Task == want
+			})
+			if !tt.superseded && a.local(uri) == nil {
+				t.Fatal("the connection was closed")
+			}
+		})
+	}
+}
+
+func writePresence(t *testing.T, store *memstore.Store, p farm.Presence) {
+	t.Helper()
+	if err := store.SetPresence(context.Background(), p); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"sync"
@@ -106,6 +107,47 @@ func (b *Broker) setPresence(uri string) {
 		b.st.errors.Add(1)
 		b.log.Warn("pcp: recording presence failed; other tasks cannot reach the client until its next refresh or reconnection", "uri", uri, "task", b.o.Name, "err", err)
 	}
+}
+
+// claimPresence records that this task holds uri, which a client just
+// took. When the record it replaces names another live task, that task
+// is told (through its inbox) to close its older connection at once
+// rather than at that record's next refresh.
+func (b *Broker) claimPresence(uri string) {
+	if b.o.Presence == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	old, err := b.o.Presence.LookupPresence(ctx, uri)
+	b.setPresence(uri)
+	if err != nil || old.Task == b.o.Name || !b.taskAlive(ctx, old.Task) {
+		return
+	}
+	body, err := json.Marshal(relayed{Target: uri, From: b.o.Name, Superseded: true})
+	if err == nil {
+		err = b.o.Inbox.Post(ctx, old.Task, body)
+	}
+	if err != nil && !errors.Is(err, farm.ErrNotFound) {
+		b.log.Info("pcp: could not tell the task that held the client before; it closes that connection at its next refresh", "uri", uri, "task", old.Task, "err", err)
+	}
+}
+
+// supersededElsewhere closes the client holding uri here when its record
+// now names another live task, as that task said (claimPresence).
+func (b *Broker) supersededElsewhere(uri, task string) {
+	c := b.local(uri)
+	if c == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	p, err := b.o.Presence.LookupPresence(ctx, uri)
+	if err != nil || p.Task == b.o.Name || !b.taskAlive(ctx, p.Task) || b.local(uri) != c {
+		return // reconnected here since, or gone
+	}
+	b.log.Info("pcp: the client associated with another task; closing this older connection", "uri", uri, "node", c.node(), "task", p.Task, "told_by", task)
+	c.kick(CloseSuperseded, "superseded")
 }
 
 // clearPresence removes this task's record of uri.

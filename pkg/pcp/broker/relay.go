@@ -18,11 +18,14 @@ const storeTimeout = 10 * time.Second
 var errGone = errors.New("the target's task is gone")
 
 // relayed is what one task posts to another's inbox: a message for one
-// target it holds, in the v1 encoding (which keeps every field).
+// target it holds, in the v1 encoding (which keeps every field), or the
+// notice that Target associated with the posting task (Superseded, no
+// Msg).
 type relayed struct {
-	Target string `json:"target"`
-	From   string `json:"from"` // the posting task, for logs
-	Msg    []byte `json:"msg"`
+	Target     string `json:"target"`
+	From       string `json:"from"` // the posting task
+	Msg        []byte `json:"msg,omitempty"`
+	Superseded bool   `json:"superseded,omitempty"`
 }
 
 // relay posts m for d.uri to the inbox of d.task.
@@ -81,6 +84,10 @@ func (b *Broker) receiveRelayed(raw []byte) {
 	if err := json.Unmarshal(raw, &r); err != nil {
 		b.st.errors.Add(1)
 		b.log.Warn("pcp: dropping an inbox message that does not decode", "err", err)
+		return
+	}
+	if r.Superseded {
+		b.supersededElsewhere(r.Target, r.From)
 		return
 	}
 	m, err := b.codec.DecodeV1(r.Msg)

@@ -146,52 +146,29 @@ func (p *brokerProc) stats(ctx context.Context, gc bool) (brokerStats, error) {
 	if gc {
 		u += "?gc=1"
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return st, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("%s: %s", u, resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return st, fmt.Errorf("%s: %w", u, err)
-	}
-	return st, nil
+	err := statusRequest(ctx, http.MethodGet, u, func(body io.Reader) error {
+		if err := json.NewDecoder(body).Decode(&st); err != nil {
+			return fmt.Errorf("%s: %w", u, err)
+		}
+		return nil
+	})
+	return st, err
 }
 
 // profile saves the broker's profile NAME (heap, goroutine, ...) to path.
 func (p *brokerProc) profile(ctx context.Context, name, path string) error {
 	u := strings.TrimSuffix(p.statusURL, "/stats") + "/debug/pprof/" + name
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", u, resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return statusRequest(ctx, http.MethodGet, u, func(body io.Reader) error {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(f, body); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	})
 }
 
 // cpuProfile starts (a CPU profile into the broker's --profile-dir, named
@@ -201,9 +178,17 @@ func (p *brokerProc) cpuProfile(ctx context.Context, start bool, name string) er
 	if start {
 		u = strings.TrimSuffix(p.statusURL, "/stats") + "/cpuprofile/start?name=" + url.QueryEscape(name)
 	}
+	return statusRequest(ctx, http.MethodPost, u, nil)
+}
+
+// statusRequest makes a method request to the broker's status server at u
+// and hands the body of its 200 answer to read (nil: not read), all within
+// 30 seconds. Another answer is an error with its status and the start of
+// its body.
+func statusRequest(ctx context.Context, method, u string, read func(body io.Reader) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
 		return err
 	}
@@ -214,7 +199,13 @@ func (p *brokerProc) cpuProfile(ctx context.Context, start bool, name string) er
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return fmt.Errorf("%s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
+		if msg := strings.TrimSpace(string(body)); msg != "" {
+			return fmt.Errorf("%s: %s: %s", u, resp.Status, msg)
+		}
+		return fmt.Errorf("%s: %s", u, resp.Status)
 	}
-	return nil
+	if read == nil {
+		return nil
+	}
+	return read(resp.Body)
 }

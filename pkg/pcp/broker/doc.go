@@ -26,6 +26,8 @@
 // of the task it names is unexpired, so the clients of a task that died
 // without clearing its records are "not connected" within TaskTTL. A
 // task's liveness is cached for 5 s (a third of TaskTTL if less), so a
-// burst of messages to one task's clients reads its heartbeat once. The
-// type "compilefarm-task" is reserved like "server".
+// burst of messages to one task's clients reads its heartbeat once. A
+// task that takes a client from another live task tells it through its
+// inbox, and that task closes its older connection (4000). The type
+// "compilefarm-task" is reserved like "server".
 package broker

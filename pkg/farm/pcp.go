@@ -379,3 +379,86 @@ func (q RunJobNodeQuery) Validate() error {
 
 // PageSize is the query's Limit with the default applied.
 func (q RunJobNodeQuery) PageSize() int { return pageSize(q.Limit) }
+
+// QueuedNode is the record CreateJob stores for node of j: queued, as of
+// the job's creation.
+func (j *RunJob) QueuedNode(node string) RunJobNode {
+	return RunJobNode{Job: j.ID, Node: node, State: JobNodeQueued, Updated: j.Created}
+}
+
+// The checks every RunJobStore method makes before it reaches its backend,
+// so that each driver refuses the same calls in the same words: ctx's
+// error once it is done, ErrInvalid for arguments the contract refuses.
+
+// CheckCreateJob checks a CreateJob of job and nodes: RunJob.Validate and
+// ValidateJobNodes.
+func CheckCreateJob(ctx context.Context, job *RunJob, nodes []string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("create job %s: %w", job.ID, err)
+	}
+	if err := job.Validate(); err != nil {
+		return fmt.Errorf("create job: %w", err)
+	}
+	if err := ValidateJobNodes(nodes); err != nil {
+		return fmt.Errorf("create job %s: %w", job.ID, err)
+	}
+	return nil
+}
+
+// CheckGetJob checks a GetJob of id (ValidateJobID).
+func CheckGetJob(ctx context.Context, id string) error {
+	return checkJobID(ctx, "get job", id)
+}
+
+// CheckUpdateJob checks an UpdateJob of id (ValidateJobID).
+func CheckUpdateJob(ctx context.Context, id string) error {
+	return checkJobID(ctx, "update job", id)
+}
+
+func checkJobID(ctx context.Context, op, id string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s %s: %w", op, id, err)
+	}
+	if err := ValidateJobID(id); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return nil
+}
+
+// CheckUpdateJobNode checks an UpdateJobNode of node in job id
+// (ValidateJobID, ValidateCertname).
+func CheckUpdateJobNode(ctx context.Context, id, node string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("update node %s of job %s: %w", node, id, err)
+	}
+	if err := ValidateJobID(id); err != nil {
+		return fmt.Errorf("update job node: %w", err)
+	}
+	if err := ValidateCertname(node); err != nil {
+		return fmt.Errorf("update node of job %s: %w", id, err)
+	}
+	return nil
+}
+
+// CheckListJobs checks a ListJobs of q (RunJobQuery.Validate); whether
+// q.After is a Next of the driver's is the driver's to check.
+func CheckListJobs(ctx context.Context, q RunJobQuery) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("list jobs: %w", err)
+	}
+	if err := q.Validate(); err != nil {
+		return fmt.Errorf("list jobs: %w", err)
+	}
+	return nil
+}
+
+// CheckListJobNodes checks a ListJobNodes of q (RunJobNodeQuery.Validate).
+func CheckListJobNodes(ctx context.Context, q RunJobNodeQuery) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("list nodes of job %s: %w", q.Job, err)
+	}
+	if err := q.Validate(); err != nil {
+		return fmt.Errorf("list job nodes: %w", err)
+	}
+	return nil
+}

@@ -40,14 +40,8 @@ var jobCreatedKeyRE = regexp.MustCompile(`^[0-9a-f]{16}[0-9A-Za-z][0-9A-Za-z_-]{
 // CreateJob stores job, its index entry and its queued nodes in one write
 // transaction.
 func (s *Store) CreateJob(ctx context.Context, job farm.RunJob, nodes []string) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("create job %s: %w", job.ID, err)
-	}
-	if err := job.Validate(); err != nil {
-		return fmt.Errorf("create job: %w", err)
-	}
-	if err := farm.ValidateJobNodes(nodes); err != nil {
-		return fmt.Errorf("create job %s: %w", job.ID, err)
+	if err := farm.CheckCreateJob(ctx, &job, nodes); err != nil {
+		return err
 	}
 	v, err := json.Marshal(job)
 	if err != nil {
@@ -74,7 +68,7 @@ func (s *Store) CreateJob(ctx context.Context, job farm.RunJob, nodes []string) 
 			return err
 		}
 		for _, n := range nodes {
-			nv, err := json.Marshal(farm.RunJobNode{Job: job.ID, Node: n, State: farm.JobNodeQueued, Updated: job.Created})
+			nv, err := json.Marshal(job.QueuedNode(n))
 			if err != nil {
 				return fmt.Errorf("encode node %s: %v: %w", n, err, farm.ErrInvalid)
 			}
@@ -95,11 +89,8 @@ func (s *Store) CreateJob(ctx context.Context, job farm.RunJob, nodes []string) 
 
 // GetJob returns the record of job id.
 func (s *Store) GetJob(ctx context.Context, id string) (farm.RunJob, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.RunJob{}, fmt.Errorf("get job %s: %w", id, err)
-	}
-	if err := farm.ValidateJobID(id); err != nil {
-		return farm.RunJob{}, fmt.Errorf("get job: %w", err)
+	if err := farm.CheckGetJob(ctx, id); err != nil {
+		return farm.RunJob{}, err
 	}
 	var j farm.RunJob
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -125,11 +116,8 @@ func (s *Store) GetJob(ctx context.Context, id string) (farm.RunJob, error) {
 // runs while the database is locked for writing, so it must be quick and
 // must not call back into the store.
 func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*farm.RunJob) error) (farm.RunJob, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.RunJob{}, fmt.Errorf("update job %s: %w", id, err)
-	}
-	if err := farm.ValidateJobID(id); err != nil {
-		return farm.RunJob{}, fmt.Errorf("update job: %w", err)
+	if err := farm.CheckUpdateJob(ctx, id); err != nil {
+		return farm.RunJob{}, err
 	}
 	var (
 		out   farm.RunJob
@@ -176,14 +164,8 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*farm.RunJob) 
 // UpdateJobNode runs fn on node's record in job id inside one bbolt write
 // transaction, as UpdateJob.
 func (s *Store) UpdateJobNode(ctx context.Context, id, node string, fn func(*farm.RunJobNode) error) (farm.RunJobNode, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.RunJobNode{}, fmt.Errorf("update node %s of job %s: %w", node, id, err)
-	}
-	if err := farm.ValidateJobID(id); err != nil {
-		return farm.RunJobNode{}, fmt.Errorf("update job node: %w", err)
-	}
-	if err := farm.ValidateCertname(node); err != nil {
-		return farm.RunJobNode{}, fmt.Errorf("update node of job %s: %w", id, err)
+	if err := farm.CheckUpdateJobNode(ctx, id, node); err != nil {
+		return farm.RunJobNode{}, err
 	}
 	var (
 		out   farm.RunJobNode
@@ -238,11 +220,8 @@ func jobNodes(tx *bolt.Tx, id string) *bolt.Bucket {
 // ListJobs walks run_jobs_by_created backwards from q.After and reads one
 // record per job returned, in one read transaction.
 func (s *Store) ListJobs(ctx context.Context, q farm.RunJobQuery) (farm.RunJobPage, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.RunJobPage{}, fmt.Errorf("list jobs: %w", err)
-	}
-	if err := q.Validate(); err != nil {
-		return farm.RunJobPage{}, fmt.Errorf("list jobs: %w", err)
+	if err := farm.CheckListJobs(ctx, q); err != nil {
+		return farm.RunJobPage{}, err
 	}
 	if q.After != "" && !jobCreatedKeyRE.MatchString(q.After) {
 		return farm.RunJobPage{}, fmt.Errorf("list jobs: after %q is not the Next of a page: %w", q.After, farm.ErrInvalid)
@@ -291,11 +270,8 @@ func (s *Store) ListJobs(ctx context.Context, q farm.RunJobQuery) (farm.RunJobPa
 // ListJobNodes reads the job's node bucket from q.After on, in one read
 // transaction.
 func (s *Store) ListJobNodes(ctx context.Context, q farm.RunJobNodeQuery) (farm.RunJobNodePage, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.RunJobNodePage{}, fmt.Errorf("list nodes of job %s: %w", q.Job, err)
-	}
-	if err := q.Validate(); err != nil {
-		return farm.RunJobNodePage{}, fmt.Errorf("list job nodes: %w", err)
+	if err := farm.CheckListJobNodes(ctx, q); err != nil {
+		return farm.RunJobNodePage{}, err
 	}
 	page := farm.RunJobNodePage{Nodes: []farm.RunJobNode{}}
 	err := s.db.View(func(tx *bolt.Tx) error {

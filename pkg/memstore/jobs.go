@@ -57,14 +57,8 @@ func parseJobCursor(after string) (farm.RunJob, error) {
 
 // CreateJob stores job and its queued nodes at once.
 func (s *Store) CreateJob(ctx context.Context, job farm.RunJob, nodes []string) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("create job %s: %w", job.ID, err)
-	}
-	if err := job.Validate(); err != nil {
-		return fmt.Errorf("create job: %w", err)
-	}
-	if err := farm.ValidateJobNodes(nodes); err != nil {
-		return fmt.Errorf("create job %s: %w", job.ID, err)
+	if err := farm.CheckCreateJob(ctx, &job, nodes); err != nil {
+		return err
 	}
 	b, err := json.Marshal(job)
 	if err != nil {
@@ -72,7 +66,7 @@ func (s *Store) CreateJob(ctx context.Context, job farm.RunJob, nodes []string) 
 	}
 	nm := make(map[string][]byte, len(nodes))
 	for _, n := range nodes {
-		nb, err := json.Marshal(farm.RunJobNode{Job: job.ID, Node: n, State: farm.JobNodeQueued, Updated: job.Created})
+		nb, err := json.Marshal(job.QueuedNode(n))
 		if err != nil {
 			return fmt.Errorf("create job %s: encode node %s: %v: %w", job.ID, n, err, farm.ErrInvalid)
 		}
@@ -95,11 +89,8 @@ func (s *Store) CreateJob(ctx context.Context, job farm.RunJob, nodes []string) 
 
 // GetJob returns the record of job id.
 func (s *Store) GetJob(ctx context.Context, id string) (farm.RunJob, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.RunJob{}, fmt.Errorf("get job %s: %w", id, err)
-	}
-	if err := farm.ValidateJobID(id); err != nil {
-		return farm.RunJob{}, fmt.Errorf("get job: %w", err)
+	if err := farm.CheckGetJob(ctx, id); err != nil {
+		return farm.RunJob{}, err
 	}
 	js := &s.jobs
 	js.mu.RLock()
@@ -115,11 +106,8 @@ func (s *Store) GetJob(ctx context.Context, id string) (farm.RunJob, error) {
 // and stores the result unless fn fails; fn must not call back into the
 // store.
 func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*farm.RunJob) error) (farm.RunJob, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.RunJob{}, fmt.Errorf("update job %s: %w", id, err)
-	}
-	if err := farm.ValidateJobID(id); err != nil {
-		return farm.RunJob{}, fmt.Errorf("update job: %w", err)
+	if err := farm.CheckUpdateJob(ctx, id); err != nil {
+		return farm.RunJob{}, err
 	}
 	js := &s.jobs
 	js.mu.Lock()
@@ -147,14 +135,8 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*farm.RunJob) 
 // UpdateJobNode runs fn on a copy of node's record in job id under the
 // store's lock and stores the result unless fn fails.
 func (s *Store) UpdateJobNode(ctx context.Context, id, node string, fn func(*farm.RunJobNode) error) (farm.RunJobNode, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.RunJobNode{}, fmt.Errorf("update node %s of job %s: %w", node, id, err)
-	}
-	if err := farm.ValidateJobID(id); err != nil {
-		return farm.RunJobNode{}, fmt.Errorf("update job node: %w", err)
-	}
-	if err := farm.ValidateCertname(node); err != nil {
-		return farm.RunJobNode{}, fmt.Errorf("update node of job %s: %w", id, err)
+	if err := farm.CheckUpdateJobNode(ctx, id, node); err != nil {
+		return farm.RunJobNode{}, err
 	}
 	js := &s.jobs
 	js.mu.Lock()
@@ -180,11 +162,8 @@ func (s *Store) UpdateJobNode(ctx context.Context, id, node string, fn func(*far
 
 // ListJobs sorts every job for each page: a driver for tests.
 func (s *Store) ListJobs(ctx context.Context, q farm.RunJobQuery) (farm.RunJobPage, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.RunJobPage{}, fmt.Errorf("list jobs: %w", err)
-	}
-	if err := q.Validate(); err != nil {
-		return farm.RunJobPage{}, fmt.Errorf("list jobs: %w", err)
+	if err := farm.CheckListJobs(ctx, q); err != nil {
+		return farm.RunJobPage{}, err
 	}
 	var after *farm.RunJob
 	if q.After != "" {
@@ -215,11 +194,8 @@ func (s *Store) ListJobs(ctx context.Context, q farm.RunJobQuery) (farm.RunJobPa
 
 // ListJobNodes sorts the job's certnames for each page.
 func (s *Store) ListJobNodes(ctx context.Context, q farm.RunJobNodeQuery) (farm.RunJobNodePage, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.RunJobNodePage{}, fmt.Errorf("list nodes of job %s: %w", q.Job, err)
-	}
-	if err := q.Validate(); err != nil {
-		return farm.RunJobNodePage{}, fmt.Errorf("list job nodes: %w", err)
+	if err := farm.CheckListJobNodes(ctx, q); err != nil {
+		return farm.RunJobNodePage{}, err
 	}
 	js := &s.jobs
 	js.mu.RLock()

@@ -75,7 +75,7 @@ func TestDevWritesEMFLines(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- runDev(ctx, []string{"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+		done <- runDev(ctx, []string{"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pcp-listen", "127.0.0.1:0",
 			"--data", t.TempDir(), "--environments", "../examples/environments", "--workers", "1",
 			"--emf-interval", "1s", "--emf-stage", "test"})
 	}()

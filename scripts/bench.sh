@@ -239,7 +239,7 @@ say "CPUs busy before the start: $busy (load average $load_before)"
 # Sets broker_cmd, broker_pid, broker_log, addr, metrics and admin.
 start_broker() {
   broker_log=$3
-  broker_cmd=("$BROKER" dev --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --admin-listen 127.0.0.1:0
+  broker_cmd=("$BROKER" dev --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --pcp-listen 127.0.0.1:0
     --environments "$1" --data "$2" --workers "$WORKERS" --autosign)
   say "starting: ${broker_cmd[*]}"
   setsid "${broker_cmd[@]}" >"$broker_log" 2>&1 &

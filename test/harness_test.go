@@ -133,7 +133,7 @@ func addBrokenEnv(t *testing.T, envs, site string) {
 // startFarm starts broker dev on free loopback ports and waits until it is up.
 func startFarm(t *testing.T, data, envs string, extra ...string) *farmProc {
 	t.Helper()
-	args := append([]string{"dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+	args := append([]string{"dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pcp-listen", "127.0.0.1:0",
 		"--environments", envs, "--data", data, "--workers", "2"}, extra...)
 	f := startBroker(t, nil, args...)
 	f.Data, f.Envs = data, envs

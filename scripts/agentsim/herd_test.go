@@ -31,7 +31,7 @@ func startBroker(t *testing.T) (target, metricsURL string, pid int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+	cmd := exec.Command(bin, "dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pcp-listen", "127.0.0.1:0",
 		"--environments", "../bench/environments", "--data", filepath.Join(dir, "data"), "--workers", "2", "--autosign")
 	cmd.Stdout = logf
 	stderr, err := cmd.StderrPipe()

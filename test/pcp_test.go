@@ -188,6 +188,33 @@ func TestPCPJobs(t *testing.T) {
 		t.Errorf("compilefarm_pcp_messages_routed_total = %v, want at least two answers per connected node", got)
 	}
 
+	// A canary release in one command: the held code is released to pcp1,
+	// which runs at once through the broker; pcp2 keeps the old catalog.
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := f.brokerCLI(args...)
+		if err != nil {
+			t.Fatalf("broker %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	cli("release", "production", "--hold")
+	static := filepath.Join(envs, "production", "modules", "demo", "files", "static.txt")
+	if err := os.WriteFile(static, []byte("canary\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cli("code", "deploy", "production")
+	rel := cli("release", "production", "--nodes", connected[0].Certname, "--run")
+	if b, _ := os.ReadFile(filepath.Join(connected[0].Root, "static.txt")); string(b) != "canary\n" {
+		t.Errorf("canary %s's static.txt = %q after release --run, want the new code's\n%s", connected[0].Certname, b, rel)
+	}
+	if b, _ := os.ReadFile(filepath.Join(connected[1].Root, "static.txt")); string(b) == "canary\n" {
+		t.Errorf("%s, not released, got the new static.txt", connected[1].Certname)
+	}
+	if fields := strings.Fields(lineOf(rel, "new ")); len(fields) < 7 || fields[5] != "1" {
+		t.Errorf("release --run's status does not show the canary applying the new code:\n%s", rel)
+	}
+
 	// Stored: a restarted farm still shows the job.
 	f.stop()
 	f2 := startFarm(t, data, envs, "--pcp-listen", "127.0.0.1:0")

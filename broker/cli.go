@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -48,19 +49,21 @@ func nodeArg(fs *flag.FlagSet, args []string) (string, error) {
 	return pos[0], nil
 }
 
+// printJSON writes v to out as indented JSON (an operator command's
+// --json).
+func printJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
 func runCA(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "init" {
 		return runCAInit(ctx, args[1:])
 	}
-	fs := flag.NewFlagSet("ca", flag.ExitOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: broker ca list | sign NAME [--allow-authorization-extensions] | revoke NAME [--admin URL | --backend aws ...]")
-		fmt.Fprintln(fs.Output(), "       broker ca generate NAME --operator [--out DIR] [--admin URL | --backend aws ...]")
-		fmt.Fprintln(fs.Output(), "       broker ca init --ca-table TABLE (--ca-key-file FILE | --ca-key-secret ID)")
-		fs.PrintDefaults()
-	}
-	var op operatorFlags
-	op.register(fs, false)
+	fs, op := operatorFlagSet("ca", "usage: broker ca list | sign NAME [--allow-authorization-extensions] | revoke NAME [--admin URL | --backend aws ...]\n"+
+		"       broker ca generate NAME --operator [--out DIR] [--admin URL | --backend aws ...]\n"+
+		"       broker ca init --ca-table TABLE (--ca-key-file FILE | --ca-key-secret ID)", false)
 	allowAuth := fs.Bool("allow-authorization-extensions", false, "sign: sign a request for Puppet's authorization extensions, "+
 		"pp_cli_auth (an operator certificate) included; the CA refuses them otherwise")
 	operator := fs.Bool("operator", false, "generate: an operator certificate (pp_cli_auth), for the front door's operator API")
@@ -113,13 +116,7 @@ func runCA(ctx context.Context, args []string) error {
 }
 
 func runCode(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("code", flag.ExitOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: broker code deploy ENV [--from DIR] [--detach] | deploy --all [--detach] | status ENV  [--admin URL | --backend aws ...]")
-		fs.PrintDefaults()
-	}
-	var op operatorFlags
-	op.register(fs, true)
+	fs, op := operatorFlagSet("code", "usage: broker code deploy ENV [--from DIR] [--detach] | deploy --all [--detach] | status ENV  [--admin URL | --backend aws ...]", true)
 	from := fs.String("from", "", "directory holding the environment's code (default: ENV under the broker's --environments)")
 	all := fs.Bool("all", false, "deploy every environment under the broker's --environments, as after a change in its --basemodulepath (global modules): "+
 		"the environments that use the change get new code and recompiles, the others stay as they are")
@@ -282,9 +279,7 @@ func statusLine(st release.DeployStatus, done0 int, elapsed time.Duration) strin
 }
 
 func runNodes(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("nodes", flag.ExitOnError)
-	var op operatorFlags
-	op.register(fs, false)
+	fs, op := operatorFlagSet("nodes", "", false)
 	env := fs.String("environment", "", "list only this environment's nodes (default: every environment)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/compilefarm/compilefarm/pkg/admin"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/intake"
 )
@@ -20,35 +20,24 @@ func runExplain(ctx context.Context, args []string) error {
 
 // explainCmd is `broker explain NODE [--json]`, printing to out.
 func explainCmd(ctx context.Context, out io.Writer, args []string) error {
-	fs := flag.NewFlagSet("explain", flag.ExitOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: broker explain NODE [--json] [--admin URL]")
-		fmt.Fprintln(fs.Output(), "why the farm last compiled NODE (which fact changed, from what to what) and what its catalog reads of its facts")
-		fs.PrintDefaults()
-	}
-	var op operatorFlags
-	op.register(fs, false)
+	fs, op := operatorFlagSet("explain", "usage: broker explain NODE [--json] [--admin URL]\n"+
+		"why the farm last compiled NODE (which fact changed, from what to what) and what its catalog reads of its facts", false)
 	asJSON := fs.Bool("json", false, "print the explanation as JSON")
 	node, err := nodeArg(fs, args)
 	if err != nil {
 		return err
 	}
-	c, done, err := op.client(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	ex, err := c.Explain(ctx, node)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(ex)
-	}
-	printExplanation(out, ex, time.Now())
-	return nil
+	return op.with(ctx, func(c *admin.Client) error {
+		ex, err := c.Explain(ctx, node)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(out, ex)
+		}
+		printExplanation(out, ex, time.Now())
+		return nil
+	})
 }
 
 // printExplanation prints ex for an operator, times relative to now.

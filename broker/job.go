@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -35,13 +34,7 @@ func runJob(ctx context.Context, args []string) error {
 
 // jobCommand runs `broker job ...`, printing to out.
 func jobCommand(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("job", flag.ExitOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), jobUsage)
-		fs.PrintDefaults()
-	}
-	var op operatorFlags
-	op.register(fs, false)
+	fs, op := operatorFlagSet("job", jobUsage, false)
 	nodes := fs.String("nodes", "", "run: these nodes (comma separated)")
 	env := fs.String("environment", "", "run: every node of this environment")
 	noop := fs.Bool("noop", false, "run: puppet agent --noop (report what would change, change nothing)")
@@ -67,26 +60,11 @@ func jobCommand(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		c, done, err := op.client(ctx)
-		if err != nil {
-			return err
-		}
-		defer done()
-		return startAndWatch(ctx, c, req, *poll, out)
+		return op.with(ctx, func(c *admin.Client) error { return startAndWatch(ctx, c, req, *poll, out) })
 	case pos[0] == "show" && len(pos) == 2:
-		c, done, err := op.client(ctx)
-		if err != nil {
-			return err
-		}
-		defer done()
-		return showJob(ctx, c, pos[1], out)
+		return op.with(ctx, func(c *admin.Client) error { return showJob(ctx, c, pos[1], out) })
 	case pos[0] == "list" && len(pos) == 1:
-		c, done, err := op.client(ctx)
-		if err != nil {
-			return err
-		}
-		defer done()
-		return listJobs(ctx, c, *after, *limit, out)
+		return op.with(ctx, func(c *admin.Client) error { return listJobs(ctx, c, *after, *limit, out) })
 	}
 	fs.Usage()
 	return fmt.Errorf("job: expected run, show ID or list")

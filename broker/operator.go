@@ -59,6 +59,33 @@ func (o *operatorFlags) register(fs *flag.FlagSet, withCode bool) {
 	}
 }
 
+// operatorFlagSet is the flag set of operator command name, with the
+// operator flags registered (withCode: as for register) and usage, when
+// not empty, printed above the flags' defaults.
+func operatorFlagSet(name, usage string, withCode bool) (*flag.FlagSet, *operatorFlags) {
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
+	if usage != "" {
+		fs.Usage = func() {
+			fmt.Fprintln(fs.Output(), usage)
+			fs.PrintDefaults()
+		}
+	}
+	op := &operatorFlags{}
+	op.register(fs, withCode)
+	return fs, op
+}
+
+// with calls fn with the operator API's client and releases the client
+// once fn returns.
+func (o *operatorFlags) with(ctx context.Context, fn func(c *admin.Client) error) error {
+	c, done, err := o.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return fn(c)
+}
+
 // client returns the operator API's client and what to call when done.
 func (o *operatorFlags) client(ctx context.Context) (*admin.Client, func(), error) {
 	switch o.backend {

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,20 +18,14 @@ import (
 )
 
 func runRelease(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("release", flag.ExitOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: broker release ENV --hold | --no-hold | --percent P | --nodes a,b | --all
+	fs, op := operatorFlagSet("release", `usage: broker release ENV --hold | --no-hold | --percent P | --nodes a,b | --all
        broker release status ENV
 --hold keeps later code deploys from reaching nodes until released (their
 catalogs are precompiled); --percent and --nodes release the environment's
 code to a share of the nodes or to named ones; --all releases it to every
 node and makes it the stable code. --run then runs Puppet on the released
 nodes through the farm's PCP broker (as broker job run), follows the runs
-and prints the release status: a canary release in one command.`)
-		fs.PrintDefaults()
-	}
-	var op operatorFlags
-	op.register(fs, false)
+and prints the release status: a canary release in one command.`, false)
 	hold := fs.Bool("hold", false, "hold new code back until released")
 	noHold := fs.Bool("no-hold", false, "stop holding: every node gets the environment's code")
 	percent := fs.Int("percent", -1, "release to this percentage of the environment's nodes (0-100)")
@@ -212,13 +204,7 @@ func printReleaseStatus(w io.Writer, st release.ReleaseStatus) {
 }
 
 func runDiff(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("diff", flag.ExitOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: broker diff NODE [--from CODE_ID] [--to CODE_ID] [--json]")
-		fs.PrintDefaults()
-	}
-	var op operatorFlags
-	op.register(fs, false)
+	fs, op := operatorFlagSet("diff", "usage: broker diff NODE [--from CODE_ID] [--to CODE_ID] [--json]", false)
 	from := fs.String("from", "", "code_id (or a prefix) of the older catalog (default: the one before --to)")
 	to := fs.String("to", "", "code_id (or a prefix) of the newer catalog (default: the precompiled candidate, else the current catalog)")
 	asJSON := fs.Bool("json", false, "print the difference as JSON")
@@ -226,22 +212,17 @@ func runDiff(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, done, err := op.client(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	d, err := c.Diff(ctx, node, *from, *to)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(d)
-	}
-	printDiff(os.Stdout, node, d)
-	return nil
+	return op.with(ctx, func(c *admin.Client) error {
+		d, err := c.Diff(ctx, node, *from, *to)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(os.Stdout, d)
+		}
+		printDiff(os.Stdout, node, d)
+		return nil
+	})
 }
 
 func printDiff(w io.Writer, node string, d catalog.Diff) {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -26,13 +25,7 @@ func runReport(ctx context.Context, args []string) error {
 
 // reportCommand runs `broker report ...`, printing the report to out.
 func reportCommand(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("report", flag.ExitOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), reportUsage)
-		fs.PrintDefaults()
-	}
-	var op operatorFlags
-	op.register(fs, false)
+	fs, op := operatorFlagSet("report", reportUsage, false)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -45,11 +38,11 @@ func reportCommand(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, done, err := op.client(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
+	return op.with(ctx, func(c *admin.Client) error { return printReport(ctx, c, d, out) })
+}
+
+// printReport prints the stored report d to out, ending in a newline.
+func printReport(ctx context.Context, c *admin.Client, d farm.Digest, out io.Writer) error {
 	body, err := c.Report(ctx, d)
 	if err != nil {
 		return err

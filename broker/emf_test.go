@@ -91,6 +91,7 @@ func TestDevWritesEMFLines(t *testing.T) {
 	for deadline := time.Now().Add(2 * time.Minute); front == "" && time.Now().Before(deadline); {
 		select {
 		case err := <-done:
+			done <- err // for the cleanup, which waits for dev's end
 			t.Fatalf("dev ended: %v\n%s", err, read())
 		case <-time.After(100 * time.Millisecond):
 		}

@@ -123,11 +123,8 @@ func decodeJobNode(item map[string]types.AttributeValue) (farm.RunJobNode, uint6
 // CreateJob writes the job's item (if no job has its id), its nodes in
 // batches, and then lists it; see the calls above.
 func (s *Store) CreateJob(ctx context.Context, job farm.RunJob, nodes []string) error {
-	if err := job.Validate(); err != nil {
-		return fmt.Errorf("create job: %w", err)
-	}
-	if err := farm.ValidateJobNodes(nodes); err != nil {
-		return fmt.Errorf("create job %s: %w", job.ID, err)
+	if err := farm.CheckCreateJob(ctx, &job, nodes); err != nil {
+		return err
 	}
 	table, err := s.jobsTable()
 	if err != nil {
@@ -181,7 +178,7 @@ func (s *Store) writeJobNodes(ctx context.Context, table string, job *farm.RunJo
 	for chunk := range slices.Chunk(nodes, 25) {
 		reqs := make([]types.WriteRequest, 0, len(chunk))
 		for _, n := range chunk {
-			rec, err := json.Marshal(farm.RunJobNode{Job: job.ID, Node: n, State: farm.JobNodeQueued, Updated: job.Created})
+			rec, err := json.Marshal(job.QueuedNode(n))
 			if err != nil {
 				return fmt.Errorf("encode node %s: %v: %w", n, err, farm.ErrInvalid)
 			}
@@ -229,8 +226,8 @@ func (s *Store) getJobItem(ctx context.Context, table, id, item string) (map[str
 
 // GetJob reads the job's item with one consistent GetItem.
 func (s *Store) GetJob(ctx context.Context, id string) (farm.RunJob, error) {
-	if err := farm.ValidateJobID(id); err != nil {
-		return farm.RunJob{}, fmt.Errorf("get job: %w", err)
+	if err := farm.CheckGetJob(ctx, id); err != nil {
+		return farm.RunJob{}, err
 	}
 	table, err := s.jobsTable()
 	if err != nil {
@@ -334,8 +331,8 @@ func fnError(err error) (error, bool) {
 // that nobody wrote in between (see updateItem); fn's error is returned as
 // is with nothing written.
 func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*farm.RunJob) error) (farm.RunJob, error) {
-	if err := farm.ValidateJobID(id); err != nil {
-		return farm.RunJob{}, fmt.Errorf("update job: %w", err)
+	if err := farm.CheckUpdateJob(ctx, id); err != nil {
+		return farm.RunJob{}, err
 	}
 	table, err := s.jobsTable()
 	if err != nil {
@@ -362,11 +359,8 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*farm.RunJob) 
 
 // UpdateJobNode runs fn on the record of node in job id as UpdateJob.
 func (s *Store) UpdateJobNode(ctx context.Context, id, node string, fn func(*farm.RunJobNode) error) (farm.RunJobNode, error) {
-	if err := farm.ValidateJobID(id); err != nil {
-		return farm.RunJobNode{}, fmt.Errorf("update job node: %w", err)
-	}
-	if err := farm.ValidateCertname(node); err != nil {
-		return farm.RunJobNode{}, fmt.Errorf("update node of job %s: %w", id, err)
+	if err := farm.CheckUpdateJobNode(ctx, id, node); err != nil {
+		return farm.RunJobNode{}, err
 	}
 	table, err := s.jobsTable()
 	if err != nil {
@@ -393,8 +387,8 @@ func (s *Store) UpdateJobNode(ctx context.Context, id, node string, fn func(*far
 // ListJobs reads a page of by-created, newest first, with one Query of one
 // item more than the page (so the last page has no Next).
 func (s *Store) ListJobs(ctx context.Context, q farm.RunJobQuery) (farm.RunJobPage, error) {
-	if err := q.Validate(); err != nil {
-		return farm.RunJobPage{}, fmt.Errorf("list jobs: %w", err)
+	if err := farm.CheckListJobs(ctx, q); err != nil {
+		return farm.RunJobPage{}, err
 	}
 	if q.After != "" && !createdKeyRE.MatchString(q.After) {
 		return farm.RunJobPage{}, fmt.Errorf("list jobs: after %q is not the Next of a page: %w", q.After, farm.ErrInvalid)
@@ -443,8 +437,8 @@ func (s *Store) ListJobs(ctx context.Context, q farm.RunJobQuery) (farm.RunJobPa
 // ListJobNodes reads a page of the job's node items with one consistent
 // Query of one item more than the page.
 func (s *Store) ListJobNodes(ctx context.Context, q farm.RunJobNodeQuery) (farm.RunJobNodePage, error) {
-	if err := q.Validate(); err != nil {
-		return farm.RunJobNodePage{}, fmt.Errorf("list job nodes: %w", err)
+	if err := farm.CheckListJobNodes(ctx, q); err != nil {
+		return farm.RunJobNodePage{}, err
 	}
 	table, err := s.jobsTable()
 	if err != nil {

@@ -30,9 +30,6 @@ func TestMain(m *testing.M) {
 // broker process, 50 agents, 2 controllers, a restart. It checks that every
 // phase completes and the report has its rows, not how fast anything is.
 func TestRunSmall(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts two broker processes and waits for a reconnection (a few seconds)")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	o := runOptions{

@@ -10,7 +10,10 @@
 #     per 1,000 fact uploads on the benchmark environment); then
 #     scripts/agentsim: a herd of whole agent runs (its warm-up round
 #     compiles each agent first); then stops the broker (its process group:
-#     the Ruby workers too);
+#     the Ruby workers too); then the big herd (BENCH_HERD_AGENTS) on a
+#     broker of its own, and the same herd against scripts/tlsfloor (the
+#     front door's TLS and HTTP with no farm work: the floor under its CPU
+#     per run);
 #  3. runs scripts/pcpbench: the PCP broker (pkg/pcp/broker) alone in a
 #     process of its own holding PCPBENCH_CONNS connections opened as
 #     pxp-agent opens them (memory per connection, messages routed per
@@ -212,6 +215,7 @@ go build -o "$work/loadgen" ./scripts/loadgen
 go build -o "$work/agentsim" ./scripts/agentsim
 go build -o "$work/scalebench" ./scripts/scalebench
 go build -o "$work/pcpbench" ./scripts/pcpbench
+go build -o "$work/tlsfloor" ./scripts/tlsfloor
 scale_run=0
 if [ -n "$SCALE_SIZES$SCALE_AWS_SIZES$SCALE_EXPORT_SIZES" ]; then scale_run=1; fi
 if [ "$scale_run" = 1 ] && [ -n "$SCALE_AWS_SIZES" ]; then
@@ -295,7 +299,7 @@ stop_broker
 # with a broker whose data and agents' certificates are kept in
 # BENCH_HERD_DIR. The warm-up (enrolment and every agent's first compile)
 # runs only when that directory has not seen this many agents warmed up.
-herd_rc=0 herd_warm_cmd=() herd_cmd=()
+herd_rc=0 herd_warm_cmd=() herd_cmd=() floor_cap_cmd=() floor_cmd=() floor_herd_cmd=()
 if [ "$HERD_AGENTS" -gt 0 ]; then
   # The herd environment: the benchmark environment with the herd's counts
   # (scripts/bench/herd/common.yaml), assembled where the kept data is.
@@ -326,7 +330,36 @@ if [ "$HERD_AGENTS" -gt 0 ]; then
     say "big herd: ${herd_cmd[*]}"
     "${herd_cmd[@]}" --json="$work/herd.json" --markdown="$work/herd.md" >&2 || herd_rc=$?
   fi
+  # The floor (scripts/tlsfloor): the same herd against a server with the
+  # front door's TLS and net/http set-up and no farm work, answering with
+  # what the broker answered one agent (captured now, as that agent).
+  floor_cap_cmd=("$work/tlsfloor" capture --from "$addr" --ca-dir "$HERD_DIR/data/ca"
+    --cert "$HERD_DIR/state/agentsim-00000.agentsim.test.pem" --out "$work")
+  if [ "$herd_rc" -eq 0 ]; then
+    say "floor: capturing the answers: ${floor_cap_cmd[*]}"
+    "${floor_cap_cmd[@]}" >&2 || herd_rc=$?
+  fi
   stop_broker
+  floor_cmd=("$work/tlsfloor" serve --ca-dir "$HERD_DIR/data/ca" --answers "$work")
+  if [ "$herd_rc" -eq 0 ]; then
+    say "floor: ${floor_cmd[*]}"
+    broker_log=$work/tlsfloor.log
+    setsid "${floor_cmd[@]}" >"$broker_log" 2>&1 &
+    broker_pid=$!
+    addr=""
+    for _ in $(seq 1 100); do
+      addr=$(sed -n 's/.*front_door=https:\/\/\([^ ]*\).*/\1/p' "$broker_log")
+      [ -n "$addr" ] && break
+      kill -0 "$broker_pid" 2>/dev/null || break
+      sleep 0.2
+    done
+    [ -n "$addr" ] || { say "tlsfloor did not come up"; exit 1; }
+    floor_herd_cmd=("$work/agentsim" --target "$addr" --broker-pid "$broker_pid" --mode herd --agents "$HERD_AGENTS"
+      --warmup=false --state "$HERD_DIR/state" --timeout 1h --window "$HERD_WINDOW" --node-request never --concurrency 128 --rounds 2)
+    say "floor: ${floor_herd_cmd[*]}"
+    "${floor_herd_cmd[@]}" --json="$work/floor.json" --markdown="$work/floor.md" >&2 || herd_rc=$?
+    stop_broker
+  fi
 fi
 
 # 3c. The PCP broker holding PCPBENCH_CONNS connections (scripts/pcpbench):
@@ -588,6 +621,28 @@ mkdir -p "$(dirname "$OUT")"
     echo "${herd_broker_cmd[*]}" | sed "s#$work/#\$TMP/#g" | nocmd
     echo "${herd_warm_cmd[*]}   # once per BENCH_HERD_DIR" | sed "s#$work/agentsim#agentsim#g; s#--broker-pid [^ ]*#--broker-pid PID#" | nocmd
     echo "${herd_cmd[*]}" | sed "s#$work/agentsim#agentsim#g; s#--broker-pid [^ ]*#--broker-pid PID#" | nocmd
+    echo '```'
+    echo
+    echo "### The floor: the same herd with no farm work"
+    echo
+    echo "scripts/tlsfloor serves the same herd with the front door's TLS set-up (pkg/ca's"
+    echo "ServerTLSConfig on the herd's CA: the same handshake, client certificate check and"
+    echo "revocation look-up) and the same net/http server, and does nothing else: every node gets the"
+    echo "catalog the broker served one agent (captured just before, gzipped once per node in round 1),"
+    echo "every pluginsync request the broker's answer, every report is read and answered \`[\"store\"]\`."
+    echo "Its CPU per run is what Go's TLS, HTTP and runtime cost for this traffic on this machine: no"
+    echo "front door written with them takes less. Round 2 is the one to compare with the broker's."
+    echo
+    if [ -s "$work/floor.md" ]; then
+      cat "$work/floor.md"
+    else
+      echo "**the floor run failed (exit $herd_rc) before it measured anything**: see the output of \`make bench\`."
+    fi
+    echo
+    echo '```'
+    echo "${floor_cap_cmd[*]}" | sed "s#$work/tlsfloor#tlsfloor#g; s#$work#\$TMP#g; s#--from [^ ]*#--from 127.0.0.1:PORT#"
+    echo "${floor_cmd[*]}" | sed "s#$work/tlsfloor#tlsfloor#g; s#$work#\$TMP#g"
+    echo "${floor_herd_cmd[*]}" | sed "s#$work/agentsim#agentsim#g; s#--broker-pid [^ ]*#--broker-pid PID#" | nocmd
     echo '```'
     echo
   fi

@@ -49,6 +49,7 @@ FUZZTIME ?= 15s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeV1$$' -fuzztime $(FUZZTIME) ./pkg/pcp/message
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeV2$$' -fuzztime $(FUZZTIME) ./pkg/pcp/message
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeOnlyEncoded$$' -fuzztime $(FUZZTIME) ./pkg/facts
 
 # The AWS CDK app (infra/, its own Go module): its tests synthesize the stack
 # with the jsii runtime (node 20+ on PATH; no cdk CLI, Docker or AWS needed).

@@ -49,6 +49,13 @@ func (s *Server) postCatalog(w http.ResponseWriter, r *http.Request) {
 			}
 			return req.Facts, nil
 		},
+		// The facts the node's catalog read, decoded from the form as it
+		// came: an upload that changes none of them is not unescaped
+		// whole. What it returns holds nothing of body.
+		Selected: func(sel *facts.Selection) (map[string]any, bool, error) {
+			d, ok, err := facts.CatalogFormOnly(name, body, sel)
+			return d.Values, ok, err
+		},
 	})
 	if err != nil {
 		s.apiError(w, r, err)

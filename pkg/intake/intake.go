@@ -90,8 +90,12 @@ type recentFacts struct {
 	// to record it (whole completes them).
 	partial bool
 	// doc is the facts document, to store when the node record is written;
-	// nil when it is stored already.
+	// nil when it is stored already, or not read yet (load).
 	doc []byte
+	// load, when set, reads doc (the upload's Document, not called yet):
+	// an upload judged from its Selected values needs its document only
+	// when something is written (document).
+	load func() ([]byte, error)
 }
 
 // Upload is one fact upload.
@@ -104,6 +108,13 @@ type Upload struct {
 	RawKey farm.Digest
 	// Document returns the facts document (JSON). Called at most once.
 	Document func() ([]byte, error)
+	// Selected, when set, returns the values of the selected facts of the
+	// document as facts.DecodeOnly decodes them, without Document (from
+	// the encoded form the facts came in, say), or handled false when it
+	// cannot; an upload judged unchanged from them is never decoded
+	// whole. Its errors are not reported: the whole document's decoding
+	// says what is wrong. Called at most once, before Document.
+	Selected func(sel *facts.Selection) (values map[string]any, handled bool, err error)
 	// TrustedExtensions are the extensions of the certificate the node
 	// presented ($trusted['extensions'], pkg/trusted).
 	TrustedExtensions map[string]string
@@ -195,10 +206,19 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 	lane := farm.LaneUrgent
 	if known {
 		if jobs, _ := in.plan(&node, env, digests, lane, true); len(jobs) == 0 && node.Environment == up.Environment &&
-			node.NodeInfo == info && node.ClassifierFailure == nil &&
-			(in.now().Sub(node.FactsAt) < in.factsRefresh() || node.FactsDigest == digests.factsDigest()) {
-			// Nothing to compile, and nothing worth a write.
-			return Outcome{Node: node}, nil
+			node.NodeInfo == info && node.ClassifierFailure == nil {
+			same := in.now().Sub(node.FactsAt) < in.factsRefresh()
+			if !same {
+				d, err := digests.factsDigest()
+				if err != nil {
+					return Outcome{}, err
+				}
+				same = node.FactsDigest == d
+			}
+			if same {
+				// Nothing to compile, and nothing worth a write.
+				return Outcome{Node: node}, nil
+			}
 		}
 	}
 	if digests.partial {
@@ -580,15 +600,22 @@ func (in *Intake) digests(ctx context.Context, up Upload, stored farm.Digest, on
 			return r, nil
 		}
 	}
-	doc, err := up.Document()
-	if err != nil {
+	f := recentFacts{rawKey: up.RawKey, load: up.Document}
+	if only != nil && up.Selected != nil {
+		// The document is read when something is written (whole); an
+		// error here is said by Decode then.
+		if values, ok, err := up.Selected(only); ok && err == nil {
+			f.values, f.partial = values, true
+			return f, nil
+		}
+	}
+	if err := f.document(); err != nil {
 		return recentFacts{}, err
 	}
-	f := recentFacts{rawKey: up.RawKey, doc: doc}
 	if only != nil {
 		// An error here is said by Decode, which also reads what
 		// DecodeOnly may not.
-		if d, err := facts.DecodeOnly(up.Certname, doc, only); err == nil {
+		if d, err := facts.DecodeOnly(up.Certname, f.doc, only); err == nil {
 			f.values, f.partial = d.Values, true
 			return f, nil
 		}
@@ -596,9 +623,27 @@ func (in *Intake) digests(ctx context.Context, up Upload, stored farm.Digest, on
 	return in.whole(up.Certname, f)
 }
 
+// document reads the upload's document into f.doc, once (see load).
+func (f *recentFacts) document() error {
+	if f.load == nil {
+		return nil
+	}
+	load := f.load
+	f.load = nil
+	doc, err := load()
+	if err != nil {
+		return err
+	}
+	f.doc = doc
+	return nil
+}
+
 // whole decodes the document of f whole, and digests it and its relevant
 // facts.
 func (in *Intake) whole(certname string, f recentFacts) (recentFacts, error) {
+	if _, err := f.factsDigest(); err != nil {
+		return recentFacts{}, err
+	}
 	d, err := facts.Decode(certname, f.doc)
 	if err != nil {
 		return recentFacts{}, err
@@ -607,19 +652,21 @@ func (in *Intake) whole(certname string, f recentFacts) (recentFacts, error) {
 	if err != nil {
 		return recentFacts{}, fmt.Errorf("digest facts of %s: %w", certname, err)
 	}
-	f.factsDigest()
 	f.values, f.relevant, f.partial = d.Values, relevant, false
 	return f, nil
 }
 
-// factsDigest is the digest of the facts document, computed when first
-// needed: a partial upload judged unchanged whose node's facts are recent
-// needs none.
-func (f *recentFacts) factsDigest() farm.Digest {
+// factsDigest is the digest of the facts document, computed (and the
+// document read) when first needed: a partial upload judged unchanged
+// whose node's facts are recent needs neither.
+func (f *recentFacts) factsDigest() (farm.Digest, error) {
+	if err := f.document(); err != nil {
+		return "", err
+	}
 	if f.facts == "" && f.doc != nil {
 		f.facts = farm.DigestOf(f.doc)
 	}
-	return f.facts
+	return f.facts, nil
 }
 
 // factsRead returns the facts that a decision on fresh facts (decide)

@@ -497,6 +497,7 @@ func skipEscaped(b []byte, i int) int {
 	return -1
 }
 
+// boolBit is 1 for true, 0 for false: a level's bit in skipEncoded.
 func boolBit(v bool) uint64 {
 	if v {
 		return 1

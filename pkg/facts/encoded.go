@@ -1,7 +1,6 @@
 package facts
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -60,17 +59,8 @@ func DecodeOnlyEncoded(certname string, raw []byte, sel *Selection) (doc Documen
 				s.decodeSelected(sel, d.Values, keep)
 			}
 		case "name", "timestamp", "expiration":
-			field := &d.Name
-			switch member {
-			case "timestamp":
-				field = &d.Timestamp
-			case "expiration":
-				field = &d.Expiration
-			}
 			if raw := s.raw(); raw != nil {
-				if e := json.Unmarshal(raw, field); e != nil {
-					keep(e)
-				}
+				keep(d.setHeader(member, raw))
 			}
 		default:
 			s.skip()

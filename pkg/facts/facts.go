@@ -107,17 +107,8 @@ func DecodeOnly(certname string, doc []byte, sel *Selection) (Document, error) {
 				decodeSelected(s, sel, d.Values, keep)
 			}
 		case "name", "timestamp", "expiration":
-			field := &d.Name
-			switch member {
-			case "timestamp":
-				field = &d.Timestamp
-			case "expiration":
-				field = &d.Expiration
-			}
 			if raw := s.Raw(); raw != nil {
-				if e := json.Unmarshal(raw, field); e != nil {
-					keep(e)
-				}
+				keep(d.setHeader(member, raw))
 			}
 		default:
 			s.Skip()
@@ -131,6 +122,19 @@ func DecodeOnly(certname string, doc []byte, sel *Selection) (Document, error) {
 		return Document{}, fmt.Errorf("facts for %s are not a JSON facts object: %v: %w", certname, err, farm.ErrInvalid)
 	}
 	return d.forNode(certname)
+}
+
+// setHeader sets the member (name, timestamp or expiration) of d that
+// the JSON value raw gives, as encoding/json would decode it into d.
+func (d *Document) setHeader(member string, raw []byte) error {
+	field := &d.Name
+	switch member {
+	case "timestamp":
+		field = &d.Timestamp
+	case "expiration":
+		field = &d.Expiration
+	}
+	return json.Unmarshal(raw, field)
 }
 
 // decodeSelected reads the object that comes next into m: the members sel

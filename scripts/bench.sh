@@ -336,7 +336,7 @@ if [ "$HERD_AGENTS" -gt 0 ]; then
     --duration 30s --phase catalog --clients 16 --nodes 16 --facts fresh)
   if [ "$herd_rc" -eq 0 ]; then
     say "big herd: catalog requests with fresh facts: ${herd_cat_cmd[*]}"
-    "${herd_cat_cmd[@]}" --markdown="$work/herd-catalog.md" >&2 || herd_rc=$?
+    "${herd_cat_cmd[@]}" --json="$work/herd-catalog.json" --markdown="$work/herd-catalog.md" >&2 || herd_rc=$?
   fi
   # The floor (scripts/tlsfloor): the same herd against a server with the
   # front door's TLS and net/http set-up and no farm work, answering with
@@ -484,6 +484,17 @@ json_num() { sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p" "$2" | head -n1; }
 compiles=$(json_num compiles "$work/catalog.json")
 compile_mean=$(json_num compile_mean_seconds "$work/catalog.json")
 compile_p50=$(grep -A2 '"compile_ms"' "$work/catalog.json" | json_num p50 /dev/stdin || true)
+# The big herd's CPU per run in its steady round (the last), the floor's
+# beside it, and the fresh-facts catalog request's broker CPU: issue 10's
+# targets. Empty when the big herd did not run.
+last_json_num() { [ -f "$2" ] && sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p" "$2" | tail -n1; }
+herd_run_ms=$(last_json_num cpu_ms_per_run "$work/herd.json" || true)
+floor_run_ms=$(last_json_num cpu_ms_per_run "$work/floor.json" || true)
+herd_fresh_us=$(last_json_num broker_cpu_us_per_request "$work/herd-catalog.json" || true)
+floor_ratio=""
+if [ -n "$herd_run_ms" ] && [ -n "$floor_run_ms" ]; then
+  floor_ratio=$(awk -v b="$herd_run_ms" -v f="$floor_run_ms" 'BEGIN { if (f > 0) printf "%.2f", b/f }')
+fi
 # scale_cmdline is the scalebench command as a reader would run it.
 scale_cmdline() {
   local a out=()
@@ -548,6 +559,11 @@ mkdir -p "$(dirname "$OUT")"
   echo "| Puppet Server 7.9.5: about 0.6 catalog requests/s for such a catalog (it compiles every one) | $(fmt "$cmp_rps" %.0f) req/s | ≈ ${ratio}× |"
   if [ -n "$fresh16" ]; then
     echo "| (not a target) 16 clients sending fresh facts in every request, as real agent runs do | $(fmt "$fresh16" %.0f) req/s, p99 $(fmt "$fresh16_p99" %.1f) ms | see below |"
+  fi
+  if [ "$HERD_AGENTS" -gt 0 ]; then
+    echo "| ≤ 1.5 ms of broker CPU per whole agent run, a herd of $HERD_AGENTS within $HERD_WINDOW (its second round) | $(fmt "$herd_run_ms" %.2f) ms | $(verdict "$herd_run_ms" 1.5 '<=') |"
+    echo "| the same herd against scripts/tlsfloor (TLS and HTTP alone, no farm work): broker ÷ floor ≤ 1.5 | $(fmt "$floor_run_ms" %.2f) ms; $(fmt "$floor_ratio" %.2f)× | $(verdict "$floor_ratio" 1.5 '<=') |"
+    echo "| ≤ 250 µs of broker CPU for a catalog request with fresh facts (herd environment, 16 clients) | $(fmt "$herd_fresh_us" %.0f) µs | $(verdict "$herd_fresh_us" 250 '<=') |"
   fi
   if awk -v m="$others_max" 'BEGIN { exit !(m > 0.25) }'; then
     echo

@@ -52,7 +52,7 @@ func TestEMFFlags(t *testing.T) {
 // stderr beside its log, an EMF line counting a request it served.
 func TestDevWritesEMFLines(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts the farm with its Puppet workers")
+		t.Skip("starts the farm with its Puppet workers; skipped with -short (make unit), run by make test")
 	}
 	for _, tool := range []string{"ruby", "puppet"} {
 		if _, err := exec.LookPath(tool); err != nil {

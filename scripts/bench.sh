@@ -480,17 +480,21 @@ cmp_rps=${rps16:-$(awk -F'\t' '$4+0 > m {m = $4+0} END {print m+0}' "$work/catal
 others_max=$(cat "$work/catalog.json" "$work/conns.json" | sed -n 's/.*"other_processes_cores": \([0-9.]*\).*/\1/p' |
   awk '$1+0 > m {m = $1+0} END {printf "%.2f", m}')
 ratio=$(awk -v r="$cmp_rps" 'BEGIN {printf "%.0f", r/0.6}')
-json_num() { sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p" "$2" | head -n1; }
+# json_nums KEY FILE prints every number KEY has in FILE (indented JSON);
+# json_num the first, last_json_num the last (a run's last round), nothing
+# when FILE does not exist (that part did not run).
+json_nums() { sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p" "$2"; }
+json_num() { json_nums "$1" "$2" | head -n1; }
+last_json_num() { [ ! -f "$2" ] || json_nums "$1" "$2" | tail -n1; }
 compiles=$(json_num compiles "$work/catalog.json")
 compile_mean=$(json_num compile_mean_seconds "$work/catalog.json")
 compile_p50=$(grep -A2 '"compile_ms"' "$work/catalog.json" | json_num p50 /dev/stdin || true)
 # The big herd's CPU per run in its steady round (the last), the floor's
 # beside it, and the fresh-facts catalog request's broker CPU: issue 10's
 # targets. Empty when the big herd did not run.
-last_json_num() { [ -f "$2" ] && sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p" "$2" | tail -n1; }
-herd_run_ms=$(last_json_num cpu_ms_per_run "$work/herd.json" || true)
-floor_run_ms=$(last_json_num cpu_ms_per_run "$work/floor.json" || true)
-herd_fresh_us=$(last_json_num broker_cpu_us_per_request "$work/herd-catalog.json" || true)
+herd_run_ms=$(last_json_num cpu_ms_per_run "$work/herd.json")
+floor_run_ms=$(last_json_num cpu_ms_per_run "$work/floor.json")
+herd_fresh_us=$(last_json_num broker_cpu_us_per_request "$work/herd-catalog.json")
 floor_ratio=""
 if [ -n "$herd_run_ms" ] && [ -n "$floor_run_ms" ]; then
   floor_ratio=$(awk -v b="$herd_run_ms" -v f="$floor_run_ms" 'BEGIN { if (f > 0) printf "%.2f", b/f }')

@@ -102,7 +102,7 @@ e2e: deps
 	$(GO) test -count=1 -timeout 20m -v ./test/...
 
 bench: deps build
-	scripts/bench.sh
+	bench/run.sh
 
 clean:
 	rm -rf bin .data infra/cdk.out $(SCALER_BOOTSTRAP)

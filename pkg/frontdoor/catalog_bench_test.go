@@ -21,7 +21,7 @@ import (
 )
 
 // benchReads are the facts the benchmark environment's catalog reads
-// (scripts/bench/environments): what the intake compares of fresh facts.
+// (bench/environments): what the intake compares of fresh facts.
 var benchReads = []struct {
 	path []string
 	kind facts.ReadKind

@@ -22,7 +22,7 @@ import (
 // runSizedReport is the recorded agent report (report format 12) with its
 // resource statuses repeated, under new names, until it is about the size
 // of a steady-state run's report on the benchmark environment
-// (scripts/bench: ~330 KB for its 300 resources), the fields in the
+// (bench/environments: ~330 KB for its 300 resources), the fields in the
 // recorded order.
 func runSizedReport(tb testing.TB) []byte {
 	tb.Helper()

@@ -47,7 +47,7 @@ func settings(l Lane) string {
 
 // go test -count=1 -run 'TestDeployWaveSimulation|TestUrgentSurgeSimulation' -v ./pkg/scaling
 // prints, in Markdown, what docs/benchmarks.md's section "Queue-age
-// scaling" shows after its introduction (scripts/bench.sh writes that
+// scaling" shows after its introduction (bench/run.sh writes that
 // section from this output).
 func TestDeployWaveSimulation(t *testing.T) {
 	const run = 80 * time.Minute

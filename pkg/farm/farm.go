@@ -124,8 +124,10 @@ type Job struct {
 type Slot string
 
 const (
-	// SlotServed is the catalog the node is served (the empty name, so
-	// jobs and records written before slots existed read as served).
+	// SlotServed is the catalog the node is served. Its name is empty, so
+	// it is omitted from encoded jobs and an encoded job without a slot
+	// (one written before slots existed) reads as served: name it by this
+	// constant, not by an empty string.
 	SlotServed Slot = ""
 	// SlotCandidate is a precompile of a release's held-back code, which
 	// becomes the served catalog when the release reaches the node.
@@ -135,8 +137,6 @@ const (
 // Slots are both slots, served first.
 var Slots = []Slot{SlotServed, SlotCandidate}
 
-// Key identifies the catalog a job is for: queues that collapse jobs and
-// run one job at a time do so per key (node and slot).
 // Validate checks what every queue needs of a job: a valid certname and
 // one of the two lanes. The error wraps ErrInvalid.
 func (j Job) Validate() error {
@@ -149,8 +149,11 @@ func (j Job) Validate() error {
 	return nil
 }
 
+// Key identifies the catalog a job is for: queues that collapse jobs and
+// run one job at a time do so per key (node and slot). A served job's key
+// is its certname, as it was before slots existed.
 func (j Job) Key() string {
-	if j.Slot == "" {
+	if j.Slot == SlotServed {
 		return j.Certname
 	}
 	return j.Certname + "#" + string(j.Slot)
@@ -356,7 +359,7 @@ type RequestCause struct {
 
 // Pending reports whether the node's latest requested compile has neither a
 // catalog nor a finished compile yet.
-func (n *Node) Pending() bool { return n.SlotPending("") }
+func (n *Node) Pending() bool { return n.SlotPending(SlotServed) }
 
 // SlotPending is Pending for a job slot.
 func (n *Node) SlotPending(slot Slot) bool {

@@ -1,6 +1,7 @@
 package farm
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 )
@@ -68,5 +69,46 @@ func TestSlotPending(t *testing.T) {
 	n.Candidate = &CatalogRef{Seq: 3}
 	if n.SlotPending(SlotCandidate) {
 		t.Errorf("candidate still pending after its catalog")
+	}
+}
+
+// TestSlotServedEncoding: the served slot is encoded as no slot at all, so
+// jobs in queues and records written before slots existed (and by every
+// version since) read as served, and a served job's key is its certname.
+func TestSlotServedEncoding(t *testing.T) {
+	tests := []struct {
+		name    string
+		slot    Slot
+		wantKey string
+	}{
+		{"served", SlotServed, "web01"},
+		{"candidate", SlotCandidate, "web01#candidate"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := Job{Certname: "web01", Slot: tt.slot}
+			b, err := json.Marshal(j)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fields map[string]any
+			if err := json.Unmarshal(b, &fields); err != nil {
+				t.Fatal(err)
+			}
+			if got, ok := fields["slot"]; ok != (tt.slot != SlotServed) || ok && got != string(tt.slot) {
+				t.Errorf("encoded %s: slot field %v (present %v)", b, got, ok)
+			}
+			var back Job
+			if err := json.Unmarshal(b, &back); err != nil || back.Slot != tt.slot {
+				t.Errorf("decoded slot %q (%v), want %q", back.Slot, err, tt.slot)
+			}
+			if k := j.Key(); k != tt.wantKey {
+				t.Errorf("Key() = %q, want %q", k, tt.wantKey)
+			}
+		})
+	}
+	var old Job
+	if err := json.Unmarshal([]byte(`{"certname":"web01","seq":3}`), &old); err != nil || old.Slot != SlotServed {
+		t.Errorf("a job without a slot decodes to slot %q (%v), want the served slot", old.Slot, err)
 	}
 }

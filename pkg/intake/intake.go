@@ -268,7 +268,7 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 		if err := in.enqueue(ctx, node, j.slot); err != nil {
 			return Outcome{}, err
 		}
-		if j.slot == "" {
+		if j.slot == farm.SlotServed {
 			out.Queued, out.Reason = true, j.reason
 		}
 		in.log().Info("compile queued", "node", up.Certname, "reason", j.reason, "slot", j.slot, "code_id", j.codeID)
@@ -347,12 +347,12 @@ type plannedJob struct {
 // code the node is now released to is promoted instead of compiled.
 func (in *Intake) plan(n *farm.Node, env farm.Environment, f recentFacts, lane farm.Lane, dryRun bool) (jobs []plannedJob, promoted bool) {
 	target := env.TargetCode(n.Certname)
-	if w := in.decide(n, "", env.Name, target, f); w.reason != "" {
+	if w := in.decide(n, farm.SlotServed, env.Name, target, f); w.reason != "" {
 		if !dryRun && in.promote(n, target) {
 			w.reason, promoted = "", true
 		}
 		if w.reason != "" {
-			jobs = append(jobs, plannedJob{"", w.reason, target})
+			jobs = append(jobs, plannedJob{farm.SlotServed, w.reason, target})
 			if !dryRun {
 				n.RequestSeq++
 				n.Requested = in.request(n, n.Catalog, env.Name, target, f, w, lane)

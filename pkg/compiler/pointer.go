@@ -47,12 +47,12 @@ type moved struct {
 // returns nil; it does no I/O, so it can run inside NodeStore.UpdateNode
 // (and again when that retries).
 func movePointer(n *farm.Node, c compiled) (moved, error) {
-	_, catp, stp := n.Slot(c.Slot)
-	cur := *catp
+	s := n.Slot(c.Slot)
+	cur := s.Catalog
 	if cur != nil && cur.Seq >= c.Seq {
 		return moved{}, fmt.Errorf("catalog seq %d is not newer than stored %d: %w", c.Seq, cur.Seq, farm.ErrConflict)
 	}
-	unchanged := cur != nil && cur.ContentDigest == c.Content
+	unchanged := s.Holds(c.Content)
 	if !unchanged && c.Stored.Digest == "" {
 		return moved{}, errNeedStore // another catalog moved in since the compile looked
 	}
@@ -64,13 +64,13 @@ func movePointer(n *farm.Node, c compiled) (moved, error) {
 		}
 		n.ExportsDigest, n.ExportTypes, n.Collects = c.ExportsDigest, c.ExportTypes, c.Collects
 	}
-	status := &farm.CompileStatus{Result: farm.ResultOK, Seq: c.Seq, CodeID: c.CodeID, At: c.At, Duration: c.Duration}
+	status := farm.CompileStatus{Result: farm.ResultOK, Seq: c.Seq, CodeID: c.CodeID, At: c.At, Duration: c.Duration}
 	if unchanged {
+		// Same content: no History entry, the bytes and code_id kept.
 		k := *cur
 		k.Seq, k.FactsDigest, k.ReadsDigest, k.NodeInfo = c.Seq, c.FactsDigest, c.ReadsDigest, c.NodeInfo
-		*catp = &k
 		status.Result = farm.ResultUnchanged
-		*stp = status
+		n.SetCompiled(c.Slot, k, status)
 		out.Unchanged = true
 		return out, nil
 	}
@@ -79,11 +79,6 @@ func movePointer(n *farm.Node, c compiled) (moved, error) {
 	ref.NodeInfo = c.NodeInfo
 	ref.UUID = catalog.UUIDOf(c.Content)
 	ref.CompiledAt, ref.Duration = c.At, c.Duration
-	if c.Slot == farm.SlotCandidate {
-		n.Candidate = &ref
-	} else {
-		n.SetCatalog(ref)
-	}
-	*stp = status
+	n.SetCompiled(c.Slot, ref, status)
 	return out, nil
 }

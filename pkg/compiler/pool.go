@@ -259,7 +259,7 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 		ExportsDigest: exportsDigest, ExportTypes: exportTypes, Collects: collects,
 		At: p.now(), Duration: dur,
 	}
-	if _, curp, _ := node.Slot(d.Slot); *curp == nil || (*curp).ContentDigest != content {
+	if !node.Slot(d.Slot).Holds(content) {
 		if c.Stored, err = p.store(ctx, sealed); err != nil {
 			return err
 		}
@@ -330,12 +330,11 @@ func (p *Pool) nodeInfo(ctx context.Context, d farm.Delivery, log *slog.Logger) 
 // longer matter: the slot has a catalog at least as new, or a newer compile
 // (or none: a release promoted or dropped the candidate) is requested.
 func superseded(n *farm.Node, slot farm.Slot, seq uint64) bool {
-	reqp, catp, _ := n.Slot(slot)
-	if cat := *catp; cat != nil && cat.Seq >= seq {
+	s := n.Slot(slot)
+	if s.Catalog != nil && s.Catalog.Seq >= seq {
 		return true
 	}
-	req := *reqp
-	return req == nil || req.Seq > seq
+	return s.Requested == nil || s.Requested.Seq > seq
 }
 
 // store writes the catalog and its gzip form to the content store.
@@ -362,11 +361,10 @@ func (p *Pool) store(ctx context.Context, catalog []byte) (farm.CatalogRef, erro
 func (p *Pool) recordFailure(ctx context.Context, d farm.Delivery, cause error, log *slog.Logger) {
 	at := p.now()
 	_, err := p.Nodes.UpdateNode(ctx, d.Certname, func(n *farm.Node) error {
-		_, _, stp := n.Slot(d.Slot)
-		if *stp != nil && (*stp).Seq > d.Seq {
+		if st := n.Slot(d.Slot).Compile; st != nil && st.Seq > d.Seq {
 			return nil
 		}
-		*stp = &farm.CompileStatus{Result: farm.ResultFailed, Error: cause.Error(), Seq: d.Seq, CodeID: d.CodeID, At: at}
+		n.SetCompileStatus(d.Slot, farm.CompileStatus{Result: farm.ResultFailed, Error: cause.Error(), Seq: d.Seq, CodeID: d.CodeID, At: at})
 		return nil
 	})
 	if err != nil {

@@ -124,8 +124,10 @@ type Job struct {
 type Slot string
 
 const (
-	// SlotServed is the catalog the node is served (the empty name, so
-	// jobs and records written before slots existed read as served).
+	// SlotServed is the catalog the node is served. Its name is empty, so
+	// it is omitted from encoded jobs and an encoded job without a slot
+	// (one written before slots existed) reads as served: name it by this
+	// constant, not by an empty string.
 	SlotServed Slot = ""
 	// SlotCandidate is a precompile of a release's held-back code, which
 	// becomes the served catalog when the release reaches the node.
@@ -135,8 +137,6 @@ const (
 // Slots are both slots, served first.
 var Slots = []Slot{SlotServed, SlotCandidate}
 
-// Key identifies the catalog a job is for: queues that collapse jobs and
-// run one job at a time do so per key (node and slot).
 // Validate checks what every queue needs of a job: a valid certname and
 // one of the two lanes. The error wraps ErrInvalid.
 func (j Job) Validate() error {
@@ -149,8 +149,11 @@ func (j Job) Validate() error {
 	return nil
 }
 
+// Key identifies the catalog a job is for: queues that collapse jobs and
+// run one job at a time do so per key (node and slot). A served job's key
+// is its certname, as it was before slots existed.
 func (j Job) Key() string {
-	if j.Slot == "" {
+	if j.Slot == SlotServed {
 		return j.Certname
 	}
 	return j.Certname + "#" + string(j.Slot)
@@ -266,13 +269,72 @@ type ClassifierFailure struct {
 // HistoryLen bounds Node.History.
 const HistoryLen = 5
 
-// Slot returns pointers to the node's fields for a job slot: the latest
-// request, the catalog that answers it, and the latest compile status.
-func (n *Node) Slot(slot Slot) (req **CompileRequest, cat **CatalogRef, status **CompileStatus) {
-	if slot == SlotCandidate {
-		return &n.CandidateRequested, &n.Candidate, &n.CandidateCompile
+// SlotState is what a node has in one slot: the latest compile queued for
+// it (Requested), its latest catalog (Catalog) and the outcome of its
+// latest finished compile (Compile). Node.Slot returns it. The pointers
+// are the node's own, to read, not to write through: Node.SetCompiled,
+// SetCompileStatus and DropCandidate change a slot.
+type SlotState struct {
+	Requested *CompileRequest
+	Catalog   *CatalogRef
+	Compile   *CompileStatus
+}
+
+// Slot returns what the node has in slot s.
+func (n *Node) Slot(s Slot) SlotState {
+	if s == SlotCandidate {
+		return SlotState{Requested: n.CandidateRequested, Catalog: n.Candidate, Compile: n.CandidateCompile}
 	}
-	return &n.Requested, &n.Catalog, &n.Compile
+	return SlotState{Requested: n.Requested, Catalog: n.Catalog, Compile: n.Compile}
+}
+
+// Pending reports whether the slot's latest requested compile has neither
+// a catalog nor a finished compile yet.
+func (s SlotState) Pending() bool {
+	if s.Requested == nil {
+		return false
+	}
+	if s.Catalog != nil && s.Catalog.Seq >= s.Requested.Seq {
+		return false
+	}
+	if s.Compile != nil && s.Compile.Seq >= s.Requested.Seq {
+		return false
+	}
+	return true
+}
+
+// Holds reports whether the slot has a catalog with this content (see
+// CatalogRef.ContentDigest).
+func (s SlotState) Holds(content Digest) bool {
+	return s.Catalog != nil && s.Catalog.ContentDigest == content
+}
+
+// SetCompiled records a finished compile of slot s: ref becomes the slot's
+// catalog and st its compile status. The served slot keeps the catalog it
+// replaces in History (see SetCatalog); the candidate slot keeps none.
+func (n *Node) SetCompiled(s Slot, ref CatalogRef, st CompileStatus) {
+	if s == SlotCandidate {
+		n.Candidate = &ref
+	} else {
+		n.SetCatalog(ref)
+	}
+	n.SetCompileStatus(s, st)
+}
+
+// SetCompileStatus records the outcome of a compile of slot s that leaves
+// the slot's catalog as it is, such as a failed one.
+func (n *Node) SetCompileStatus(s Slot, st CompileStatus) {
+	if s == SlotCandidate {
+		n.CandidateCompile = &st
+	} else {
+		n.Compile = &st
+	}
+}
+
+// DropCandidate empties the candidate slot: the node was released to the
+// code it precompiled, or no release holds code back from it.
+func (n *Node) DropCandidate() {
+	n.CandidateRequested, n.Candidate, n.CandidateCompile = nil, nil, nil
 }
 
 // SetCatalog makes ref the node's catalog, keeping the one it replaces in
@@ -354,25 +416,9 @@ type RequestCause struct {
 	Note  string `json:"note,omitempty"`
 }
 
-// Pending reports whether the node's latest requested compile has neither a
-// catalog nor a finished compile yet.
-func (n *Node) Pending() bool { return n.SlotPending("") }
-
-// SlotPending is Pending for a job slot.
-func (n *Node) SlotPending(slot Slot) bool {
-	reqp, catp, stp := n.Slot(slot)
-	req, cat, st := *reqp, *catp, *stp
-	if req == nil {
-		return false
-	}
-	if cat != nil && cat.Seq >= req.Seq {
-		return false
-	}
-	if st != nil && st.Seq >= req.Seq {
-		return false
-	}
-	return true
-}
+// Pending reports whether the node's latest requested compile of its
+// served catalog has neither a catalog nor a finished compile yet.
+func (n *Node) Pending() bool { return n.Slot(SlotServed).Pending() }
 
 // Environment is the farm's record of one Puppet environment's code.
 type Environment struct {

@@ -268,7 +268,7 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 		if err := in.enqueue(ctx, node, j.slot); err != nil {
 			return Outcome{}, err
 		}
-		if j.slot == "" {
+		if j.slot == farm.SlotServed {
 			out.Queued, out.Reason = true, j.reason
 		}
 		in.log().Info("compile queued", "node", up.Certname, "reason", j.reason, "slot", j.slot, "code_id", j.codeID)
@@ -347,12 +347,12 @@ type plannedJob struct {
 // code the node is now released to is promoted instead of compiled.
 func (in *Intake) plan(n *farm.Node, env farm.Environment, f recentFacts, lane farm.Lane, dryRun bool) (jobs []plannedJob, promoted bool) {
 	target := env.TargetCode(n.Certname)
-	if w := in.decide(n, "", env.Name, target, f); w.reason != "" {
+	if w := in.decide(n, farm.SlotServed, env.Name, target, f); w.reason != "" {
 		if !dryRun && in.promote(n, target) {
 			w.reason, promoted = "", true
 		}
 		if w.reason != "" {
-			jobs = append(jobs, plannedJob{"", w.reason, target})
+			jobs = append(jobs, plannedJob{farm.SlotServed, w.reason, target})
 			if !dryRun {
 				n.RequestSeq++
 				n.Requested = in.request(n, n.Catalog, env.Name, target, f, w, lane)
@@ -369,7 +369,7 @@ func (in *Intake) plan(n *farm.Node, env farm.Environment, f recentFacts, lane f
 		}
 	} else if !dryRun && n.CandidateRequested != nil {
 		// Released (or no release): the candidate slot has no purpose.
-		n.CandidateRequested, n.Candidate, n.CandidateCompile = nil, nil, nil
+		n.DropCandidate()
 	}
 	return jobs, promoted
 }
@@ -416,13 +416,12 @@ func (in *Intake) promote(n *farm.Node, code string) bool {
 	n.Requested = &req
 	cat := *c
 	cat.Seq = req.Seq
-	n.SetCatalog(cat)
 	st := farm.CompileStatus{Result: farm.ResultOK, Seq: req.Seq, CodeID: code, At: req.At}
 	if n.CandidateCompile != nil {
 		st.Duration = n.CandidateCompile.Duration
 	}
-	n.Compile = &st
-	n.CandidateRequested, n.Candidate, n.CandidateCompile = nil, nil, nil
+	n.SetCompiled(farm.SlotServed, cat, st)
+	n.DropCandidate()
 	return true
 }
 
@@ -442,8 +441,8 @@ type why struct {
 // change outside the volatile facts does. Facts with nil values repeat the
 // node's last upload.
 func (in *Intake) decide(n *farm.Node, slot farm.Slot, environment, code string, f recentFacts) why {
-	reqp, catp, stp := n.Slot(slot)
-	r := *reqp
+	s := n.Slot(slot)
+	r := s.Requested
 	switch {
 	case r == nil && slot == farm.SlotCandidate:
 		return why{reason: farm.ReasonPrecompile}
@@ -453,29 +452,29 @@ func (in *Intake) decide(n *farm.Node, slot farm.Slot, environment, code string,
 		return why{reason: farm.ReasonCodeChanged, cause: &farm.RequestCause{Input: farm.CauseEnvironment, Old: r.Environment, New: environment}}
 	case r.CodeID != code:
 		return why{reason: farm.ReasonCodeChanged, cause: &farm.RequestCause{Input: farm.CauseCodeID, Old: r.CodeID, New: code}}
-	case nodeinfo.Used(*catp, r) != f.nodeInfo:
+	case nodeinfo.Used(s.Catalog, r) != f.nodeInfo:
 		return why{reason: farm.ReasonNodeChanged, cause: &farm.RequestCause{Input: farm.CauseNodeInfo,
-			Old: string(nodeinfo.Used(*catp, r)), New: string(f.nodeInfo), Note: "trusted extensions or classification changed"}}
-	case in.retryDue(*catp, *stp, r):
+			Old: string(nodeinfo.Used(s.Catalog, r)), New: string(f.nodeInfo), Note: "trusted extensions or classification changed"}}
+	case in.retryDue(s.Catalog, s.Compile, r):
 		return why{reason: farm.ReasonRetry, cause: &farm.RequestCause{
-			Note: fmt.Sprintf("the compile of request %d failed at %s", r.Seq, (*stp).At.UTC().Format(time.RFC3339))}}
+			Note: fmt.Sprintf("the compile of request %d failed at %s", r.Seq, s.Compile.At.UTC().Format(time.RFC3339))}}
 	case f.values == nil:
 		if r.FactsDigest == f.facts || n.FactsDigest == f.facts || r.RelevantDigest == f.relevant {
-			if rec, ok := in.readsFor(*catp, r); ok && rec.Clock {
-				return in.clockWhy(rec, *catp, *stp)
+			if rec, ok := in.readsFor(s.Catalog, r); ok && rec.Clock {
+				return in.clockWhy(rec, s.Catalog, s.Compile)
 			}
 			return why{}
 		}
 		return relevantChanged(r, f, "relevant facts digest changed")
 	}
-	if rec, ok := in.readsFor(*catp, r); ok {
+	if rec, ok := in.readsFor(s.Catalog, r); ok {
 		if rec.AlwaysRecompile {
 			return why{reason: farm.ReasonFactsChanged, cause: &farm.RequestCause{Note: "the catalog always recompiles: " + rec.Why}}
 		}
 		if w := factsChanged(rec.Reads, f.values); w.reason != "" || !rec.Clock {
 			return w
 		}
-		return in.clockWhy(rec, *catp, *stp)
+		return in.clockWhy(rec, s.Catalog, s.Compile)
 	}
 	if v, ok := in.readRecords.Load(r.ReadsDigest); ok && r.Projection != "" {
 		// Still compiling: judge by what the last catalog read.
@@ -574,8 +573,7 @@ func (in *Intake) loadRecord(ctx context.Context, n *farm.Node, d farm.Digest) e
 }
 
 func (in *Intake) enqueue(ctx context.Context, n farm.Node, slot farm.Slot) error {
-	reqp, _, _ := n.Slot(slot)
-	r := *reqp
+	r := n.Slot(slot).Requested
 	job := farm.Job{
 		Certname: n.Certname, Environment: r.Environment, Reason: r.Reason,
 		FactsDigest: r.FactsDigest, NodeInfo: r.NodeInfo, CodeID: r.CodeID, Seq: r.Seq, Lane: r.Lane, EnqueuedAt: r.At,
@@ -679,15 +677,15 @@ func (f *recentFacts) factsDigest() (farm.Digest, error) {
 func (in *Intake) factsRead(n *farm.Node) *facts.Selection {
 	only := &facts.Selection{}
 	for _, slot := range farm.Slots {
-		reqp, catp, _ := n.Slot(slot)
-		r := *reqp
+		s := n.Slot(slot)
+		r := s.Requested
 		if r == nil {
 			if slot == farm.SlotServed {
 				return nil
 			}
 			continue
 		}
-		rec, ok := in.readsFor(*catp, r)
+		rec, ok := in.readsFor(s.Catalog, r)
 		if !ok && r.Projection != "" {
 			rec, ok = in.readRecords.Load(r.ReadsDigest)
 		}
@@ -826,7 +824,7 @@ func (in *Intake) RequeuePending(ctx context.Context) (int, error) {
 	for _, env := range envs {
 		err := farm.EachNode(ctx, in.Nodes, farm.NodeQuery{Environment: env.Name, Limit: farm.MaxNodePage}, func(node farm.Node) error {
 			for _, slot := range farm.Slots {
-				if !node.SlotPending(slot) {
+				if !node.Slot(slot).Pending() {
 					continue
 				}
 				if err := in.enqueue(ctx, node, slot); err != nil {

@@ -217,16 +217,15 @@ func (d *Deployer) Status(ctx context.Context, environment string) (DeployStatus
 		if env.TargetCode(n.Certname) != env.CodeID {
 			slot = farm.SlotCandidate
 		}
-		reqp, _, stp := n.Slot(slot)
-		req, status := *reqp, *stp
+		s := n.Slot(slot)
 		switch {
-		case req == nil || req.CodeID != env.CodeID:
+		case s.Requested == nil || s.Requested.CodeID != env.CodeID:
 			st.Other++
-		case n.SlotPending(slot):
+		case s.Pending():
 			st.Queued++
-		case status != nil && status.Result == farm.ResultFailed:
+		case s.Compile != nil && s.Compile.Result == farm.ResultFailed:
 			st.Failed++
-		case status != nil && status.Result == farm.ResultUnchanged:
+		case s.Compile != nil && s.Compile.Result == farm.ResultUnchanged:
 			st.Unchanged++
 		default:
 			st.Compiled++

@@ -647,7 +647,7 @@ func queueSlots(t *testing.T, q farm.Queue) {
 	wantCounts(t, q, "two slots of one node", 1, 0, 1, 0)
 	d1 := receive(t, q)
 	d2 := receive(t, q)
-	if d1.Slot != "" || d1.Seq != 2 || d2.Slot != farm.SlotCandidate || d2.Seq != 1 {
+	if d1.Slot != farm.SlotServed || d1.Seq != 2 || d2.Slot != farm.SlotCandidate || d2.Seq != 1 {
 		t.Fatalf("deliveries (%q seq %d), (%q seq %d); want the served slot (urgent) then the candidate", d1.Slot, d1.Seq, d2.Slot, d2.Seq)
 	}
 	ack(t, q, d1)

@@ -8,13 +8,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -38,44 +36,28 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/scaling"
 )
 
-// endpoint is moto's server on loopback: it serves Lambda's event source
+// emu is moto's server on loopback: it serves Lambda's event source
 // mappings, SQS, IAM and CloudWatch in one process.
-var endpoint string
+var emu *emulator.Process
 
 // TestMain runs one moto server (started by internal/emulator as the
 // Secrets Manager emulator: the same server answers every service). Without
 // it the tests fail, naming the script that installs it.
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run()) // no emulator: the tests that need it skip
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	p, err := emulator.StartSecretsManager(ctx)
-	cancel()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the moto emulator is needed by these tests: %v\n", err)
-		os.Exit(1)
-	}
-	endpoint = p.URL
-	code := m.Run()
-	p.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { emulator.Main(m, emulator.SecretsManager(&emu)) }
 
 const region = "us-east-1"
 
 var creds = credentials.NewStaticCredentialsProvider("test", "test", "")
 
 func lambdaClient() *lambda.Client {
-	return lambda.New(lambda.Options{Region: region, Credentials: creds, BaseEndpoint: aws.String(endpoint)})
+	return lambda.New(lambda.Options{Region: region, Credentials: creds, BaseEndpoint: aws.String(emu.URL)})
 }
 
 // cloudwatchClient speaks the awsQuery protocol: moto implements
 // CloudWatch in it only, not in rpcv2-CBOR, the SDK's default (which AWS
 // serves). What the handler asks and reads is the same in both.
 func cloudwatchClient() *cloudwatch.Client {
-	return cloudwatch.New(cloudwatch.Options{Region: region, Credentials: creds, BaseEndpoint: aws.String(endpoint)},
+	return cloudwatch.New(cloudwatch.Options{Region: region, Credentials: creds, BaseEndpoint: aws.String(emu.URL)},
 		func(o *cloudwatch.Options) { o.Protocol = awsquery.New(cwschemas.GraniteServiceVersion20100801) })
 }
 
@@ -89,7 +71,7 @@ func newLane(t *testing.T, name string, maxConc, batch int32) (queue, uuid strin
 	ctx := t.Context()
 	n := seq.Add(1)
 	queue = fmt.Sprintf("compilefarm-%s-%d", name, n)
-	q := sqs.New(sqs.Options{Region: region, Credentials: creds, BaseEndpoint: aws.String(endpoint)})
+	q := sqs.New(sqs.Options{Region: region, Credentials: creds, BaseEndpoint: aws.String(emu.URL)})
 	qo, err := q.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(queue)})
 	if err != nil {
 		t.Fatalf("create queue %s: %v", queue, err)
@@ -139,7 +121,7 @@ func role(t *testing.T) string {
 	form := url.Values{"Action": {"CreateRole"}, "Version": {"2010-05-08"}, "RoleName": {name},
 		"AssumeRolePolicyDocument": {`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"lambda.amazonaws.com"},"Action":"sts:AssumeRole"}]}`}}
 	body := form.Encode()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, endpoint+"/", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, emu.URL+"/", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,9 @@ type Process struct {
 	Name string
 	Addr string // 127.0.0.1:port
 	URL  string // http://127.0.0.1:port
+	// Dir is the directory the emulator keeps its data in, when Main made
+	// one for it (S3: one directory per bucket).
+	Dir string
 
 	proc *procgroup.Group
 }

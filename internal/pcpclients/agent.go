@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/compilefarm/compilefarm/internal/procgroup"
 )
 
 // AgentOptions configure one pxp-agent.
@@ -150,9 +152,9 @@ func (a *Agent) WaitLog(ctx context.Context, s string, n int) error {
 				return nil
 			}
 			out, _ := os.ReadFile(a.OutFile)
-			return fmt.Errorf("pcpclients: pxp-agent exited (%v) before logging %q; command: %s; output: %s; log:\n%s", a.err, s, strings.Join(a.cmd.Args, " "), out, tail(a.Log(), 40))
+			return fmt.Errorf("pcpclients: pxp-agent exited (%v) before logging %q; command: %s; output: %s; log:\n%s", a.err, s, strings.Join(a.cmd.Args, " "), out, procgroup.Tail(a.Log(), 40))
 		case <-ctx.Done():
-			return fmt.Errorf("pcpclients: pxp-agent did not log %q %d times: %w; log:\n%s", s, n, ctx.Err(), tail(a.Log(), 40))
+			return fmt.Errorf("pcpclients: pxp-agent did not log %q %d times: %w; log:\n%s", s, n, ctx.Err(), procgroup.Tail(a.Log(), 40))
 		case <-tick.C:
 		}
 	}
@@ -176,9 +178,9 @@ func (a *Agent) WaitAssociations(ctx context.Context, n int) error {
 	for a.Associations() < n {
 		select {
 		case <-a.exited:
-			return fmt.Errorf("pcpclients: pxp-agent exited (%v) after %d associations; log:\n%s", a.err, a.Associations(), tail(a.Log(), 40))
+			return fmt.Errorf("pcpclients: pxp-agent exited (%v) after %d associations; log:\n%s", a.err, a.Associations(), procgroup.Tail(a.Log(), 40))
 		case <-ctx.Done():
-			return fmt.Errorf("pcpclients: pxp-agent associated %d times, not %d: %w; log:\n%s", a.Associations(), n, ctx.Err(), tail(a.Log(), 40))
+			return fmt.Errorf("pcpclients: pxp-agent associated %d times, not %d: %w; log:\n%s", a.Associations(), n, ctx.Err(), procgroup.Tail(a.Log(), 40))
 		case <-tick.C:
 		}
 	}
@@ -217,12 +219,4 @@ func (a *Agent) Stop() error {
 	}
 	<-a.exited
 	return nil
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -51,3 +51,21 @@ func TestOutputKeepsATail(t *testing.T) {
 		t.Fatalf("kept %d bytes ending %q; want at most keep plus one write, ending with the last line", len(out), out[max(0, len(out)-20):])
 	}
 }
+
+func TestTail(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"", 3, ""},
+		{"a\nb\nc\n", 2, "b\nc"},
+		{"a\nb\nc", 2, "b\nc"},
+		{"a\nb\n", 5, "a\nb"},
+		{"one line", 1, "one line"},
+	} {
+		if got := Tail(c.in, c.n); got != c.want {
+			t.Errorf("Tail(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/compilefarm/compilefarm/internal/lambdaruntime"
+	"github.com/compilefarm/compilefarm/internal/procgroup"
 	"github.com/compilefarm/compilefarm/localstack/cfnsupport"
 )
 
@@ -201,7 +202,7 @@ func compile(args []string) error {
 	defer func() {
 		rt.Stop()
 		if out := rt.Output(); out != "" {
-			fmt.Fprintf(os.Stderr, "--- compile function output (tail) ---\n%s", tail(out, 60))
+			fmt.Fprintf(os.Stderr, "--- compile function output (tail) ---\n%s\n", procgroup.Tail(out, 60))
 		}
 	}()
 	var pollers []*lambdaruntime.Poller
@@ -220,7 +221,7 @@ func compile(args []string) error {
 			n, failed, err := p.PollOnce(ctx, int32(*wait))
 			switch {
 			case err != nil && ctx.Err() == nil:
-				fmt.Fprintf(os.Stderr, "lsfarm compile: %v\n%s", err, tail(rt.Output(), 20))
+				fmt.Fprintf(os.Stderr, "lsfarm compile: %v\n%s", err, procgroup.Tail(rt.Output(), 20))
 				time.Sleep(time.Second)
 			case n > 0:
 				fmt.Printf("%s lsfarm compile: %d job(s) from %s, %d failed\n", time.Now().Format(time.TimeOnly), n, p.QueueARN, failed)
@@ -228,12 +229,4 @@ func compile(args []string) error {
 		}
 	}
 	return nil
-}
-
-func tail(s string, lines int) string {
-	parts := strings.SplitAfter(s, "\n")
-	if len(parts) > lines {
-		parts = parts[len(parts)-lines:]
-	}
-	return strings.Join(parts, "")
 }

@@ -1,9 +1,7 @@
 package cakey
 
 import (
-	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -23,33 +20,18 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
-var endpoint string
+// emu is the Secrets Manager emulator (moto) the tests share.
+var emu *emulator.Process
 
 // TestMain runs one Secrets Manager emulator (moto) on a loopback port.
 // Without it the tests fail, naming the script that checks for it.
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run()) // no emulator: the tests that need it skip
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	p, err := emulator.StartSecretsManager(ctx)
-	cancel()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the Secrets Manager emulator is needed by these tests: %v\n", err)
-		os.Exit(1)
-	}
-	endpoint = p.URL
-	code := m.Run()
-	p.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { emulator.Main(m, emulator.SecretsManager(&emu)) }
 
 func client() *secretsmanager.Client {
 	return secretsmanager.New(secretsmanager.Options{
 		Region:       "us-east-1",
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
-		BaseEndpoint: aws.String(endpoint),
+		BaseEndpoint: aws.String(emu.URL),
 	})
 }
 

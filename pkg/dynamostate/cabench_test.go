@@ -24,7 +24,7 @@ func BenchmarkSignDynamoDB(b *testing.B) {
 	table := newCATable(b)
 	key := filepath.Join(b.TempDir(), "ca_key.pem")
 	open := func() *ca.CA {
-		c, err := ca.Init(b.Context(), NewCAStore(newClient(endpoint), table), ca.KeyFile(key),
+		c, err := ca.Init(b.Context(), NewCAStore(newClient(emu.URL), table), ca.KeyFile(key),
 			ca.Options{Autosign: true, ServerDir: b.TempDir(), Logger: discardLogger})
 		if err != nil {
 			b.Fatal(err)

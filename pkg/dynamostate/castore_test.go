@@ -31,7 +31,7 @@ func newCATable(t testing.TB) string {
 		t.Skip("needs the DynamoDB emulator; skipped with -short")
 	}
 	table := fmt.Sprintf("t%04d-ca", tableSeq.Add(1))
-	client := newClient(endpoint)
+	client := newClient(emu.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := NewCAStore(client, table).EnsureTable(ctx); err != nil {
@@ -51,7 +51,7 @@ func TestCAStoreContract(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the DynamoDB emulator; skipped with -short")
 	}
-	farmtest.TestCAStore(t, func(t *testing.T) farm.CAStore { return NewCAStore(newClient(endpoint), newCATable(t)) })
+	farmtest.TestCAStore(t, func(t *testing.T) farm.CAStore { return NewCAStore(newClient(emu.URL), newCATable(t)) })
 }
 
 // openCA opens a CA on table with the key in keyFile, on a client of its
@@ -63,7 +63,7 @@ func openCA(t *testing.T, table, keyFile string, opts ca.Options) *ca.CA {
 	}
 	opts.ServerDir = t.TempDir()
 	opts.Logger = discardLogger
-	c, err := ca.Init(t.Context(), NewCAStore(newClient(endpoint), table), ca.KeyFile(keyFile), opts)
+	c, err := ca.Init(t.Context(), NewCAStore(newClient(emu.URL), table), ca.KeyFile(keyFile), opts)
 	if err != nil {
 		t.Fatalf("open CA on table %s: %v", table, err)
 	}
@@ -93,7 +93,7 @@ func TestCANewNeedsACA(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the DynamoDB emulator; skipped with -short")
 	}
-	_, err := ca.New(t.Context(), NewCAStore(newClient(endpoint), newCATable(t)), ca.KeyFile(filepath.Join(t.TempDir(), "k.pem")),
+	_, err := ca.New(t.Context(), NewCAStore(newClient(emu.URL), newCATable(t)), ca.KeyFile(filepath.Join(t.TempDir(), "k.pem")),
 		ca.Options{ServerDir: t.TempDir()})
 	if err == nil || !errors.Is(err, farm.ErrNotFound) {
 		t.Fatalf("New on an empty table: err = %v, want ErrNotFound telling to run broker ca init", err)
@@ -129,7 +129,7 @@ func TestCRLReadsPartsOnlyWhenChanged(t *testing.T) {
 		return gets.Load()
 	}
 	table := newCATable(t)
-	writer := NewCAStore(newClient(endpoint, countGets), table)
+	writer := NewCAStore(newClient(emu.URL, countGets), table)
 	if err := writer.writeCRL(t.Context(), []byte("CRL number 0"), big.NewInt(0), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestCRLReadsPartsOnlyWhenChanged(t *testing.T) {
 	if n := crlGets(writer, crl); n != 1 {
 		t.Fatalf("the writer read %d items for the CRL it wrote, want 1 (the head)", n)
 	}
-	reader := NewCAStore(newClient(endpoint, countGets), table)
+	reader := NewCAStore(newClient(emu.URL, countGets), table)
 	if n := crlGets(reader, crl); n != 4 {
 		t.Fatalf("another store read %d items for a new CRL, want 4 (the head and three parts)", n)
 	}
@@ -169,7 +169,7 @@ func TestSigningDoesNotScan(t *testing.T) {
 		})
 	}
 	table := newCATable(t)
-	c, err := ca.Init(t.Context(), NewCAStore(newClient(endpoint, countScans), table), ca.KeyFile(filepath.Join(t.TempDir(), "k.pem")),
+	c, err := ca.Init(t.Context(), NewCAStore(newClient(emu.URL, countScans), table), ca.KeyFile(filepath.Join(t.TempDir(), "k.pem")),
 		ca.Options{KeyBits: 2048, Autosign: true, ServerDir: t.TempDir(), Logger: discardLogger})
 	if err != nil {
 		t.Fatal(err)

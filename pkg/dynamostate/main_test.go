@@ -2,9 +2,7 @@ package dynamostate
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,32 +14,12 @@ import (
 	"github.com/compilefarm/compilefarm/internal/emulator"
 )
 
-// endpoint is the URL of the dynalite the tests share.
-var endpoint string
+// emu is the dynalite the tests share, on a free loopback port. Each test
+// gets its own tables (newStore). Without the emulator the tests fail,
+// naming the script that installs it.
+var emu *emulator.Process
 
-// TestMain runs one dynalite on a free loopback port for the package's
-// tests. Each test gets its own tables (newStore). Without the emulator the
-// tests fail, naming the script that installs it.
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run()) // no emulator: the tests that need it skip
-	}
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, err := emulator.StartDynamoDB(ctx)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the DynamoDB emulator is needed by these tests: %v\n", err)
-		return 1
-	}
-	defer p.Stop()
-	endpoint = p.URL
-	return m.Run()
-}
+func TestMain(m *testing.M) { emulator.Main(m, emulator.DynamoDB(&emu)) }
 
 // newClient returns a DynamoDB client for the emulator; optFns adjust it.
 func newClient(url string, optFns ...func(*dynamodb.Options)) *dynamodb.Client {
@@ -80,7 +58,7 @@ func newStoreWith(t *testing.T, clientOpts []func(*dynamodb.Options), adjust ...
 	for _, f := range adjust {
 		f(&opts)
 	}
-	client := newClient(endpoint, clientOpts...)
+	client := newClient(emu.URL, clientOpts...)
 	s := New(client, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -264,7 +264,7 @@ func TestMissingTable(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the DynamoDB emulator; skipped with -short")
 	}
-	s := New(newClient(endpoint), Options{NodesTable: "no-such-nodes", IndexTable: "no-such-node-index", EnvironmentsTable: "no-such-environments"})
+	s := New(newClient(emu.URL), Options{NodesTable: "no-such-nodes", IndexTable: "no-such-node-index", EnvironmentsTable: "no-such-environments"})
 	ctx := testCtx(t)
 	check := func(what string, err error, table string) {
 		t.Helper()

@@ -49,7 +49,7 @@ func TestNameLayout(t *testing.T) {
 			if len(keys) != 2 || !strings.Contains(strings.Join(keys, " "), want) {
 				t.Fatalf("bucket holds %q, want the blob and %q", keys, want)
 			}
-			b, err := os.ReadFile(filepath.Join(emuRoot, s.Bucket(), filepath.FromSlash(want)))
+			b, err := os.ReadFile(filepath.Join(emu.Dir, s.Bucket(), filepath.FromSlash(want)))
 			if err != nil || string(b) != string(d) {
 				t.Fatalf("object %s holds %q, %v; want the digest %s", want, b, err, d)
 			}

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -32,45 +31,14 @@ import (
 )
 
 // The S3 emulator all tests of this package share: versitygw over a posix
-// directory, started by TestMain on a free loopback port.
+// directory (emu.Dir: one directory per bucket), started by TestMain on a
+// free loopback port.
 var (
 	emu     *emulator.Process
-	emuRoot string // versitygw's posix root: one directory per bucket
 	buckets atomic.Int64
 )
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run()) // no emulator: the tests that need it skip
-	}
-	os.Exit(runMain(m))
-}
-
-func runMain(m *testing.M) int {
-	root, err := os.MkdirTemp("", "s3store-versitygw-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "s3store tests:", err)
-		return 1
-	}
-	defer os.RemoveAll(root)
-	emuRoot = root
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	emu, err = emulator.StartS3(ctx, root)
-	if err != nil {
-		// Never skip: the AWS driver is tested against a real emulator or
-		// the run fails, saying how to install it.
-		fmt.Fprintf(os.Stderr, "s3store tests: FAIL: %v\n", err)
-		return 1
-	}
-	defer emu.Stop()
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "--- versitygw output ---\n%s\n", emu.Output())
-	}
-	return code
-}
+func TestMain(m *testing.M) { emulator.Main(m, emulator.S3(&emu)) }
 
 // newClient returns an S3 client for the emulator; optFns adjust it.
 func newClient(optFns ...func(*s3.Options)) *s3.Client {
@@ -172,7 +140,7 @@ func TestKeyLayout(t *testing.T) {
 			}
 			// versitygw's posix backend maps keys to paths: the same layout
 			// as pkg/localstore's directories.
-			b, err := os.ReadFile(filepath.Join(emuRoot, s.Bucket(), filepath.FromSlash(want)))
+			b, err := os.ReadFile(filepath.Join(emu.Dir, s.Bucket(), filepath.FromSlash(want)))
 			if err != nil || !bytes.Equal(b, data) {
 				t.Fatalf("file for key %s: %q, %v", want, b, err)
 			}
@@ -388,7 +356,7 @@ func TestCorruptObjectIsDetected(t *testing.T) {
 			}
 		}},
 		{"file changed behind the store's back", func(t *testing.T, s *Store, key string) {
-			p := filepath.Join(emuRoot, s.Bucket(), filepath.FromSlash(key))
+			p := filepath.Join(emu.Dir, s.Bucket(), filepath.FromSlash(key))
 			b, err := os.ReadFile(p)
 			if err != nil {
 				t.Fatal(err)
@@ -399,7 +367,7 @@ func TestCorruptObjectIsDetected(t *testing.T) {
 			}
 		}},
 		{"truncated file", func(t *testing.T, s *Store, key string) {
-			p := filepath.Join(emuRoot, s.Bucket(), filepath.FromSlash(key))
+			p := filepath.Join(emu.Dir, s.Bucket(), filepath.FromSlash(key))
 			if err := os.Truncate(p, 3); err != nil {
 				t.Fatal(err)
 			}

@@ -3,10 +3,8 @@ package sqsqueue_test
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"net/http"
-	"os"
 	"regexp"
 	"sync/atomic"
 	"testing"
@@ -21,39 +19,16 @@ import (
 )
 
 // fauxqs is the SQS emulator every test here talks to, started once by
-// TestMain; startErr says why it could not start (each test then fails).
-var (
-	fauxqs   *emulator.Process
-	startErr error
-)
+// TestMain.
+var fauxqs *emulator.Process
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run()) // no emulator: the tests that need it skip
-	}
-	fauxqs, startErr = startFauxqs()
-	code := m.Run()
-	if fauxqs != nil {
-		fauxqs.Stop()
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { emulator.Main(m, emulator.SQS(&fauxqs)) }
 
-func startFauxqs() (*emulator.Process, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	return emulator.StartSQS(ctx)
-}
-
-// needSQS fails the test when the emulator is not running.
+// needSQS skips the test under -short, where TestMain starts no emulator.
 func needSQS(t *testing.T) {
 	t.Helper()
 	if testing.Short() { // also for a test that forgot its own guard
 		t.Skip("needs the SQS emulator; skipped with -short")
-	}
-	if startErr != nil {
-		t.Fatalf("no SQS emulator: %v", startErr)
 	}
 }
 

@@ -10,7 +10,7 @@
 set -euo pipefail
 
 need_pkgs=()
-command -v go >/dev/null 2>&1 || { echo "install-deps: Go 1.24+ is required (https://go.dev/dl/); put it on PATH" >&2; exit 1; }
+command -v go >/dev/null 2>&1 || { echo "install-deps: Go 1.24+ is required; install it and put it on PATH" >&2; exit 1; }
 command -v puppet >/dev/null 2>&1 && ruby -rpuppet -e 'exit 0' >/dev/null 2>&1 || need_pkgs+=(puppet-agent)
 command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
 command -v hostname >/dev/null 2>&1 || need_pkgs+=(hostname)

@@ -17,7 +17,7 @@ bin="$tools/versitygw"
 say() { echo "emulators/s3: $*"; }
 die() { echo "emulators/s3: error: $*" >&2; exit 1; }
 
-command -v go >/dev/null 2>&1 || die "Go is required to build versitygw (https://go.dev/dl/); put it on PATH"
+command -v go >/dev/null 2>&1 || die "Go is required to build versitygw; install Go 1.24+ and put it on PATH"
 
 # `versitygw --version` says "git" for a `go install` build (the release
 # version is set by its Makefile's ldflags), hence the build info.

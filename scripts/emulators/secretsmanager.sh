@@ -7,28 +7,40 @@
 #
 # PyPI is not reachable from CI, and python3-moto is in Debian 13 (trixie)
 # but not in 12 (bookworm). It is pure Python (Architecture: all) and its
-# dependencies are all in bookworm, so this script downloads the pinned
-# trixie .deb from deb.debian.org, checks its SHA-256, and unpacks it with
+# dependencies are all in bookworm, so this script fetches the pinned trixie
+# .deb with apt-get download, checks its SHA-256, and unpacks it with
 # dpkg-deb -x (nothing is installed into the system). The dependencies are
 # installed with apt-get when root; otherwise it fails, saying what to
 # install. python3-antlr4, also in python3-moto's Depends, is left out: only
 # moto's Step Functions parser imports it.
 #
+# Where trixie comes from: the machine's own Debian mirror, the one its apt
+# sources use for this release's main suite (apt-get indextargets), or
+# DEBIAN_MIRROR when set. apt-get runs with a private configuration file
+# layered on the machine's (so its proxy and other Acquire settings hold):
+# its own sources list (just "<mirror> trixie main", Packages only), its own
+# state and cache directories in a temporary directory, and no update hooks;
+# the system's sources, lists and cache are not touched. apt verifies the
+# trixie InRelease with the Debian archive keyring (bookworm's keyring
+# verifies it: trixie's InRelease is also signed with the 12/bookworm
+# archive key), and the .deb against the signed Packages index; the pinned
+# SHA-256 below is checked on top of that.
+#
 # Idempotent: when the pinned version is unpacked and its dependencies are
-# installed it downloads nothing and takes under a second.
+# installed it downloads nothing and takes about a second.
 #
 # Why moto: no Secrets Manager emulator installs from the Go module proxy
 # or npm, and LocalStack (which embeds moto for this service) needs Docker.
 #
-# To move to another python3-moto, take the new Filename and SHA256 from
-# http://deb.debian.org/debian/dists/trixie/main/binary-all/Packages.xz
-# and change deb_version, deb_path and deb_sha256 below.
+# To move to another python3-moto: when the pinned version leaves trixie
+# this script fails and prints the versions trixie has, with their SHA256;
+# put the new one in deb_version and deb_sha256 below.
 set -euo pipefail
 
+suite=trixie
 deb_version="5.1.1-4"
-deb_path="pool/main/p/python-moto/python3-moto_${deb_version}_all.deb"
 deb_sha256="8a231ec9c330cd2cf40fde0d0ebe1d3c10698cfba718cee8a2ad7e983c4e7574"
-mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 py=/usr/bin/python3
 # What moto's server mode imports: Debian package => Python module.
 deps="python3-boto3:boto3 python3-botocore:botocore python3-cryptography:cryptography
@@ -43,6 +55,25 @@ want_stamp="python3-moto $deb_version sha256:$deb_sha256"
 
 say() { echo "emulators/secretsmanager: $*"; }
 die() { echo "emulators/secretsmanager: ERROR: $*" >&2; exit 1; }
+
+# os_codename prints this machine's Debian release codename (bookworm).
+os_codename() {
+	(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+}
+
+# debian_mirror prints the first mirror URL apt's sources use for this
+# release's main suite (the part before /dists/), or nothing.
+debian_mirror() {
+	local codename
+	codename="$(os_codename)"
+	[ -n "$codename" ] || return 0
+	{
+		apt-get indextargets --format '$(REPO_URI)' "Release: $codename" 'Component: main' 'Target-Of: deb' 2>/dev/null
+		# Sources that name the suite (stable, oldstable) rather than the
+		# codename match by the codename their Release file gives.
+		apt-get indextargets --format '$(REPO_URI)' "Codename: $codename" 'Component: main' 'Target-Of: deb' 2>/dev/null
+	} | awk 'NF { print; exit }'
+}
 
 # missing_pkgs prints the Debian packages moto needs that are not
 # installed (python3 itself included).
@@ -96,30 +127,53 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want_stamp" ] && [ -d "$lib/moto" 
 fi
 
 command -v dpkg-deb >/dev/null 2>&1 || die "dpkg-deb is needed to unpack python3-moto (Debian: apt-get install dpkg)"
-url="$mirror/$deb_path"
+command -v apt-get >/dev/null 2>&1 || die "apt-get is needed to fetch python3-moto from Debian $suite"
+[ -r "$keyring" ] || die "$keyring is missing: apt-get install debian-archive-keyring"
+mirror="${DEBIAN_MIRROR:-$(debian_mirror)}"
+[ -n "$mirror" ] ||
+	die "found no Debian mirror for the main suite of '$(os_codename)' in apt's sources (apt-get indextargets); set DEBIAN_MIRROR to the URL of a Debian mirror that has $suite (the part before /dists/)"
+mirror="${mirror%/}"
 tmp="$(mktemp -d "$dir/.install.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-deb="$tmp/$(basename "$deb_path")"
 start=$(date +%s)
-say "downloading python3-moto $deb_version (3.5 MB) from $url..."
-# Python's urllib, not curl or wget: a fresh Debian has python3 but not
-# always either of those.
-"$py" -c '
-import sys, urllib.request
-try:
-    with urllib.request.urlopen(sys.argv[1], timeout=60) as r, open(sys.argv[2], "wb") as f:
-        while True:
-            b = r.read(1 << 16)
-            if not b:
-                break
-            f.write(b)
-except Exception as e:
-    sys.exit("emulators/secretsmanager: GET %s: %s" % (sys.argv[1], e))
-' "$url" "$deb" ||
-	die "download of $url failed. The machine must reach $mirror over http (or set DEBIAN_MIRROR to a Debian mirror it reaches). If the file is gone (404), trixie has a newer python3-moto: see how to move to it at the top of $0"
+
+# A private apt: its own sources, state and cache under $tmp, layered (-c)
+# on the machine's configuration. Update hooks are cleared: they are the
+# system's (appstream, packagekit, ...) and would act on the system's lists.
+apt="$tmp/apt"
+mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/empty" "$tmp/deb"
+echo "deb [arch=$(dpkg --print-architecture) lang=none target=Packages signed-by=$keyring] $mirror $suite main" >"$apt/sources.list"
+cat >"$apt/apt.conf" <<EOF
+Dir::Etc::SourceList "$apt/sources.list";
+Dir::Etc::SourceParts "$apt/empty";
+Dir::Etc::Preferences "$apt/empty/preferences";
+Dir::Etc::PreferencesParts "$apt/empty";
+Dir::State "$apt";
+Dir::State::Lists "$apt/lists";
+Dir::Cache "$apt/cache";
+#clear APT::Update::Pre-Invoke;
+#clear APT::Update::Post-Invoke;
+#clear APT::Update::Post-Invoke-Success;
+EOF
+# As root, apt downloads as the unprivileged _apt user: let it write here.
+if [ "$(id -u)" -eq 0 ] && id _apt >/dev/null 2>&1; then
+	chmod 755 "$tmp"
+	chown _apt "$tmp/deb"
+fi
+
+say "fetching $suite's package index from $mirror (about 10 MB, signature checked with $keyring)..."
+apt-get -c "$apt/apt.conf" -qq --error-on=any update ||
+	die "apt-get update of '$mirror $suite main' failed (see above). The machine must reach that mirror with apt's configuration and the mirror must carry $suite (or set DEBIAN_MIRROR to a Debian mirror that does); on a GPG error, $keyring cannot verify $suite: upgrade debian-archive-keyring"
+say "downloading python3-moto $deb_version (3.5 MB) with apt-get..."
+if ! (cd "$tmp/deb" && apt-get -c "$apt/apt.conf" -qq download "python3-moto=$deb_version"); then
+	have="$({ apt-cache -c "$apt/apt.conf" show python3-moto 2>/dev/null || true; } | awk '$1 == "Version:" || $1 == "SHA256:" { printf "%s%s %s", sep, $1, $2; sep = ", " }')"
+	die "apt-get download python3-moto=$deb_version from '$mirror $suite main' failed (see above). $suite has: ${have:-no python3-moto}; if $deb_version is gone, check the new version and put it in deb_version and deb_sha256 in $0"
+fi
+deb="$(find "$tmp/deb" -name 'python3-moto_*.deb' -print -quit)"
+[ -n "$deb" ] || die "apt-get download reported success but left no python3-moto .deb in $tmp/deb"
 got="$(sha256sum "$deb" | cut -d' ' -f1)"
 [ "$got" = "$deb_sha256" ] ||
-	die "$url has SHA-256 $got, but $0 pins $deb_sha256: not using it. If Debian really rebuilt python3-moto $deb_version, check the SHA256 of $deb_path in $mirror/dists/trixie/main/binary-all/Packages.xz and update the pin; otherwise something between here and the mirror changed the file"
+	die "python3-moto $deb_version from $mirror has SHA-256 $got, but $0 pins $deb_sha256: not using it. apt checked it against $suite's signed index, so Debian rebuilt it: check the new package and update deb_sha256"
 
 say "unpacking into $lib..."
 dpkg-deb -x "$deb" "$tmp/root" || die "dpkg-deb -x $deb failed (see above)"

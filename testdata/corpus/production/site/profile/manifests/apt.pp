@@ -1,5 +1,5 @@
-# Debian sources: the local mirror for the main archive, security
-# updates straight from Debian, and the site's own repository.
+# Debian sources: the local mirror for the main archive and the security
+# archive (it mirrors both), and the site's own repository.
 class profile::apt (
   Hash $sources = {},
   Hash $source_defaults = {},

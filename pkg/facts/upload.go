@@ -124,7 +124,7 @@ func (u Upload) Selected(certname string, sel *Selection) (values map[string]any
 	var d Document
 	switch u.kind {
 	case catalogForm:
-		d, handled, err = CatalogFormOnly(certname, u.body, sel)
+		d, handled, err = catalogFormOnly(certname, u.body, sel)
 	case jsonDocument:
 		d, err = DecodeOnly(certname, u.body, sel)
 		handled = true

@@ -51,7 +51,7 @@ func TestCompileLambda(t *testing.T) {
 		t.Helper()
 		doc, _ := json.Marshal(map[string]any{"name": name, "values": values})
 		if _, err := in.Submit(ctx, intake.Upload{Certname: name, Environment: env,
-			Document: func() ([]byte, error) { return doc, nil }}); err != nil {
+			Facts: facts.JSONDocument(doc)}); err != nil {
 			t.Fatalf("submit facts of %s: %v", name, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/intake"
 )
 
@@ -128,7 +129,7 @@ func (f *fleet) submit(ctx context.Context, in *intake.Intake, environment strin
 	doc := f.doc(i, variant)
 	out, err := in.Submit(ctx, intake.Upload{
 		Certname: f.certname(i), Environment: environment,
-		Document: func() ([]byte, error) { return doc, nil },
+		Facts: facts.JSONDocument(doc),
 	})
 	if err != nil {
 		return out, fmt.Errorf("submit facts of %s: %w", f.certname(i), err)

@@ -208,7 +208,7 @@ func (r *Rig) SubmitAs(t *testing.T, name, env string, exts map[string]string, v
 	t.Helper()
 	doc := FactsDoc(name, values)
 	return r.Intake.Submit(context.Background(), intake.Upload{Certname: name, Environment: env, TrustedExtensions: exts,
-		Document: func() ([]byte, error) { return doc, nil }})
+		Facts: facts.JSONDocument(doc)})
 }
 
 // Drain handles every job the queue has now.

@@ -80,12 +80,12 @@ func DecodeOnlyEncoded(certname string, raw []byte, sel *Selection) (doc Documen
 	return d, true, err
 }
 
-// CatalogFormOnly is DecodeOnlyEncoded for the facts of a catalog request
+// catalogFormOnly is DecodeOnlyEncoded for the facts of a catalog request
 // body: handled only when ParseCatalogForm accepts the body (one facts
 // parameter, the rest a valid form, facts in JSON), so that when handled
 // the result is DecodeOnly's on ParseCatalogForm(body).Facts. The rest of
 // the form is a few hundred bytes, parsed as ParseCatalogForm parses it.
-func CatalogFormOnly(certname string, body []byte, sel *Selection) (doc Document, handled bool, err error) {
+func catalogFormOnly(certname string, body []byte, sel *Selection) (doc Document, handled bool, err error) {
 	start, end, ok := formParam(body, "facts")
 	if !ok {
 		return Document{}, false, nil

@@ -190,20 +190,20 @@ func TestCatalogFormOnly(t *testing.T) {
 		{"facts=" + facts + "&a;b=c", false},
 		{"environment=production", false},
 	} {
-		got, handled, err := CatalogFormOnly("n", []byte(tt.body), sel)
+		got, handled, err := catalogFormOnly("n", []byte(tt.body), sel)
 		if handled != tt.handled {
-			t.Errorf("CatalogFormOnly(%.60q) handled %v, want %v", tt.body, handled, tt.handled)
+			t.Errorf("catalogFormOnly(%.60q) handled %v, want %v", tt.body, handled, tt.handled)
 		}
 		if !handled {
 			continue
 		}
 		req, perr := ParseCatalogForm([]byte(tt.body))
 		if perr != nil {
-			t.Fatalf("CatalogFormOnly handled %.60q, which ParseCatalogForm refuses: %v", tt.body, perr)
+			t.Fatalf("catalogFormOnly handled %.60q, which ParseCatalogForm refuses: %v", tt.body, perr)
 		}
 		want, werr := DecodeOnly("n", req.Facts, sel)
 		if (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
-			t.Errorf("CatalogFormOnly(%.60q) = %+v, %v; DecodeOnly: %+v, %v", tt.body, got, err, want, werr)
+			t.Errorf("catalogFormOnly(%.60q) = %+v, %v; DecodeOnly: %+v, %v", tt.body, got, err, want, werr)
 		}
 	}
 }
@@ -268,7 +268,7 @@ func FuzzDecodeOnlyEncoded(f *testing.F) {
 // BenchmarkDecodeOnlyEncoded: the recorded facts, from their encoded form
 // to the facts the benchmark environment's catalog reads.
 func BenchmarkDecodeOnlyEncoded(b *testing.B) {
-	raw, ok := RawFactsParam(recordedForm(b))
+	raw, ok := RawFormParam(recordedForm(b), "facts")
 	if !ok {
 		b.Fatal("no facts in the recorded form")
 	}

@@ -187,11 +187,6 @@ type CatalogRequest struct {
 	StaticCatalog   bool
 }
 
-// RawFactsParam returns the still-encoded value of the "facts" parameter of
-// a form body without parsing the rest of the form. Its digest is a cheap
-// identity for "the same facts as last time".
-func RawFactsParam(body []byte) ([]byte, bool) { return RawFormParam(body, "facts") }
-
 // RawFormParam returns the still-encoded value of the first key parameter
 // of a form body (such as the catalog request's "environment", to
 // url.QueryUnescape) without parsing the rest of the form.

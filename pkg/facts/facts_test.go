@@ -45,9 +45,9 @@ func TestParseCatalogFormGolden(t *testing.T) {
 	if !reflect.DeepEqual(g, w) {
 		t.Errorf("decoded facts differ from the recorded decoded.json")
 	}
-	rawParam, ok := RawFactsParam(body)
+	rawParam, ok := RawFormParam(body, "facts")
 	if !ok || len(rawParam) == 0 {
-		t.Fatalf("RawFactsParam found nothing")
+		t.Fatalf("RawFormParam(facts) found nothing")
 	}
 	if env, ok := RawFormParam(body, "environment"); !ok || string(env) != "production" {
 		t.Errorf("RawFormParam(environment) = %q, %v", env, ok)
@@ -149,7 +149,7 @@ func BenchmarkRawDigest(b *testing.B) {
 	body, _ := os.ReadFile("../../testdata/puppet-protocol/catalog-request-agent1.form-urlencoded.txt")
 	b.SetBytes(int64(len(body)))
 	for i := 0; i < b.N; i++ {
-		raw, _ := RawFactsParam(body)
+		raw, _ := RawFormParam(body, "facts")
 		farm.DigestOf(raw)
 	}
 }

@@ -194,9 +194,10 @@ func FuzzDecodeOnly(f *testing.F) {
 
 // BenchmarkCatalogFacts: a steady-state run's catalog request, from its
 // body to the facts a decision reads, as the front door and intake read
-// it before (url.ParseQuery, Decode, the relevant digest) and now
+// it at first (url.ParseQuery, Decode, the relevant digest), then
 // (ParseCatalogForm, DecodeOnly of the facts the benchmark environment's
-// catalog reads).
+// catalog reads), and now (an Upload's RawKey and Selected: the facts
+// read from the form as it came).
 func BenchmarkCatalogFacts(b *testing.B) {
 	body := recordedForm(b)
 	f, _ := NewFilter(DefaultVolatile)
@@ -224,6 +225,19 @@ func BenchmarkCatalogFacts(b *testing.B) {
 			}
 			if _, err := DecodeOnly("agent1.example.test", req.Facts, sel); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("upload-key-selected", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			up, ok := CatalogForm(body)
+			if !ok {
+				b.Fatal("no facts")
+			}
+			up.RawKey()
+			if _, handled, err := up.Selected("agent1.example.test", sel); !handled || err != nil {
+				b.Fatal(handled, err)
 			}
 		}
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -19,7 +18,7 @@ import (
 
 // postCatalog takes the agent's facts and answers with its stored catalog.
 // The body, read into a pooled buffer (bodyBuffers), is not kept: the
-// intake is given the facts decoded from it.
+// intake reads the facts from it (facts.Upload) and keeps nothing of it.
 func (s *Server) postCatalog(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	buf := bodyBuffers.Get().(*[]byte)
@@ -33,29 +32,15 @@ func (s *Server) postCatalog(w http.ResponseWriter, r *http.Request) {
 	if env == "" {
 		env = formValue(body, "environment")
 	}
-	raw, ok := facts.RawFactsParam(body)
+	up, ok := facts.CatalogForm(body)
 	if !ok {
 		// No facts: serve from the facts the farm already has, like GET.
 		s.serveStored(w, r, name, env)
 		return
 	}
 	out, err := s.Intake.Submit(r.Context(), intake.Upload{
-		Certname: name, Environment: env, RawKey: rawKey(raw), TrustedExtensions: trustedExtensions(r),
+		Certname: name, Environment: env, Facts: up, TrustedExtensions: trustedExtensions(r),
 		Node: s.runs.takeNode(name), // read by this run's node request, if any (runs.go)
-		Document: func() ([]byte, error) {
-			req, err := facts.ParseCatalogForm(body)
-			if err != nil {
-				return nil, err
-			}
-			return req.Facts, nil
-		},
-		// The facts the node's catalog read, decoded from the form as it
-		// came: an upload that changes none of them is not unescaped
-		// whole. What it returns holds nothing of body.
-		Selected: func(sel *facts.Selection) (map[string]any, bool, error) {
-			d, ok, err := facts.CatalogFormOnly(name, body, sel)
-			return d.Values, ok, err
-		},
 	})
 	if err != nil {
 		s.apiError(w, r, err)
@@ -63,17 +48,6 @@ func (s *Server) postCatalog(w http.ResponseWriter, r *http.Request) {
 	}
 	s.Metrics.ObserveFactUpload(out.Queued)
 	s.serveCatalog(w, r, out.Node)
-}
-
-// rawKeySeed seeds rawKey: random per process.
-var rawKeySeed = maphash.MakeSeed()
-
-// rawKey identifies the still-encoded facts of a catalog request within
-// this process (intake.Upload.RawKey: the node's previous upload is
-// compared with it, byte for byte in effect): a 64-bit maphash, whose
-// seed no agent knows, at a tenth of SHA-256's cost.
-func rawKey(raw []byte) farm.Digest {
-	return farm.Digest("maphash:" + strconv.FormatUint(maphash.Bytes(rawKeySeed, raw), 16))
 }
 
 // getCatalog serves the catalog compiled from the facts the farm has.

@@ -105,7 +105,7 @@ func newCatalogBench(tb testing.TB) *catalogBench {
 	doc := recordedFacts(tb)
 	doc["name"] = name
 	first, _ := json.Marshal(doc)
-	if _, err := in.Submit(ctx, intake.Upload{Certname: name, Environment: "production", Document: func() ([]byte, error) { return first, nil }}); err != nil {
+	if _, err := in.Submit(ctx, intake.Upload{Certname: name, Environment: "production", Facts: facts.JSONDocument(first)}); err != nil {
 		tb.Fatal(err)
 	}
 	var rec facts.ReadRecord

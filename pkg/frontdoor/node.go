@@ -129,8 +129,7 @@ func (s *Server) putFacts(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	out, err := s.Intake.Submit(r.Context(), intake.Upload{
-		Certname: name, Environment: env, TrustedExtensions: trustedExtensions(r),
-		Document: func() ([]byte, error) { return body, nil },
+		Certname: name, Environment: env, Facts: facts.JSONDocument(body), TrustedExtensions: trustedExtensions(r),
 	})
 	if err != nil {
 		s.envError(w, r, err)

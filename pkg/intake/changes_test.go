@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/compilefarm/compilefarm/internal/flowtest"
+	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/intake"
 )
@@ -113,7 +114,7 @@ func TestIntakeRecordsNodeChange(t *testing.T) {
 	submit := func(role string) intake.Outcome {
 		doc := flowtest.FactsDoc("n1", values)
 		out, err := r.Intake.Submit(context.Background(), intake.Upload{Certname: "n1", Environment: "production",
-			Document: func() ([]byte, error) { return doc, nil }, TrustedExtensions: map[string]string{"pp_role": role}})
+			Facts: facts.JSONDocument(doc), TrustedExtensions: map[string]string{"pp_role": role}})
 		if err != nil {
 			t.Fatal(err)
 		}

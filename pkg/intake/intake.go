@@ -67,8 +67,8 @@ type Intake struct {
 	Progress func(environment string, sofar ReplanResult)
 
 	// recent remembers, per node, the digests of the last fact upload seen
-	// by this process, keyed by the digest of its raw (still encoded) form,
-	// so that an agent sending the same facts again costs no JSON decode.
+	// by this process, with the RawKey of its facts as sent, so that an
+	// agent sending the same facts again costs no decoding.
 	recent sync.Map // certname -> recentFacts
 	// readRecords caches catalogs' fact-read records by digest.
 	readRecords digestcache.Cache[*facts.ReadRecord]
@@ -90,31 +90,28 @@ type recentFacts struct {
 	// to record it (whole completes them).
 	partial bool
 	// doc is the facts document, to store when the node record is written;
-	// nil when it is stored already, or not read yet (load).
+	// nil when it is stored already, or not read yet (upload).
 	doc []byte
-	// load, when set, reads doc (the upload's Document, not called yet):
-	// an upload judged from its Selected values needs its document only
-	// when something is written (document).
-	load func() ([]byte, error)
+	// upload, until document reads it into doc, is the upload's facts as
+	// sent: an upload judged from its selected values needs its document
+	// only when something is written. Zero once read, and for facts the
+	// node's last upload gave.
+	upload facts.Upload
 }
 
 // Upload is one fact upload.
 type Upload struct {
 	Certname    string
 	Environment string
-	// RawKey, when set, identifies the upload's raw bytes (the digest of the
-	// encoded form parameter); an upload whose RawKey matches the node's last
-	// one is known unchanged without calling Document.
-	RawKey farm.Digest
-	// Document returns the facts document (JSON). Called at most once.
-	Document func() ([]byte, error)
-	// Selected, when set, returns the values of the selected facts of the
-	// document as facts.DecodeOnly decodes them, without Document (from
-	// the encoded form the facts came in, say), or handled false when it
-	// cannot; an upload judged unchanged from them is never decoded
-	// whole. Its errors are not reported: the whole document's decoding
-	// says what is wrong. Called at most once, before Document.
-	Selected func(sel *facts.Selection) (values map[string]any, handled bool, err error)
+	// Facts are the node's facts as it sent them (a catalog request's
+	// form or a facts document), read as little as the decision needs:
+	// an upload whose RawKey repeats the node's last one is not decoded;
+	// one judged unchanged from the facts the node's catalog read
+	// (Selected) is not decoded whole; the document is read (Document)
+	// at most once, when something is written. Submit keeps nothing of
+	// them once it returns (the front door reuses the request body they
+	// are read from).
+	Facts facts.Upload
 	// TrustedExtensions are the extensions of the certificate the node
 	// presented ($trusted['extensions'], pkg/trusted).
 	TrustedExtensions map[string]string
@@ -260,8 +257,8 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, fmt.Errorf("record facts of %s: %w", up.Certname, err)
 	}
-	if up.RawKey != "" {
-		in.recent.Store(up.Certname, recentFacts{rawKey: up.RawKey, facts: digests.facts, relevant: digests.relevant, nodeInfo: info})
+	if digests.rawKey != "" {
+		in.recent.Store(up.Certname, recentFacts{rawKey: digests.rawKey, facts: digests.facts, relevant: digests.relevant, nodeInfo: info})
 	}
 	out := Outcome{Node: node}
 	for _, j := range jobs {
@@ -591,18 +588,19 @@ func (in *Intake) enqueue(ctx context.Context, n farm.Node, slot farm.Slot) erro
 // facts the node's catalogs read: factsRead), the upload's facts are
 // decoded partially when they can be (recentFacts.partial).
 func (in *Intake) digests(ctx context.Context, up Upload, stored farm.Digest, only *facts.Selection) (recentFacts, error) {
-	if up.RawKey != "" {
-		if v, ok := in.recent.Load(up.Certname); ok && v.(recentFacts).rawKey == up.RawKey && v.(recentFacts).facts == stored {
+	key := up.Facts.RawKey()
+	if key != "" {
+		if v, ok := in.recent.Load(up.Certname); ok && v.(recentFacts).rawKey == key && v.(recentFacts).facts == stored {
 			r := v.(recentFacts)
 			r.values = nil
 			return r, nil
 		}
 	}
-	f := recentFacts{rawKey: up.RawKey, load: up.Document}
-	if only != nil && up.Selected != nil {
+	f := recentFacts{rawKey: key, upload: up.Facts}
+	if only != nil {
 		// The document is read when something is written (whole); an
 		// error here is said by Decode then.
-		if values, ok, err := up.Selected(only); ok && err == nil {
+		if values, ok, err := up.Facts.Selected(up.Certname, only); ok && err == nil {
 			f.values, f.partial = values, true
 			return f, nil
 		}
@@ -621,20 +619,27 @@ func (in *Intake) digests(ctx context.Context, up Upload, stored farm.Digest, on
 	return in.whole(up.Certname, f)
 }
 
-// document reads the upload's document into f.doc, once (see load).
+// document reads the upload's document into f.doc, once (see upload).
 func (f *recentFacts) document() error {
-	if f.load == nil {
+	if f.upload.IsZero() {
 		return nil
 	}
-	load := f.load
-	f.load = nil
-	doc, err := load()
+	up := f.upload
+	f.upload = facts.Upload{}
+	if testHookDocument != nil {
+		testHookDocument()
+	}
+	doc, err := up.Document()
 	if err != nil {
 		return err
 	}
 	f.doc = doc
 	return nil
 }
+
+// testHookDocument, when set (by tests), is called each time an upload's
+// document is read.
+var testHookDocument func()
 
 // whole decodes the document of f whole, and digests it and its relevant
 // facts.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/compilefarm/compilefarm/internal/flowtest"
 	"github.com/compilefarm/compilefarm/pkg/classifier"
+	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/intake"
 	"github.com/compilefarm/compilefarm/pkg/nodeinfo"
@@ -62,7 +63,7 @@ func TestIntakeRefusesBadInput(t *testing.T) {
 		{"bad environment", intake.Upload{Certname: "n1", Environment: "../x"}, farm.ErrInvalid},
 		{"unknown environment", intake.Upload{Certname: "n1", Environment: "staging"}, farm.ErrNotFound},
 		{"facts not json", intake.Upload{Certname: "n1", Environment: "production",
-			Document: func() ([]byte, error) { return []byte("{"), nil }}, farm.ErrInvalid},
+			Facts: facts.JSONDocument([]byte("{"))}, farm.ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,19 +77,46 @@ func TestIntakeRefusesBadInput(t *testing.T) {
 	}
 }
 
+// TestIntakeRawKeySkipsDecode: an upload whose facts repeat, byte for
+// byte as sent, those of the node's last recorded upload is known
+// unchanged without its document being read (facts.Upload.RawKey),
+// whatever else its form holds; any other is read. A catalog request's
+// facts and a document are other facts even with the same bytes.
 func TestIntakeRawKeySkipsDecode(t *testing.T) {
 	r := flowtest.New(t)
-	doc := flowtest.FactsDoc("n1", map[string]any{"cf_role": "web"})
-	calls := 0
-	up := intake.Upload{Certname: "n1", Environment: "production", RawKey: farm.DigestOf(doc),
-		Document: func() ([]byte, error) { calls++; return doc, nil }}
-	for i := 0; i < 3; i++ {
-		if _, err := r.Intake.Submit(context.Background(), up); err != nil {
-			t.Fatal(err)
-		}
+	reads := intake.CountDocumentReads(t)
+	web := flowtest.FactsDoc("n1", map[string]any{"cf_role": "web"})
+	db := flowtest.FactsDoc("n1", map[string]any{"cf_role": "db"})
+	plus := flowtest.FactsDoc("n1", map[string]any{"cf_role": "a+b"})
+	// A form whose facts parameter is plus, as is: '+' is a space there.
+	plusForm, _ := facts.CatalogForm(append([]byte("facts="), plus...))
+	steps := []struct {
+		name  string
+		up    facts.Upload
+		reads int    // documents read after the step
+		holds []byte // the facts the node holds after
+	}{
+		{"first upload", catalogForm(t, web, queryEscapeTwice, "t-1"), 1, web},
+		{"the same facts in another run's form", catalogForm(t, web, queryEscapeTwice, "t-2"), 1, web},
+		{"the same again", catalogForm(t, web, queryEscapeTwice, "t-2"), 1, web},
+		{"the same facts otherwise encoded", catalogForm(t, web, escapeOuterAll, "t-3"), 2, web},
+		{"the same facts as a document", facts.JSONDocument(web), 3, web},
+		{"other facts", catalogForm(t, db, queryEscapeTwice, "t-4"), 4, db},
+		{"back to the first", catalogForm(t, web, queryEscapeTwice, "t-5"), 5, web},
+		{"a document", facts.JSONDocument(plus), 6, plus},
+		{"the same document", facts.JSONDocument(plus), 6, plus},
+		{"a form whose facts are the document's bytes", plusForm, 7, flowtest.FactsDoc("n1", map[string]any{"cf_role": "a b"})},
 	}
-	if calls != 1 {
-		t.Errorf("document decoded %d times for identical uploads, want 1", calls)
+	for _, s := range steps {
+		if _, err := r.Intake.Submit(context.Background(), intake.Upload{Certname: "n1", Environment: "production", Facts: s.up}); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if *reads != s.reads {
+			t.Errorf("%s: %d documents read, want %d", s.name, *reads, s.reads)
+		}
+		if n := r.Node(t, "n1"); n.FactsDigest != farm.DigestOf(s.holds) {
+			t.Errorf("%s: the node holds facts %s, want %s", s.name, n.FactsDigest, farm.DigestOf(s.holds))
+		}
 	}
 }
 

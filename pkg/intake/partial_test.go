@@ -53,7 +53,7 @@ func TestIntakeDecodesReadFactsFirst(t *testing.T) {
 				r.Intake.Now = func() time.Time { return now }
 			}
 			out, err := r.Intake.Submit(context.Background(), intake.Upload{Certname: "n1", Environment: "production",
-				Document: func() ([]byte, error) { return tt.doc, nil }})
+				Facts: facts.JSONDocument(tt.doc)})
 			if !errors.Is(err, tt.wantErr) || err == nil && out.Queued != tt.wantQueued {
 				t.Fatalf("Submit = %+v, %v; want queued %v, error %v", out, err, tt.wantQueued, tt.wantErr)
 			}

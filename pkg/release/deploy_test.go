@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/compilefarm/compilefarm/internal/flowtest"
+	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/intake"
 	"github.com/compilefarm/compilefarm/pkg/release"
@@ -48,7 +49,7 @@ func deployRig(t *testing.T) (*flowtest.Rig, *release.Deployer, string, string) 
 	for _, env := range []string{"uses", "own"} {
 		doc := flowtest.FactsDoc(env+".example.test", map[string]any{"cf_role": "web"})
 		if _, err := r.Intake.Submit(ctx, intake.Upload{Certname: env + ".example.test", Environment: env,
-			Document: func() ([]byte, error) { return doc, nil }}); err != nil {
+			Facts: facts.JSONDocument(doc)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/compilefarm/compilefarm/internal/flowtest"
+	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/intake"
 	"github.com/compilefarm/compilefarm/pkg/release"
@@ -150,7 +151,7 @@ func TestDeployStatus(t *testing.T) {
 	r.Submit(t, "n1", map[string]any{"cf_role": "web"})
 	r.Submit(t, "n2", map[string]any{"cf_role": "db"})
 	if _, err := r.Intake.Submit(ctx, intake.Upload{Certname: "s1", Environment: "staging",
-		Document: func() ([]byte, error) { return flowtest.FactsDoc("s1", map[string]any{"cf_role": "web"}), nil }}); err != nil {
+		Facts: facts.JSONDocument(flowtest.FactsDoc("s1", map[string]any{"cf_role": "web"}))}); err != nil {
 		t.Fatal(err)
 	}
 	r.Drain(t)

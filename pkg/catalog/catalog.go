@@ -225,9 +225,10 @@ func Summarize(data []byte) (Summary, error) {
 
 // ---- JSON encoding and decoding ----
 
-// marshalNoEscape encodes v like json.Marshal but without HTML escaping and
-// without the trailing newline of json.Encoder.
-func marshalNoEscape(v any) ([]byte, error) {
+// Marshal encodes v as Puppet writes JSON: like json.Marshal but without
+// HTML escaping (so <, > and & stay as they are) and without the trailing
+// newline of json.Encoder.
+func Marshal(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -262,7 +263,7 @@ func (w *objectWriter) field(key string, v any) {
 			b = c.Bytes()
 		}
 	default:
-		b, w.err = marshalNoEscape(v)
+		b, w.err = Marshal(v)
 		if w.err != nil {
 			w.err = fmt.Errorf("key %q: %w", key, w.err)
 			return
@@ -274,7 +275,7 @@ func (w *objectWriter) field(key string, v any) {
 		w.buf.WriteByte(',')
 	}
 	w.n++
-	k, _ := marshalNoEscape(key)
+	k, _ := Marshal(key)
 	w.buf.Write(k)
 	w.buf.WriteByte(':')
 	w.buf.Write(b)

@@ -60,7 +60,7 @@ func (c Checksum) MarshalJSON() ([]byte, error) {
 	if c.Value != "" {
 		w.Value = &c.Value
 	}
-	return marshalNoEscape(w)
+	return Marshal(w)
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -125,7 +125,7 @@ func (m FileMetadata) MarshalJSON() ([]byte, error) {
 	if m.Destination != "" {
 		w.Destination = &m.Destination
 	}
-	return marshalNoEscape(w)
+	return Marshal(w)
 }
 
 // UnmarshalJSON reads what MarshalJSON writes (and what Puppet Server sends).

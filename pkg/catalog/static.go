@@ -99,12 +99,12 @@ func (c *Catalog) InlineMetadata(ctx context.Context, files FileResolver) error 
 	c.Metadata, c.RecursiveMetadata = nil, nil
 	var err error
 	if len(single) > 0 {
-		if c.Metadata, err = marshalNoEscape(single); err != nil {
+		if c.Metadata, err = Marshal(single); err != nil {
 			return fmt.Errorf("encoding metadata: %w", err)
 		}
 	}
 	if len(recursive) > 0 {
-		if c.RecursiveMetadata, err = marshalNoEscape(recursive); err != nil {
+		if c.RecursiveMetadata, err = Marshal(recursive); err != nil {
 			return fmt.Errorf("encoding recursive_metadata: %w", err)
 		}
 	}

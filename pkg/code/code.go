@@ -51,6 +51,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/compilefarm/compilefarm/pkg/catalog"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -132,7 +133,7 @@ func (m *Manifest) prepare() {
 // encode builds the canonical encoding and the code_id once.
 func (m *Manifest) encode() error {
 	m.encodeOnce.Do(func() {
-		m.encoded, m.err = marshalNoEscape(m)
+		m.encoded, m.err = catalog.Marshal(m)
 		if m.err == nil {
 			m.id = string(farm.DigestOf(m.encoded))
 		}
@@ -187,16 +188,6 @@ func splitParent(p string) (dir, name string) {
 		return "", p
 	}
 	return p[:i], p[i+1:]
-}
-
-func marshalNoEscape(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // ---- Snapshot ----

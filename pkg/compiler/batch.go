@@ -37,7 +37,7 @@ func (p *Pool) HandleBatch(ctx context.Context, items []BatchItem, maxReceives i
 		}
 		var job farm.Job
 		if err := json.Unmarshal(it.Body, &job); err != nil || farm.ValidateCertname(job.Certname) != nil {
-			p.log().Error("malformed compile job: left for the dead-letter queue", "message", it.ID, "err", err, "body", truncate(it.Body, 300))
+			p.log().Error("malformed compile job: left for the dead-letter queue", "message", it.ID, "err", err, "body", Excerpt(it.Body, 300))
 			failed = append(failed, it.ID)
 			continue
 		}
@@ -63,7 +63,9 @@ func (p *Pool) HandleBatch(ctx context.Context, items []BatchItem, maxReceives i
 	return failed
 }
 
-func truncate(b []byte, n int) string {
+// Excerpt returns at most the first n bytes of b, for a log line or an
+// error that quotes what a peer sent: "..." marks where it was cut.
+func Excerpt(b []byte, n int) string {
 	if len(b) > n {
 		return string(b[:n]) + "..."
 	}

@@ -384,13 +384,13 @@ func (e *Engine) exchange(ctx context.Context, w *worker, id uint64, line []byte
 			}
 			var resp response
 			if err := json.Unmarshal(out, &resp); err != nil {
-				return res, false, fmt.Errorf("%s: unreadable answer %q: %w", what, truncate(out, 200), farm.ErrTransient)
+				return res, false, fmt.Errorf("%s: unreadable answer %q: %w", what, compiler.Excerpt(out, 200), farm.ErrTransient)
 			}
 			if resp.ID == nil && resp.Error != nil {
 				return res, true, fmt.Errorf("%s: worker rejected the request: %s: %w", what, resp.Error.Message, farm.ErrInvalid)
 			}
 			if resp.ID == nil || *resp.ID != id {
-				e.log.Warn("puppet worker answered another request; ignored", "worker", w.n, "want", id, "line", truncate(out, 200))
+				e.log.Warn("puppet worker answered another request; ignored", "worker", w.n, "want", id, "line", compiler.Excerpt(out, 200))
 				continue
 			}
 			return e.result(what, resp, req, time.Since(start))

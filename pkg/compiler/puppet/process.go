@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/compiler"
 )
 
 // process is one running Ruby worker (worker.rb). It is owned by one
@@ -105,7 +107,7 @@ func startProcess(ctx context.Context, ruby, script, dir string, args []string, 
 		}
 		if err := json.Unmarshal(line, &p.ready); err != nil || !p.ready.Ready {
 			p.kill()
-			return nil, fmt.Errorf("ruby worker said %q instead of ready%s", truncate(line, 200), p.tail.suffix())
+			return nil, fmt.Errorf("ruby worker said %q instead of ready%s", compiler.Excerpt(line, 200), p.tail.suffix())
 		}
 		return p, nil
 	case <-timer.C:
@@ -267,11 +269,4 @@ func (t *lineTail) suffix() string {
 		return ""
 	}
 	return ": " + strings.Join(t.lines, "; ")
-}
-
-func truncate(b []byte, n int) string {
-	if len(b) <= n {
-		return string(b)
-	}
-	return string(b[:n]) + "..."
 }

@@ -1,80 +1,34 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/compilefarm/compilefarm/internal/procgroup"
+	"github.com/compilefarm/compilefarm/internal/farmproc"
 )
 
-// startBroker builds the broker and starts `broker dev` on free loopback
-// ports with the benchmark environments, autosigning; it returns the front
-// door, the metrics URL and the broker's process id, and stops it at the
-// end of the test.
+// TestMain removes the broker farmproc built for the herd test.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	farmproc.CleanupBinaries()
+	os.Exit(code)
+}
+
+// startBroker starts `broker dev` (built once) on free loopback ports
+// with the benchmark environments, autosigning; it returns the front door,
+// the metrics URL and the broker's process id, and stops it at the end of
+// the test.
 func startBroker(t *testing.T) (target, metricsURL string, pid int) {
 	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "broker")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../broker").CombinedOutput(); err != nil {
-		t.Fatalf("build the broker: %v\n%s", err, out)
-	}
-	logPath := filepath.Join(dir, "broker.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "dev", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pcp-listen", "127.0.0.1:0",
-		"--environments", "../environments", "--data", filepath.Join(dir, "data"), "--workers", "2", "--autosign")
-	cmd.Stdout = logf
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	proc, err := procgroup.Start(cmd, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		proc.Stop(20 * time.Second)
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-			t.Logf("broker log (last lines):\n%s", strings.Join(lines[max(len(lines)-40, 0):], "\n"))
-		}
-	})
-	up := make(chan [2]string, 1)
-	upRE := regexp.MustCompile(`front_door=https://(\S+) metrics=(http://\S+/metrics)`)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			fmt.Fprintln(logf, sc.Text())
-			if m := upRE.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case up <- [2]string{m[1], m[2]}:
-				default:
-				}
-			}
-		}
-	}()
-	select {
-	case a := <-up:
-		return a[0], a[1], cmd.Process.Pid
-	case <-proc.Done():
-		t.Fatalf("the broker exited before it was up (log: %s)", logPath)
-	case <-time.After(3 * time.Minute):
-		t.Fatalf("the broker did not come up in 3 minutes")
-	}
-	return "", "", 0
+	p := farmproc.Start(t, farmproc.Binary(t, "broker"), nil,
+		farmproc.DevArgs("../environments", filepath.Join(t.TempDir(), "data"), "--workers", "2", "--autosign")...)
+	return p.Addr, p.Metrics + "/metrics", p.Pid()
 }
 
 // A herd of agents against a real broker: the first round compiles every

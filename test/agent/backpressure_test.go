@@ -1,4 +1,4 @@
-package e2e
+package agent
 
 import (
 	"crypto/tls"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // TestAgentRetriesAfterRefusal: a real agent whose catalog request finds
@@ -28,17 +30,17 @@ func TestAgentRetriesAfterRefusal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs puppet agent; skipped with -short")
 	}
-	f := startFarm(t, t.TempDir(), copyExampleEnvs(t),
+	f := e2e.StartFarm(t, t.TempDir(), e2e.CopyExampleEnvs(t),
 		"--max-in-flight", "1", "--max-queued", "0", "--retry-after", "1s", "--retry-after-jitter", "0s")
-	a := newAgent(t, "agent1.example.test")
-	if code, out := a.run(t, f); code != 2 {
+	a := e2e.NewAgent(t, "agent1.example.test")
+	if code, out := a.Run(t, f); code != 2 {
 		t.Fatalf("first run: exit %d, want 2\n%s", code, out)
 	}
 
 	hold := holdHeavySlot(t, f)
 	defer hold.Close()
 	const refusedSample = `compilefarm_frontdoor_refused_total{lane="heavy",reason="queue_full"}`
-	refusedBefore := f.metric(refusedSample)
+	refusedBefore := f.Metric(refusedSample)
 	// Free the slot once the agent was refused (from a goroutine of its
 	// own: the test's goroutine runs the agent).
 	released := make(chan error, 1)
@@ -56,14 +58,14 @@ func TestAgentRetriesAfterRefusal(t *testing.T) {
 	}()
 	// --environment: the agent asks for no node first, so its catalog
 	// request is its first one that needs the heavy slot.
-	code, out := a.run(t, f, "--environment", "production")
+	code, out := a.Run(t, f, "--environment", "production")
 	if err := <-released; err != nil {
 		t.Fatalf("the held slot: %v\nagent output:\n%s", err, out)
 	}
 	if !strings.Contains(out, "Sleeping for 1 seconds before retrying the request") {
 		t.Errorf("the agent did not honour Retry-After 1:\n%s", out)
 	}
-	if b, err := os.ReadFile(f.logPath); err != nil || !strings.Contains(string(b), "front door at capacity") ||
+	if b, err := os.ReadFile(f.LogPath); err != nil || !strings.Contains(string(b), "front door at capacity") ||
 		!strings.Contains(string(b), "path=/puppet/v3/catalog/agent1.example.test") {
 		t.Errorf("no refusal of the catalog request logged (%v)", err)
 	}
@@ -72,12 +74,12 @@ func TestAgentRetriesAfterRefusal(t *testing.T) {
 		if code != 1 {
 			t.Errorf("run with the failed retry: exit %d, want 1\n%s", code, out)
 		}
-		code, out = a.run(t, f, "--environment", "production")
+		code, out = a.Run(t, f, "--environment", "production")
 	}
 	if code != 0 {
 		t.Fatalf("run after the refusal: exit %d, want 0\n%s", code, out)
 	}
-	if got := f.nodes()[a.Certname]; got.Report == nil || got.Report.Status != "unchanged" {
+	if got := f.Nodes()[a.Certname]; got.Report == nil || got.Report.Status != "unchanged" {
 		t.Errorf("report of the run: %+v, want status unchanged", got.Report)
 	}
 }
@@ -86,7 +88,7 @@ func TestAgentRetriesAfterRefusal(t *testing.T) {
 // with a certificate request whose body never ends, and returns once the
 // farm counts it in flight. Closing the connection frees the slot; nothing
 // is stored.
-func holdHeavySlot(t *testing.T, f *farmProc) io.Closer {
+func holdHeavySlot(t *testing.T, f *e2e.Farm) io.Closer {
 	t.Helper()
 	conn, err := tls.Dial("tcp", f.Addr, &tls.Config{InsecureSkipVerify: true})
 	if err != nil {
@@ -94,14 +96,14 @@ func holdHeavySlot(t *testing.T, f *farmProc) io.Closer {
 	}
 	fmt.Fprintf(conn, "PUT /puppet-ca/v1/certificate_request/holder.example.test HTTP/1.1\r\nHost: localhost\r\n"+
 		"Content-Type: text/plain\r\nContent-Length: 1000\r\n\r\n-----BEGIN CERTIFICATE REQUEST-----\n")
-	waitFor(t, "the held request to take the heavy slot", time.Minute, func() bool {
-		return f.metric(`compilefarm_frontdoor_in_flight{lane="heavy"}`) == 1
+	e2e.WaitFor(t, "the held request to take the heavy slot", time.Minute, func() bool {
+		return f.Metric(`compilefarm_frontdoor_in_flight{lane="heavy"}`) == 1
 	})
 	return conn
 }
 
 // scrape returns one sample of the farm's metrics, for goroutines other
-// than the test's (farmProc.metric fails the test).
+// than the test's (e2e.Farm.metric fails the test).
 func scrape(metrics, sample string) (float64, error) {
 	resp, err := http.Get(metrics + "/metrics")
 	if err != nil {

@@ -1,4 +1,4 @@
-package e2e
+package agent
 
 import (
 	"crypto/x509"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // TestCRLAfterRevocationBurst revokes a dozen certificates in a burst, so
@@ -21,10 +23,10 @@ func TestCRLAfterRevocationBurst(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
 	}
-	envs := copyExampleEnvs(t)
-	f := startFarm(t, t.TempDir(), envs)
-	existing := newAgent(t, "existing.example.test")
-	if code, out := existing.run(t, f); code != 2 {
+	envs := e2e.CopyExampleEnvs(t)
+	f := e2e.StartFarm(t, t.TempDir(), envs)
+	existing := e2e.NewAgent(t, "existing.example.test")
+	if code, out := existing.Run(t, f); code != 2 {
 		t.Fatalf("existing agent's first run: exit %d, want 2\n%s", code, out)
 	}
 
@@ -32,14 +34,14 @@ func TestCRLAfterRevocationBurst(t *testing.T) {
 	names := make([]string, burst)
 	for i := range names {
 		names[i] = fmt.Sprintf("revoked%02d.example.test", i)
-		enrol(t, f, names[i])
+		e2e.Enrol(t, f, names[i])
 	}
 	var lastRevocation time.Time
 	for i, name := range names {
 		if i == burst-1 {
 			lastRevocation = time.Now()
 		}
-		if out, err := f.brokerCLI("ca", "revoke", name); err != nil {
+		if out, err := f.CLI("ca", "revoke", name); err != nil {
 			t.Fatalf("ca revoke %s: %v\n%s", name, err, out)
 		}
 	}
@@ -52,8 +54,8 @@ func TestCRLAfterRevocationBurst(t *testing.T) {
 	}
 
 	t.Run("new agent bootstraps after the burst", func(t *testing.T) {
-		fresh := newAgent(t, "fresh.example.test")
-		code, out := fresh.run(t, f)
+		fresh := e2e.NewAgent(t, "fresh.example.test")
+		code, out := fresh.Run(t, f)
 		if code != 2 {
 			t.Fatalf("new agent's first run after the burst: exit %d, want 2\n%s", code, out)
 		}
@@ -63,7 +65,7 @@ func TestCRLAfterRevocationBurst(t *testing.T) {
 	t.Run("existing agent refreshes its CRL", func(t *testing.T) {
 		// The agent refreshes once its CRL is over crl_refresh_interval old, in whole seconds.
 		time.Sleep(time.Until(lastRevocation.Add(2 * time.Second)))
-		code, out := existing.run(t, f, "--crl_refresh_interval", "1s")
+		code, out := existing.Run(t, f, "--crl_refresh_interval", "1s")
 		if code != 0 || !strings.Contains(out, "Refreshing CRL") || strings.Contains(out, "CRL is unmodified") {
 			t.Fatalf("run with crl_refresh_interval after the burst: exit %d, want 0 and the new CRL\n%s", code, out)
 		}
@@ -73,7 +75,7 @@ func TestCRLAfterRevocationBurst(t *testing.T) {
 
 // checkAgentCRL checks that the agent's CRL lists revoked certificates and
 // is valid by the agent's clock.
-func checkAgentCRL(t *testing.T, a *agent, revoked int) {
+func checkAgentCRL(t *testing.T, a *e2e.Agent, revoked int) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(a.Dir, "ssl", "crl.pem"))
 	if err != nil {

@@ -1,9 +1,11 @@
-package e2e
+package agent
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // TestExplain: after a real agent run with a changed external fact that
@@ -14,18 +16,18 @@ func TestExplain(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: a real broker dev, Ruby Puppet and a puppet agent; skipped with -short")
 	}
-	f := startFarm(t, t.TempDir(), copyExampleEnvs(t))
-	a := newAgent(t, "explain1.example.test")
-	a.setFact(t, "cf_role", "base")
-	if code, out := a.run(t, f); code != 2 {
+	f := e2e.StartFarm(t, t.TempDir(), e2e.CopyExampleEnvs(t))
+	a := e2e.NewAgent(t, "explain1.example.test")
+	a.SetFact(t, "cf_role", "base")
+	if code, out := a.Run(t, f); code != 2 {
 		t.Fatalf("first run: exit %d\n%s", code, out)
 	}
-	a.setFact(t, "cf_role", "web")
-	if code, out := a.run(t, f); code != 2 {
+	a.SetFact(t, "cf_role", "web")
+	if code, out := a.Run(t, f); code != 2 {
 		t.Fatalf("run with cf_role changed: exit %d\n%s", code, out)
 	}
 
-	out, err := f.brokerCLI("explain", a.Certname)
+	out, err := f.CLI("explain", a.Certname)
 	if err != nil {
 		t.Fatalf("broker explain: %v\n%s", err, out)
 	}
@@ -43,7 +45,7 @@ func TestExplain(t *testing.T) {
 		}
 	}
 
-	js, err := f.brokerCLI("explain", a.Certname, "--json")
+	js, err := f.CLI("explain", a.Certname, "--json")
 	if err != nil {
 		t.Fatalf("broker explain --json: %v\n%s", err, js)
 	}
@@ -73,13 +75,13 @@ func TestExplain(t *testing.T) {
 		t.Errorf("broker explain --json: state %q, code_id %q, %d reads", ex.State, ex.CodeID, ex.Reads.Reads)
 	}
 
-	nodes, err := f.brokerCLI("nodes")
+	nodes, err := f.CLI("nodes")
 	if err != nil || !strings.Contains(nodes, "facts-changed (cf_role)") {
 		t.Errorf("broker nodes does not show the changed fact: %v\n%s", err, nodes)
 	}
 	t.Logf("broker nodes:\n%s", nodes)
 
-	out, err = f.brokerCLI("explain", "nobody.example.test")
+	out, err = f.CLI("explain", "nobody.example.test")
 	if err == nil || !strings.Contains(out, "node nobody.example.test is not known to the farm") {
 		t.Errorf("broker explain of an unknown node: err %v, want an error saying so\n%s", err, out)
 	}

@@ -1,4 +1,4 @@
-package e2e
+package agent
 
 import (
 	"os"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // TestExportedResources: node A exports a host entry (@@host), node B
@@ -16,14 +18,14 @@ func TestExportedResources(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
 	}
-	f := startFarm(t, t.TempDir(), copyExampleEnvs(t))
-	a, b := newAgent(t, "exporter.example.test"), newAgent(t, "collector.example.test")
-	a.setFact(t, "cf_export_ip", "192.0.2.10")
-	if code, out := a.run(t, f); code != 2 {
+	f := e2e.StartFarm(t, t.TempDir(), e2e.CopyExampleEnvs(t))
+	a, b := e2e.NewAgent(t, "exporter.example.test"), e2e.NewAgent(t, "collector.example.test")
+	a.SetFact(t, "cf_export_ip", "192.0.2.10")
+	if code, out := a.Run(t, f); code != 2 {
 		t.Fatalf("exporter first run: exit %d\n%s", code, out)
 	}
-	b.setFact(t, "cf_collect_hosts", "true")
-	if code, out := b.run(t, f); code != 2 {
+	b.SetFact(t, "cf_collect_hosts", "true")
+	if code, out := b.Run(t, f); code != 2 {
 		t.Fatalf("collector first run: exit %d\n%s", code, out)
 	}
 	hosts := func() string {
@@ -34,17 +36,17 @@ func TestExportedResources(t *testing.T) {
 		t.Fatalf("collector's hosts file lacks the exported entry:\n%s", hosts())
 	}
 
-	before := f.finishedCompiles()
-	a.setFact(t, "cf_export_ip", "192.0.2.20")
-	if code, out := a.run(t, f); code != 0 {
+	before := f.FinishedCompiles()
+	a.SetFact(t, "cf_export_ip", "192.0.2.20")
+	if code, out := a.Run(t, f); code != 0 {
 		// The exporter's own catalog does not change: exports are not in it.
 		t.Errorf("exporter run after its fact changed: exit %d, want 0\n%s", code, out)
 	}
-	waitFor(t, "the collector's recompile", time.Minute, func() bool { return f.finishedCompiles() >= before+2 })
-	if got := f.finishedCompiles() - before; got != 2 {
+	e2e.WaitFor(t, "the collector's recompile", time.Minute, func() bool { return f.FinishedCompiles() >= before+2 })
+	if got := f.FinishedCompiles() - before; got != 2 {
 		t.Errorf("the export change caused %v compiles, want 2 (the exporter, then the collector once)", got)
 	}
-	if code, out := b.run(t, f); code != 2 {
+	if code, out := b.Run(t, f); code != 2 {
 		t.Fatalf("collector run after the export changed: exit %d\n%s", code, out)
 	}
 	if !strings.Contains(hosts(), "192.0.2.20") || strings.Contains(hosts(), "192.0.2.10") {

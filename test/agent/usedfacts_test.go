@@ -1,10 +1,12 @@
-package e2e
+package agent
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // TestUsedFacts drives a real agent through fact changes and counts the
@@ -15,9 +17,9 @@ func TestUsedFacts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
 	}
-	f := startFarm(t, t.TempDir(), copyExampleEnvs(t))
-	a := newAgent(t, "facts1.example.test")
-	if code, out := a.run(t, f); code != 2 {
+	f := e2e.StartFarm(t, t.TempDir(), e2e.CopyExampleEnvs(t))
+	a := e2e.NewAgent(t, "facts1.example.test")
+	if code, out := a.Run(t, f); code != 2 {
 		t.Fatalf("first run: exit %d\n%s", code, out)
 	}
 	steps := []struct {
@@ -35,17 +37,17 @@ func TestUsedFacts(t *testing.T) {
 				t.Errorf("motd.txt = %q", b)
 			}
 		}},
-		{"fact read by the manifests", "cf_role", "web", 2, 1, func(t *testing.T) { checkManaged(t, a, "web") }},
+		{"fact read by the manifests", "cf_role", "web", 2, 1, func(t *testing.T) { e2e.CheckManaged(t, a, "web") }},
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
-			before := f.finishedCompiles()
-			a.setFact(t, st.fact, st.value)
-			code, out := a.run(t, f)
+			before := f.FinishedCompiles()
+			a.SetFact(t, st.fact, st.value)
+			code, out := a.Run(t, f)
 			if code != st.wantExit {
 				t.Fatalf("exit %d, want %d\n%s", code, st.wantExit, out)
 			}
-			if got := f.finishedCompiles() - before; got != st.wantCompiles {
+			if got := f.FinishedCompiles() - before; got != st.wantCompiles {
 				t.Errorf("%v compiles, want %v", got, st.wantCompiles)
 			}
 			if st.check != nil {

@@ -1,4 +1,4 @@
-package e2e
+package aws
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/frontdoor"
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // steadyRuns is how many steady-state agent runs each phase of
@@ -40,20 +41,20 @@ func TestAWSCallsPerRun(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	a := startAWS(t, ctx)
-	envs := copyExampleEnvs(t)
+	a := e2e.StartAWS(t, ctx)
+	envs := e2e.CopyExampleEnvs(t)
 	const envCache = 10 * time.Second // broker serve's default --environment-cache
-	doors, _ := a.startFleet(t, ctx, envs, []string{"--certname", "door1.example.test"})
+	doors, _ := a.StartFleet(t, ctx, envs, []string{"--certname", "door1.example.test"})
 	door := doors[0]
 
-	agent := newAgent(t, quietCertname(t, 20*time.Minute))
-	if code, out := agent.run(t, door); code != 2 {
+	agent := e2e.NewAgent(t, quietCertname(t, 20*time.Minute))
+	if code, out := agent.Run(t, door); code != 2 {
 		t.Fatalf("first run: exit %d, want 2 (compiled and applied)\n%s", code, out)
 	}
-	if code, out := agent.run(t, door); code != 0 {
+	if code, out := agent.Run(t, door); code != 0 {
 		t.Fatalf("second run: exit %d, want 0\n%s", code, out)
 	}
-	compiles := door.finishedCompiles()
+	compiles := door.FinishedCompiles()
 
 	for _, phase := range []struct {
 		name  string
@@ -64,7 +65,7 @@ func TestAWSCallsPerRun(t *testing.T) {
 	} {
 		before, start := awsCalls(t, door), time.Now()
 		for i := range steadyRuns {
-			if code, out := agent.run(t, door, phase.extra...); code != 0 {
+			if code, out := agent.Run(t, door, phase.extra...); code != 0 {
 				t.Fatalf("%s: steady-state run %d: exit %d, want 0\n%s", phase.name, i+1, code, out)
 			}
 		}
@@ -72,7 +73,7 @@ func TestAWSCallsPerRun(t *testing.T) {
 		per := awsCalls(t, door).minus(before)
 		t.Logf("AWS calls per steady-state agent run, %s (%d runs in %s):\n%s", phase.name, steadyRuns, took.Round(time.Second), per.table(steadyRuns))
 		table := func(name string) func(awsOp) bool { return func(op awsOp) bool { return op.resource == name } }
-		nodeReads, envReads, caReads := per.sum(all(isDynamoRead, table("nodes"))), per.sum(all(isDynamoRead, table("environments"))), per.sum(all(isDynamoRead, table(caTable)))
+		nodeReads, envReads, caReads := per.sum(all(isDynamoRead, table("nodes"))), per.sum(all(isDynamoRead, table("environments"))), per.sum(all(isDynamoRead, table(e2e.CATable)))
 		nodeWrites, writes, puts := per.sum(all(isDynamoWrite, table("nodes"))), per.sum(isDynamoWrite), per.sum(isS3Put)
 		n := float64(steadyRuns)
 		t.Logf("per run: %.2f DynamoDB reads of nodes, %.2f DynamoDB writes, %.2f S3 PUTs; by the clock: %.2f environment reads, %.2f CA reads",
@@ -93,7 +94,7 @@ func TestAWSCallsPerRun(t *testing.T) {
 			t.Errorf("%s: %v CA reads in %s, want at most one a second (%v)", phase.name, caReads, took.Round(time.Second), bound)
 		}
 	}
-	if got := door.finishedCompiles(); got != compiles {
+	if got := door.FinishedCompiles(); got != compiles {
 		t.Errorf("steady-state runs compiled %v times, want none", got-compiles)
 	}
 }
@@ -140,7 +141,7 @@ type awsSamples map[string]float64
 var awsSampleRE = regexp.MustCompile(`^(compilefarm_aws_\w+)\{(.*)\} (\S+)$`)
 
 // awsCalls scrapes the front door's AWS call counters.
-func awsCalls(t *testing.T, f *farmProc) awsSamples {
+func awsCalls(t *testing.T, f *e2e.Farm) awsSamples {
 	t.Helper()
 	resp, err := http.Get(f.Metrics + "/metrics")
 	if err != nil {

@@ -1,4 +1,4 @@
-package e2e
+package aws
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/intake"
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // TestCompileLambda runs the real compile bootstrap under a local Lambda
@@ -30,12 +31,12 @@ func TestCompileLambda(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	a := startAWS(t, ctx)
+	a := e2e.StartAWS(t, ctx)
 	content, state, queue, sqsc, urls := a.Content, a.State, a.Queue, a.SQS, a.Queues
 
 	// Deploy the example environment and a broken one, as a code deploy does.
-	envs := copyExampleEnvs(t)
-	addBrokenEnv(t, envs, "node default {\n  file { '/x': ensure => \n}\n")
+	envs := e2e.CopyExampleEnvs(t)
+	e2e.AddBrokenEnv(t, envs, "node default {\n  file { '/x': ensure => \n}\n")
 	for _, name := range []string{"production", "broken"} {
 		m, err := code.Snapshot(ctx, content, name, filepath.Join(envs, name))
 		if err != nil {
@@ -56,7 +57,7 @@ func TestCompileLambda(t *testing.T) {
 		}
 	}
 
-	_, pollers := a.startCompileLambda(t, ctx)
+	_, pollers := a.StartCompileLambda(t, ctx)
 	poller := pollers[0] // the urgent lane
 	drain := func(why string) {
 		t.Helper()
@@ -78,7 +79,7 @@ func TestCompileLambda(t *testing.T) {
 		}
 	}
 
-	good := syntheticFacts("lambda1.example.test", 1)
+	good := e2e.SyntheticFacts("lambda1.example.test", 1)
 	submit("lambda1.example.test", "production", good)
 	drain("first compile")
 	n, err := state.GetNode(ctx, "lambda1.example.test")

@@ -1,4 +1,4 @@
-package e2e
+package aws
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // TestOperatorAccessAWS: an operator reaches a stage on AWS (the
@@ -25,18 +26,18 @@ func TestOperatorAccessAWS(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	a := startAWS(t, ctx)
-	envs := copyExampleEnvs(t)
-	serve := a.serveArgs(t, envs, t.TempDir(), "--certname", "door1.example.test") // also creates the CA (ca init)
+	a := e2e.StartAWS(t, ctx)
+	envs := e2e.CopyExampleEnvs(t)
+	serve := a.ServeArgs(t, envs, t.TempDir(), "--certname", "door1.example.test") // also creates the CA (ca init)
 	// The stage's resources, as the operator names them: broker serve's
 	// flags without the listeners, the work directory and the serving
 	// choices.
 	stage := []string{"--backend", "aws", "--bucket", "farm", "--nodes-table", "nodes", "--node-index-table", "node-index",
 		"--environments-table", "environments", "--urgent-queue-url", a.Queues.UrgentURL, "--bulk-queue-url", a.Queues.BulkURL,
-		"--ca-table", caTable, "--ca-key-secret", caSecret}
+		"--ca-table", e2e.CATable, "--ca-key-secret", e2e.CASecret}
 	run := func(t *testing.T, args ...string) (string, error) {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, brokerBin, args...)
+		cmd := exec.CommandContext(ctx, e2e.BrokerBin(t), args...)
 		cmd.Env = append(os.Environ(), a.Env...)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
@@ -72,7 +73,7 @@ func TestOperatorAccessAWS(t *testing.T) {
 	}
 
 	// The operator certificate through a front door.
-	door := startBroker(t, a.Env, serve...)
+	door := e2e.StartBroker(t, a.Env, serve...)
 	mtls := []string{"--admin", "https://" + door.Addr, "--cert", filepath.Join(opsDir, "ops.example.test.cert.pem"),
 		"--key", filepath.Join(opsDir, "ops.example.test.key.pem"), "--ca-cert", filepath.Join(opsDir, "ca.pem")}
 	if out, err := run(t, append([]string{"nodes"}, mtls...)...); err != nil || !strings.Contains(out, "web01.example.test") {
@@ -81,7 +82,7 @@ func TestOperatorAccessAWS(t *testing.T) {
 	if out, err := run(t, "nodes", "--admin", "https://"+door.Addr); err == nil || !strings.Contains(out, "--cert FILE --key FILE --ca-cert FILE") {
 		t.Fatalf("nodes through the front door without a certificate: %v\n%s", err, out)
 	}
-	if _, err := tryEnrol(door, "agent1.example.test"); err != nil {
+	if _, err := e2e.TryEnrol(door, "agent1.example.test"); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := run(t, append([]string{"ca", "revoke", "ops.example.test"}, stage...)...); err != nil {

@@ -1,4 +1,4 @@
-package e2e
+package aws
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // TestPoisonJobAgentKeepsCatalog runs one `broker serve --backend aws` front
@@ -30,16 +31,16 @@ func TestPoisonJobAgentKeepsCatalog(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	a := startAWS(t, ctx)
-	envs := copyExampleEnvs(t)
-	doors, rt := a.startFleet(t, ctx, envs, nil)
+	a := e2e.StartAWS(t, ctx)
+	envs := e2e.CopyExampleEnvs(t)
+	doors, rt := a.StartFleet(t, ctx, envs, nil)
 	s := doors[0]
 
-	agent := newAgent(t, "poison1.example.test")
-	if code, out := agent.run(t, s); code != 2 {
+	agent := e2e.NewAgent(t, "poison1.example.test")
+	if code, out := agent.Run(t, s); code != 2 {
 		t.Fatalf("first run: exit %d, want 2 (changes applied)\n%s", code, out)
 	}
-	checkManaged(t, agent, "base")
+	e2e.CheckManaged(t, agent, "base")
 	before, err := a.State.GetNode(ctx, agent.Certname)
 	if err != nil || before.Catalog == nil || before.Compile == nil || before.Compile.Result != farm.ResultOK {
 		t.Fatalf("node after its first compile: %+v %v", before, err)
@@ -58,7 +59,7 @@ func TestPoisonJobAgentKeepsCatalog(t *testing.T) {
 	// The deploy follows its wave until every compile finished, so it ends
 	// once the failure is recorded; bounded, so a regression fails the test
 	// instead of hanging it.
-	out, err := s.brokerCLI("code", "deploy", "production")
+	out, err := s.CLI("code", "deploy", "production")
 	if err != nil || !strings.Contains(out, "1 nodes queued for recompile") || !strings.Contains(out, "failed 1") ||
 		!strings.Contains(out, "1 nodes failed to compile with the new code") {
 		t.Fatalf("deploy of the broken code: %v\n%s", err, out)
@@ -105,7 +106,7 @@ func TestPoisonJobAgentKeepsCatalog(t *testing.T) {
 	}
 
 	// The agent's next run gets its last catalog from the farm, not its cache.
-	code, out := agent.run(t, s)
+	code, out := agent.Run(t, s)
 	if code != 0 {
 		t.Fatalf("run after the broken deploy: exit %d, want 0 (the last catalog, nothing to change)\n%s", code, out)
 	}
@@ -120,7 +121,7 @@ func TestPoisonJobAgentKeepsCatalog(t *testing.T) {
 	if !strings.Contains(out, "Applying configuration version '"+oldCode+"'") {
 		t.Errorf("run after the broken deploy does not apply the old code's catalog (configuration version %s):\n%s", oldCode, out)
 	}
-	checkManaged(t, agent, "base")
+	e2e.CheckManaged(t, agent, "base")
 	for rel, was := range managed {
 		if now, err := os.ReadFile(filepath.Join(agent.Root, rel)); err != nil || string(now) != was {
 			t.Errorf("managed file %s changed: %q -> %q (%v)", rel, was, now, err)
@@ -142,7 +143,7 @@ func TestPoisonJobAgentKeepsCatalog(t *testing.T) {
 
 // waitDeadLetter polls both lanes' dead-letter queues until one holds a
 // message and returns its job.
-func waitDeadLetter(t *testing.T, ctx context.Context, a *awsFarm, limit time.Duration) farm.Job {
+func waitDeadLetter(t *testing.T, ctx context.Context, a *e2e.AWS, limit time.Duration) farm.Job {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for {
@@ -194,7 +195,7 @@ func failedAttempts(log, certname, codeID string) map[int]bool {
 
 // cachedCatalogCodeID returns the code_id of the catalog the agent last
 // received (its cached copy).
-func cachedCatalogCodeID(t *testing.T, a *agent) string {
+func cachedCatalogCodeID(t *testing.T, a *e2e.Agent) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(a.Dir, "var", "client_data", "catalog", a.Certname+".json"))
 	if err != nil {

@@ -1,4 +1,4 @@
-package e2e
+package aws
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // jitterEngine compiles instantly-ish, after a random pause, so that
@@ -62,7 +63,7 @@ func TestRedeliveryAndRaces(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	a := startAWS(t, ctx)
+	a := e2e.StartAWS(t, ctx)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 7))

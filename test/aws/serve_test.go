@@ -1,4 +1,4 @@
-package e2e
+package aws
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // TestServeAWS runs two `broker serve --backend aws` front doors on the
@@ -26,18 +28,18 @@ func TestServeAWS(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	a := startAWS(t, ctx)
-	envs := copyExampleEnvs(t)
-	doors, _ := a.startFleet(t, ctx, envs,
+	a := e2e.StartAWS(t, ctx)
+	envs := e2e.CopyExampleEnvs(t)
+	doors, _ := a.StartFleet(t, ctx, envs,
 		[]string{"--allow-subject-alt-names", "--certname", "door1.example.test"}, []string{"--certname", "door2.example.test"})
 	s1, s2 := doors[0], doors[1]
 
-	agent := newAgent(t, "fleet1.example.test")
-	if code, out := agent.run(t, s1); code != 2 {
+	agent := e2e.NewAgent(t, "fleet1.example.test")
+	if code, out := agent.Run(t, s1); code != 2 {
 		t.Fatalf("first run through front door 1: exit %d\n%s", code, out)
 	}
-	checkManaged(t, agent, "base")
-	if code, out := agent.run(t, s2); code != 0 {
+	e2e.CheckManaged(t, agent, "base")
+	if code, out := agent.Run(t, s2); code != 0 {
 		t.Fatalf("second run through front door 2: exit %d, want 0 (the same catalog)\n%s", code, out)
 	}
 	n, err := a.State.GetNode(ctx, agent.Certname)
@@ -55,13 +57,13 @@ func TestServeAWS(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := tryEnrol(f, fmt.Sprintf("csr%03d.example.test", i)); err != nil {
+			if _, err := e2e.TryEnrol(f, fmt.Sprintf("csr%03d.example.test", i)); err != nil {
 				t.Error(err)
 			}
 		}()
 	}
 	wg.Wait()
-	list, err := s2.brokerCLI("ca", "list")
+	list, err := s2.CLI("ca", "list")
 	if err != nil {
 		t.Fatalf("ca list: %v\n%s", err, list)
 	}
@@ -80,13 +82,13 @@ func TestServeAWS(t *testing.T) {
 	}
 
 	// A front door without a CA of its own, proxying to front door 1.
-	s3 := startBroker(t, a.Env, a.serveProxyArgs(envs, t.TempDir(), s1.Addr)...)
-	proxied := newAgent(t, "fleet3.example.test")
-	if code, out := proxied.run(t, s3); code != 2 {
+	s3 := e2e.StartBroker(t, a.Env, a.ServeProxyArgs(envs, t.TempDir(), s1.Addr)...)
+	proxied := e2e.NewAgent(t, "fleet3.example.test")
+	if code, out := proxied.Run(t, s3); code != 2 {
 		t.Fatalf("first run through the proxying front door: exit %d\n%s", code, out)
 	}
-	checkManaged(t, proxied, "base")
-	list, err = s1.brokerCLI("ca", "list")
+	e2e.CheckManaged(t, proxied, "base")
+	list, err = s1.CLI("ca", "list")
 	if err != nil {
 		t.Fatalf("ca list: %v\n%s", err, list)
 	}
@@ -95,7 +97,7 @@ func TestServeAWS(t *testing.T) {
 			t.Errorf("the fleet CA holds no signed certificate for %s:\n%s", name, list)
 		}
 	}
-	if out, err := s3.brokerCLI("ca", "sign", "someone.example.test"); err == nil || !strings.Contains(out, "upstream") {
+	if out, err := s3.CLI("ca", "sign", "someone.example.test"); err == nil || !strings.Contains(out, "upstream") {
 		t.Errorf("ca sign on the proxying front door: %v\n%s; want an error pointing to the upstream CA", err, out)
 	}
 }

@@ -1,11 +1,10 @@
-package e2e
+package deploy
 
 import (
 	"bytes"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,13 +13,8 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
-
-func readAll(resp *http.Response) string {
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
-}
 
 // csrPEM is a PEM certificate request for cn, with a key of its own.
 func csrPEM(t *testing.T, cn string) []byte {
@@ -34,8 +28,8 @@ func TestBadInput(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
 	}
-	f := startFarm(t, t.TempDir(), copyExampleEnvs(t))
-	n := enrol(t, f, "bad1.example.test")
+	f := e2e.StartFarm(t, t.TempDir(), e2e.CopyExampleEnvs(t))
+	n := e2e.Enrol(t, f, "bad1.example.test")
 	base := "https://" + f.Addr
 	anon := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 
@@ -95,7 +89,7 @@ func TestBadInput(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s %s: %v", tt.method, tt.path, err)
 			}
-			body := readAll(resp)
+			body := e2e.ReadAll(resp)
 			if resp.StatusCode != tt.wantStatus || !strings.Contains(body, tt.wantBody) {
 				t.Errorf("%s %s = %d %q, want %d containing %q", tt.method, tt.path, resp.StatusCode, trunc(body), tt.wantStatus, tt.wantBody)
 			}
@@ -103,10 +97,10 @@ func TestBadInput(t *testing.T) {
 	}
 
 	// Nothing was stored by any of it.
-	if _, ok := f.nodes()["bad1.example.test"]; ok {
+	if _, ok := f.Nodes()["bad1.example.test"]; ok {
 		t.Errorf("a node record exists for bad1.example.test after only bad requests")
 	}
-	certs, err := f.brokerCLI("ca", "list")
+	certs, err := f.CLI("ca", "list")
 	if err != nil {
 		t.Fatalf("ca list: %v\n%s", err, certs)
 	}
@@ -130,32 +124,32 @@ func TestRestartKeepsQueuedJobs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
 	}
-	data, envs := t.TempDir(), copyExampleEnvs(t)
-	f := startFarm(t, data, envs, "--workers", "1")
-	nodes := enrolFleet(t, f, "restart%02d.example.test", 60)
+	data, envs := t.TempDir(), e2e.CopyExampleEnvs(t)
+	f := e2e.StartFarm(t, data, envs, "--workers", "1")
+	nodes := e2e.EnrolFleet(t, f, "restart%02d.example.test", 60)
 	// Upload every node's facts in one burst, so that compiles queue up
 	// behind the single worker.
-	putFleetFacts(t, f, nodes, 0)
-	depth := f.metric(`compilefarm_queue_depth{lane="urgent"}`) + f.metric(`compilefarm_queue_in_flight{lane="urgent"}`)
+	e2e.PutFleetFacts(t, f, nodes, 0)
+	depth := f.Metric(`compilefarm_queue_depth{lane="urgent"}`) + f.Metric(`compilefarm_queue_in_flight{lane="urgent"}`)
 	if depth == 0 {
 		t.Fatalf("no compile job was queued when the broker was killed; the test cannot show anything")
 	}
 	oldCode := currentCode(t, f, nodes[0])
 	t.Logf("killing broker -9 with %v jobs queued or in flight", depth)
-	f.kill9()
+	f.Kill()
 	// The code changes while the farm is down: the restart must notice.
 	static := filepath.Join(envs, "production", "modules", "demo", "files", "static.txt")
 	if err := os.WriteFile(static, []byte("changed while the farm was down\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
-	g := startFarm(t, data, envs)
+	g := e2e.StartFarm(t, data, envs)
 	newCode := currentCode(t, g, nodes[0])
 	if newCode == oldCode {
 		t.Fatalf("code changed on disk while down, but the restarted farm still runs code_id %s", oldCode)
 	}
-	waitFor(t, "every node to have a catalog of the new code after restart", 5*time.Minute, func() bool {
-		records := g.nodes()
+	e2e.WaitFor(t, "every node to have a catalog of the new code after restart", 5*time.Minute, func() bool {
+		records := g.Nodes()
 		for _, n := range nodes {
 			if c := records[n.Certname].Catalog; c == nil || c.CodeID != newCode {
 				return false
@@ -163,25 +157,14 @@ func TestRestartKeepsQueuedJobs(t *testing.T) {
 		}
 		return true
 	})
-	if got := g.metric(`compilefarm_compiles_total{result="ok"}`); got == 0 {
+	if got := g.Metric(`compilefarm_compiles_total{result="ok"}`); got == 0 {
 		t.Errorf("the restarted broker compiled nothing")
-	}
-}
-
-// syntheticFacts are the facts the example environment reads, for a node
-// that is not a real agent.
-func syntheticFacts(certname string, i int) map[string]any {
-	return map[string]any{
-		"cf_root":    "/tmp/compilefarm-synthetic",
-		"networking": map[string]any{"fqdn": certname, "hostname": certname},
-		"os":         map[string]any{"name": "Debian", "family": "Debian", "release": map[string]any{"full": "12.11", "major": "12"}},
-		"index":      i,
 	}
 }
 
 // currentCode returns the code_id the farm runs for production, as the
 // environments endpoint reports it.
-func currentCode(t *testing.T, f *farmProc, n *syntheticNode) string {
+func currentCode(t *testing.T, f *e2e.Farm, n *e2e.SyntheticNode) string {
 	t.Helper()
 	resp, err := n.Client.Get("https://" + f.Addr + "/puppet/v3/environments")
 	if err != nil {

@@ -1,4 +1,4 @@
-package e2e
+package deploy
 
 import (
 	"bytes"
@@ -12,10 +12,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // postCatalog asks for the node's catalog as an agent does, with its facts.
-func (n *syntheticNode) postCatalog(t *testing.T, f *farmProc, values map[string]any) (int, string) {
+func postCatalog(t *testing.T, n *e2e.SyntheticNode, f *e2e.Farm, values map[string]any) (int, string) {
 	t.Helper()
 	doc, _ := json.Marshal(map[string]any{"name": n.Certname, "values": values})
 	form := url.Values{"facts_format": {"application/json"}, "facts": {url.QueryEscape(string(doc))},
@@ -38,7 +40,7 @@ type deployStatus struct {
 	CodeID                                            string `json:"code_id"`
 }
 
-func (f *farmProc) deployStatus(t *testing.T) deployStatus {
+func getDeployStatus(t *testing.T, f *e2e.Farm) deployStatus {
 	t.Helper()
 	resp, err := http.Get(f.Admin + "/admin/v1/code/status/production")
 	if err != nil {
@@ -60,35 +62,35 @@ func TestCodeDeployWave(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
 	}
-	envs := copyExampleEnvs(t)
-	f := startFarm(t, t.TempDir(), envs)
+	envs := e2e.CopyExampleEnvs(t)
+	f := e2e.StartFarm(t, t.TempDir(), envs)
 	const count = 200
-	putFleetFacts(t, f, enrolFleet(t, f, "wave%03d.example.test", count), 8)
-	waitFor(t, "the first compile of all 200 nodes", 5*time.Minute, func() bool {
-		st := f.deployStatus(t)
+	e2e.PutFleetFacts(t, f, e2e.EnrolFleet(t, f, "wave%03d.example.test", count), 8)
+	e2e.WaitFor(t, "the first compile of all 200 nodes", 5*time.Minute, func() bool {
+		st := getDeployStatus(t, f)
 		return st.Nodes == count && st.Queued == 0 && st.Compiled == count
 	})
-	newcomer := enrol(t, f, "newcomer.example.test")
+	newcomer := e2e.Enrol(t, f, "newcomer.example.test")
 
 	// New code: a changed static file changes every catalog (its checksum).
 	static := filepath.Join(envs, "production", "modules", "demo", "files", "static.txt")
 	if err := os.WriteFile(static, []byte("wave two\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	deploy := exec.Command(brokerBin, "code", "deploy", "production", "--admin", f.Admin)
+	deploy := exec.Command(e2e.BrokerBin(t), "code", "deploy", "production", "--admin", f.Admin)
 	var out bytes.Buffer
 	deploy.Stdout, deploy.Stderr = &out, &out
 	if err := deploy.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the deploy to queue the wave", time.Minute, func() bool {
-		st := f.deployStatus(t)
+	e2e.WaitFor(t, "the deploy to queue the wave", time.Minute, func() bool {
+		st := getDeployStatus(t, f)
 		return st.Queued > count/2
 	})
 	start := time.Now()
-	code, body := newcomer.postCatalog(t, f, syntheticFacts(newcomer.Certname, count))
+	code, body := postCatalog(t, newcomer, f, e2e.SyntheticFacts(newcomer.Certname, count))
 	wait := time.Since(start)
-	during := f.deployStatus(t)
+	during := getDeployStatus(t, f)
 	if code != http.StatusOK || !strings.Contains(body, `"name":"newcomer.example.test"`) {
 		t.Fatalf("newcomer's first catalog: %d %s", code, trunc(body))
 	}
@@ -108,7 +110,7 @@ func TestCodeDeployWave(t *testing.T) {
 		strings.Count(progress, "done:") < 2 {
 		t.Errorf("deploy output lacks progress lines")
 	}
-	final := f.deployStatus(t)
+	final := getDeployStatus(t, f)
 	if final.Compiled != count+1 || final.Failed != 0 || final.Queued != 0 {
 		t.Errorf("after the wave: %+v, want %d compiled (the wave and the newcomer)", final, count+1)
 	}

@@ -1,4 +1,4 @@
-package e2e
+package deploy
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // TestStagedRelease holds an environment's code back, deploys new code,
@@ -18,8 +19,8 @@ func TestStagedRelease(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: real brokers, Ruby Puppet and a puppet agent; skipped with -short")
 	}
-	envs := copyExampleEnvs(t)
-	f := startFarm(t, t.TempDir(), envs)
+	envs := e2e.CopyExampleEnvs(t)
+	f := e2e.StartFarm(t, t.TempDir(), envs)
 
 	// Two real agents, one in the first 10% of buckets and one outside.
 	var inName, outName string
@@ -31,18 +32,18 @@ func TestStagedRelease(t *testing.T) {
 			outName = name
 		}
 	}
-	in, out := newAgent(t, inName), newAgent(t, outName)
-	for _, a := range []*agent{in, out} {
-		if code, log := a.run(t, f); code != 2 {
+	in, out := e2e.NewAgent(t, inName), e2e.NewAgent(t, outName)
+	for _, a := range []*e2e.Agent{in, out} {
+		if code, log := a.Run(t, f); code != 2 {
 			t.Fatalf("%s first run: exit %d\n%s", a.Certname, code, log)
 		}
 	}
 	// A fleet around them.
-	putFleetFacts(t, f, enrolFleet(t, f, "fleet%02d.example.test", 30), 0)
+	e2e.PutFleetFacts(t, f, e2e.EnrolFleet(t, f, "fleet%02d.example.test", 30), 0)
 
 	cli := func(args ...string) string {
 		t.Helper()
-		outp, err := f.brokerCLI(args...)
+		outp, err := f.CLI(args...)
 		if err != nil {
 			t.Fatalf("broker %s: %v\n%s", strings.Join(args, " "), err, outp)
 		}
@@ -57,7 +58,7 @@ func TestStagedRelease(t *testing.T) {
 	cli("code", "deploy", "production") // follows the precompiles to the end
 
 	// Held: nobody gets the new code yet.
-	if code, log := in.run(t, f); code != 0 {
+	if code, log := in.Run(t, f); code != 0 {
 		t.Fatalf("run under hold: exit %d, want 0 (old catalog)\n%s", code, log)
 	}
 	status := cli("release", "status", "production")
@@ -69,20 +70,20 @@ func TestStagedRelease(t *testing.T) {
 	if !strings.Contains(res, "released to 10%") || !strings.Contains(res, "File") {
 		t.Errorf("release output lacks the percentage or the summary of changes")
 	}
-	if code, log := in.run(t, f); code != 2 {
+	if code, log := in.Run(t, f); code != 2 {
 		t.Fatalf("released node: exit %d, want 2 (new catalog)\n%s", code, log)
 	}
 	if b, _ := os.ReadFile(filepath.Join(in.Root, "static.txt")); string(b) != "release two\n" {
 		t.Errorf("released node's static.txt = %q", b)
 	}
-	if code, log := out.run(t, f); code != 0 {
+	if code, log := out.Run(t, f); code != 0 {
 		t.Fatalf("unreleased node: exit %d, want 0 (keeps the old catalog)\n%s", code, log)
 	}
 	if b, _ := os.ReadFile(filepath.Join(out.Root, "static.txt")); string(b) == "release two\n" {
 		t.Errorf("unreleased node got the new static.txt")
 	}
 	status = cli("release", "status", "production")
-	if fields := strings.Fields(lineOf(status, "new ")); len(fields) < 7 || fields[5] == "0" {
+	if fields := strings.Fields(e2e.LineOf(status, "new ")); len(fields) < 7 || fields[5] == "0" {
 		t.Errorf("release status shows no node applying the new code:\n%s", status)
 	}
 	diff := cli("diff", inName)
@@ -91,19 +92,10 @@ func TestStagedRelease(t *testing.T) {
 	}
 
 	cli("release", "production", "--all")
-	if code, log := out.run(t, f); code != 2 {
+	if code, log := out.Run(t, f); code != 2 {
 		t.Fatalf("after --all: exit %d, want 2\n%s", code, log)
 	}
 	if b, _ := os.ReadFile(filepath.Join(out.Root, "static.txt")); string(b) != "release two\n" {
 		t.Errorf("after --all static.txt = %q", b)
 	}
-}
-
-func lineOf(text, prefix string) string {
-	for _, l := range strings.Split(text, "\n") {
-		if strings.HasPrefix(l, prefix) {
-			return l
-		}
-	}
-	return ""
 }

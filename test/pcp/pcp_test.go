@@ -1,4 +1,4 @@
-package e2e
+package pcp
 
 import (
 	"context"
@@ -12,13 +12,15 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/internal/pcpclients"
+	"github.com/compilefarm/compilefarm/internal/procgroup"
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // pxpAgent starts a real pxp-agent for a (after its first puppet run has
 // enrolled it: it uses the agent's certificate) connected to broker (a
 // wss:// URL). pxp-module-puppet runs the agent's own puppet: its
 // puppet_bin is a wrapper that adds the agent's settings against f.
-func (a *agent) pxpAgent(t *testing.T, tools *pcpclients.Tools, f *farmProc, broker string) *pcpclients.Agent {
+func pxpAgent(t *testing.T, a *e2e.Agent, tools *pcpclients.Tools, f *e2e.Farm, broker string) *pcpclients.Agent {
 	t.Helper()
 	dir := filepath.Join(a.Dir, "pxp")
 	conf := filepath.Join(dir, "modules-config")
@@ -27,11 +29,11 @@ func (a *agent) pxpAgent(t *testing.T, tools *pcpclients.Tools, f *farmProc, bro
 	}
 	var wrapper strings.Builder
 	wrapper.WriteString("#!/bin/sh\n# puppet as this test's agent " + a.Certname + "\n")
-	for _, kv := range a.env() {
+	for _, kv := range a.Env() {
 		wrapper.WriteString("export " + shellQuote(kv) + "\n")
 	}
 	wrapper.WriteString(`exec puppet "$@"`)
-	for _, s := range a.settings(f) {
+	for _, s := range a.Settings(f) {
 		wrapper.WriteString(" " + shellQuote(s))
 	}
 	wrapper.WriteString("\n")
@@ -57,7 +59,7 @@ func (a *agent) pxpAgent(t *testing.T, tools *pcpclients.Tools, f *farmProc, bro
 	t.Cleanup(func() {
 		px.Stop()
 		if t.Failed() {
-			t.Logf("pxp-agent %s log:\n%s", a.Certname, tail(px.Log(), 30))
+			t.Logf("pxp-agent %s log:\n%s", a.Certname, procgroup.Tail(px.Log(), 30))
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -76,9 +78,9 @@ var jobIDRE = regexp.MustCompile(`job (\d{8}T\d{6}Z-[0-9a-f]+)`)
 
 // runJob runs `broker job run` against f and returns its output, the job id
 // and whether it exited 0.
-func runJob(t *testing.T, f *farmProc, args ...string) (string, string, bool) {
+func runJob(t *testing.T, f *e2e.Farm, args ...string) (string, string, bool) {
 	t.Helper()
-	out, err := f.brokerCLI(append([]string{"job", "run"}, args...)...)
+	out, err := f.CLI(append([]string{"job", "run"}, args...)...)
 	m := jobIDRE.FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("broker job run %v printed no job id (err %v):\n%s", args, err, out)
@@ -97,9 +99,9 @@ func nodeLine(out, node string) string {
 }
 
 // showJob returns what `broker job show id` prints.
-func showJob(t *testing.T, f *farmProc, id string) string {
+func showJob(t *testing.T, f *e2e.Farm, id string) string {
 	t.Helper()
-	out, err := f.brokerCLI("job", "show", id)
+	out, err := f.CLI("job", "show", id)
 	if err != nil {
 		t.Fatalf("job show %s: %v\n%s", id, err, out)
 	}
@@ -109,7 +111,7 @@ func showJob(t *testing.T, f *farmProc, id string) string {
 // checkJob checks `broker job show` output: the agents' runs finished
 // with exit code 0 (pxp-module-puppet runs without --detailed-exitcodes)
 // and status changed, the unreachable nodes are so.
-func checkJob(t *testing.T, out string, finished []*agent, unreachable ...string) {
+func checkJob(t *testing.T, out string, finished []*e2e.Agent, unreachable ...string) {
 	t.Helper()
 	for _, a := range finished {
 		if l := nodeLine(out, a.Certname); !strings.Contains(l, "finished") || !strings.Contains(l, " 0 ") || !strings.Contains(l, "changed") {
@@ -134,22 +136,22 @@ func TestPCPJobs(t *testing.T) {
 	}
 	t.Parallel() // with the other PCP test, after the package's serial tests: ports and directories are its own
 	tools := pcpclients.Require(t)
-	envs := copyExampleEnvs(t)
+	envs := e2e.CopyExampleEnvs(t)
 	data := t.TempDir()
-	f := startFarm(t, data, envs, "--pcp-listen", "127.0.0.1:0")
+	f := e2e.StartFarm(t, data, envs, "--pcp-listen", "127.0.0.1:0")
 	if f.PCP == "" {
 		t.Fatal("broker dev named no PCP broker in its up line")
 	}
 	var names []string
-	var connected []*agent
+	var connected []*e2e.Agent
 	for i := 1; i <= 3; i++ {
-		a := newAgent(t, fmt.Sprintf("pcp%d.example.test", i))
-		if code, out := a.run(t, f); code != 2 {
+		a := e2e.NewAgent(t, fmt.Sprintf("pcp%d.example.test", i))
+		if code, out := a.Run(t, f); code != 2 {
 			t.Fatalf("%s first run: exit %d, want 2\n%s", a.Certname, code, out)
 		}
 		names = append(names, a.Certname)
-		a.pxpAgent(t, tools, f, f.PCP)
-		a.setFact(t, "cf_role", "web") // the job's run applies a new catalog
+		pxpAgent(t, a, tools, f, f.PCP)
+		a.SetFact(t, "cf_role", "web") // the job's run applies a new catalog
 		connected = append(connected, a)
 	}
 	names = append(names, "pcp4.example.test") // no pxp-agent
@@ -159,19 +161,19 @@ func TestPCPJobs(t *testing.T) {
 		t.Errorf("job run with an unreachable node exited 0:\n%s", out)
 	}
 	for _, a := range connected {
-		checkManaged(t, a, "web")
+		e2e.CheckManaged(t, a, "web")
 	}
-	show := func(f *farmProc) string { return showJob(t, f, id) }
+	show := func(f *e2e.Farm) string { return showJob(t, f, id) }
 	check := func(out string) { checkJob(t, out, connected, "pcp4.example.test") }
 	check(show(f))
-	if list, err := f.brokerCLI("job", "list"); err != nil || !strings.Contains(list, id) {
+	if list, err := f.CLI("job", "list"); err != nil || !strings.Contains(list, id) {
 		t.Errorf("job list: %v, want %s in it:\n%s", err, id, list)
 	}
 	// The reports of the job's runs reached the farm, and job show links
 	// each to it: broker report prints the run's report.
 	jobOut := show(f)
 	for _, a := range connected {
-		if r := f.nodes()[a.Certname].Report; r == nil || r.Status != "changed" {
+		if r := f.Nodes()[a.Certname].Report; r == nil || r.Status != "changed" {
 			t.Errorf("%s's last report: %+v, want changed (the job's run)", a.Certname, r)
 		}
 		link := reportLinkRE.FindString(nodeLine(jobOut, a.Certname))
@@ -179,12 +181,12 @@ func TestPCPJobs(t *testing.T) {
 			t.Errorf("%s in job show has no report link:\n%s", a.Certname, jobOut)
 			continue
 		}
-		rep, err := f.brokerCLI("report", link)
+		rep, err := f.CLI("report", link)
 		if err != nil || !strings.Contains(rep, `"host":"`+a.Certname+`"`) && !strings.Contains(rep, `"host": "`+a.Certname+`"`) {
 			t.Errorf("broker report %s: %v, want %s's report:\n%.300s", link, err, a.Certname, rep)
 		}
 	}
-	if got := f.metric("compilefarm_pcp_messages_routed_total"); got < 6 {
+	if got := f.Metric("compilefarm_pcp_messages_routed_total"); got < 6 {
 		t.Errorf("compilefarm_pcp_messages_routed_total = %v, want at least two answers per connected node", got)
 	}
 
@@ -192,7 +194,7 @@ func TestPCPJobs(t *testing.T) {
 	// which runs at once through the broker; pcp2 keeps the old catalog.
 	cli := func(args ...string) string {
 		t.Helper()
-		out, err := f.brokerCLI(args...)
+		out, err := f.CLI(args...)
 		if err != nil {
 			t.Fatalf("broker %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
@@ -211,13 +213,13 @@ func TestPCPJobs(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(connected[1].Root, "static.txt")); string(b) == "canary\n" {
 		t.Errorf("%s, not released, got the new static.txt", connected[1].Certname)
 	}
-	if fields := strings.Fields(lineOf(rel, "new ")); len(fields) < 7 || fields[5] != "1" {
+	if fields := strings.Fields(e2e.LineOf(rel, "new ")); len(fields) < 7 || fields[5] != "1" {
 		t.Errorf("release --run's status does not show the canary applying the new code:\n%s", rel)
 	}
 
 	// Stored: a restarted farm still shows the job.
-	f.stop()
-	f2 := startFarm(t, data, envs, "--pcp-listen", "127.0.0.1:0")
+	f.Stop()
+	f2 := e2e.StartFarm(t, data, envs, "--pcp-listen", "127.0.0.1:0")
 	check(show(f2))
 }
 
@@ -233,17 +235,17 @@ func TestPCPJobsAcrossTasks(t *testing.T) {
 	t.Parallel()
 	tools := pcpclients.Require(t)
 	ctx := context.Background()
-	aws := startAWS(t, ctx)
-	envs := copyExampleEnvs(t)
-	doors, _ := aws.startFleet(t, ctx, envs, aws.pcpArgs("task1.example.test"), aws.pcpArgs("task2.example.test"))
-	var agents []*agent
+	aws := e2e.StartAWS(t, ctx)
+	envs := e2e.CopyExampleEnvs(t)
+	doors, _ := aws.StartFleet(t, ctx, envs, aws.PCPArgs("task1.example.test"), aws.PCPArgs("task2.example.test"))
+	var agents []*e2e.Agent
 	for i, door := range doors {
-		a := newAgent(t, fmt.Sprintf("fleet%d.example.test", i+1))
-		if code, out := a.run(t, door); code != 2 {
+		a := e2e.NewAgent(t, fmt.Sprintf("fleet%d.example.test", i+1))
+		if code, out := a.Run(t, door); code != 2 {
 			t.Fatalf("%s first run through task %d: exit %d, want 2\n%s", a.Certname, i+1, code, out)
 		}
-		a.pxpAgent(t, tools, door, door.PCP)
-		a.setFact(t, "cf_role", "web")
+		pxpAgent(t, a, tools, door, door.PCP)
+		a.SetFact(t, "cf_role", "web")
 		agents = append(agents, a)
 	}
 
@@ -252,13 +254,13 @@ func TestPCPJobsAcrossTasks(t *testing.T) {
 		t.Fatalf("job run through task 2 failed:\n%s", out)
 	}
 	for _, a := range agents {
-		checkManaged(t, a, "web")
+		e2e.CheckManaged(t, a, "web")
 	}
 	checkJob(t, showJob(t, doors[0], id), agents)
-	if got := doors[1].metric("compilefarm_pcp_messages_relayed_total"); got < 1 {
+	if got := doors[1].Metric("compilefarm_pcp_messages_relayed_total"); got < 1 {
 		t.Errorf("task 2 relayed %v messages to task 1's inbox, want at least the run request", got)
 	}
-	if got := doors[0].metric("compilefarm_pcp_messages_from_inbox_total"); got < 1 {
+	if got := doors[0].Metric("compilefarm_pcp_messages_from_inbox_total"); got < 1 {
 		t.Errorf("task 1 took %v messages from its inbox, want at least the run request", got)
 	}
 }

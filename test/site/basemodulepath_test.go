@@ -1,10 +1,12 @@
-package e2e
+package site
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // globalModule writes the module cfglobal into the global module directory
@@ -59,7 +61,7 @@ func addGlobalEnv(t *testing.T, envs, name, conf string) {
 	}
 }
 
-func readManaged(t *testing.T, a *agent, rel string) string {
+func readManaged(t *testing.T, a *e2e.Agent, rel string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(a.Root, rel))
 	if err != nil {
@@ -80,22 +82,22 @@ func TestBaseModulepath(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs Ruby Puppet and the puppet agent; skipped with -short")
 	}
-	envs := copyExampleEnvs(t)
+	envs := e2e.CopyExampleEnvs(t)
 	global := filepath.Join(t.TempDir(), "global")
 	globalModule(t, global, "v1")
 	addGlobalEnv(t, envs, "globaldefault", "")
 	addGlobalEnv(t, envs, "globalexplicit", "modulepath = site:$basemodulepath\n")
-	f := startFarm(t, t.TempDir(), envs, "--basemodulepath", global)
+	f := e2e.StartFarm(t, t.TempDir(), envs, "--basemodulepath", global)
 
 	users := []struct {
-		agent *agent
+		agent *e2e.Agent
 		env   string
 	}{
-		{newAgent(t, "global1.example.test"), "globaldefault"},
-		{newAgent(t, "global2.example.test"), "globalexplicit"},
+		{e2e.NewAgent(t, "global1.example.test"), "globaldefault"},
+		{e2e.NewAgent(t, "global2.example.test"), "globalexplicit"},
 	}
 	for _, u := range users {
-		code, out := u.agent.run(t, f, "--environment", u.env)
+		code, out := u.agent.Run(t, f, "--environment", u.env)
 		if code != 2 {
 			t.Fatalf("%s's first run in %s: exit %d, want 2\n%s", u.agent.Certname, u.env, code, out)
 		}
@@ -109,17 +111,17 @@ func TestBaseModulepath(t *testing.T) {
 			t.Errorf("%s did not pluginsync the global module's fact: %v", u.agent.Certname, err)
 		}
 	}
-	other := newAgent(t, "own.example.test")
-	if code, out := other.run(t, f); code != 2 {
+	other := e2e.NewAgent(t, "own.example.test")
+	if code, out := other.Run(t, f); code != 2 {
 		t.Fatalf("production agent's first run: exit %d, want 2\n%s", code, out)
 	}
 	if _, err := os.Stat(filepath.Join(other.Dir, "var", "lib", "facter", "cf_global_plugin.rb")); err == nil {
 		t.Errorf("an agent of production (modulepath = modules) got the global module's fact")
 	}
 
-	before := f.nodes()
+	before := f.Nodes()
 	globalModule(t, global, "v2")
-	out, err := f.brokerCLI("code", "deploy", "--all")
+	out, err := f.CLI("code", "deploy", "--all")
 	t.Logf("broker code deploy --all:\n%s", out)
 	if err != nil {
 		t.Fatalf("code deploy --all: %v", err)
@@ -129,13 +131,13 @@ func TestBaseModulepath(t *testing.T) {
 			t.Errorf("deploy output lacks %q", want)
 		}
 	}
-	after := f.nodes()
+	after := f.Nodes()
 	for _, u := range users {
 		old, now := before[u.agent.Certname].Catalog, after[u.agent.Certname].Catalog
 		if old == nil || now == nil || now.CodeID == old.CodeID {
 			t.Fatalf("%s's catalog after the deploy: %+v (before %+v), want one of new code", u.agent.Certname, now, old)
 		}
-		code, out := u.agent.run(t, f, "--environment", u.env)
+		code, out := u.agent.Run(t, f, "--environment", u.env)
 		if code != 2 {
 			t.Fatalf("%s's run after the deploy: exit %d, want 2\n%s", u.agent.Certname, code, out)
 		}
@@ -149,7 +151,7 @@ func TestBaseModulepath(t *testing.T) {
 	if old, now := before[other.Certname].Catalog, after[other.Certname].Catalog; old == nil || now == nil || now.Seq != old.Seq || now.CodeID != old.CodeID {
 		t.Errorf("production's node after the global change: catalog %+v (before %+v), want it not recompiled", now, old)
 	}
-	if code, out := other.run(t, f); code != 0 {
+	if code, out := other.Run(t, f); code != 0 {
 		t.Errorf("production agent after the global change: exit %d, want 0 (nothing changed)\n%s", code, out)
 	}
 }

@@ -1,4 +1,4 @@
-package e2e
+package site
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/compilefarm/compilefarm/internal/corpus"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // TestCorpusCompilesOnlyWhatChanged runs the corpus of real Debian modules
@@ -33,10 +34,10 @@ func TestCorpusCompilesOnlyWhatChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := startFarm(t, t.TempDir(), envs)
-	synth := make([]*syntheticNode, len(nodes))
+	f := e2e.StartFarm(t, t.TempDir(), envs)
+	synth := make([]*e2e.SyntheticNode, len(nodes))
 	for i, n := range nodes {
-		synth[i] = enrol(t, f, n.Certname)
+		synth[i] = e2e.Enrol(t, f, n.Certname)
 	}
 	// upload sends every node's facts (given its index) at once, two at a
 	// time, as agents checking in together do.
@@ -49,7 +50,7 @@ func TestCorpusCompilesOnlyWhatChanged(t *testing.T) {
 			sem <- struct{}{}
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				if err := n.tryPutFacts(f, facts(i)); err != nil {
+				if err := n.TryPutFacts(f, facts(i)); err != nil {
 					t.Error(err)
 				}
 			}()
@@ -64,11 +65,11 @@ func TestCorpusCompilesOnlyWhatChanged(t *testing.T) {
 	settled := func(what string) map[string]farm.Node {
 		t.Helper()
 		var got map[string]farm.Node
-		waitFor(t, what, 5*time.Minute, func() bool {
+		e2e.WaitFor(t, what, 5*time.Minute, func() bool {
 			// The queue first: a compile whose exports changed queues its
 			// collectors before its own job leaves the queue.
 			for _, lane := range []string{"urgent", "bulk"} {
-				if f.metric(`compilefarm_queue_depth{lane="`+lane+`"}`)+f.metric(`compilefarm_queue_in_flight{lane="`+lane+`"}`) > 0 {
+				if f.Metric(`compilefarm_queue_depth{lane="`+lane+`"}`)+f.Metric(`compilefarm_queue_in_flight{lane="`+lane+`"}`) > 0 {
 					return false
 				}
 			}
@@ -93,7 +94,7 @@ func TestCorpusCompilesOnlyWhatChanged(t *testing.T) {
 	// host keys appear, the nodes that collect them compile again.
 	upload(func(i int) map[string]any { return nodes[i].Facts })
 	first := settled("every node's first compile")
-	compiles := f.finishedCompiles()
+	compiles := f.FinishedCompiles()
 	roles := map[string]bool{}
 	for _, n := range nodes {
 		roles[n.Role] = true
@@ -125,7 +126,7 @@ func TestCorpusCompilesOnlyWhatChanged(t *testing.T) {
 		return corpus.With(corpus.Churn(nodes[i].Facts, 4), path, value)
 	})
 	after := settled("the compiles of a used fact's change")
-	if got, want := f.finishedCompiles()-compiles, float64(len(nodes)); got != want {
+	if got, want := f.FinishedCompiles()-compiles, float64(len(nodes)); got != want {
 		t.Errorf("%v compiles after a used fact changed on each of %d nodes, want %v", got, len(nodes), want)
 	}
 	for i, n := range nodes {
@@ -147,14 +148,14 @@ func TestCorpusCompilesOnlyWhatChanged(t *testing.T) {
 		path, value := corpus.UsedChange(nodes[i])
 		return corpus.With(corpus.Churn(nodes[i].Facts, run), path, value)
 	}
-	compiles = f.finishedCompiles()
+	compiles = f.FinishedCompiles()
 	upload(func(i int) map[string]any { return current(i, 5) })
 	for _, n := range corpusNodes(t, f) {
 		if n.RequestSeq != after[n.Certname].RequestSeq {
 			t.Errorf("%s: a volatile check-in after the change queued %s %s", n.Certname, n.Requested.Reason, describeChanges(n.Requested))
 		}
 	}
-	if got := f.finishedCompiles() - compiles; got != 0 {
+	if got := f.FinishedCompiles() - compiles; got != 0 {
 		t.Errorf("%v compiles after volatile check-ins, want 0", got)
 	}
 
@@ -164,10 +165,10 @@ func TestCorpusCompilesOnlyWhatChanged(t *testing.T) {
 	t.Run("fact in exported resources", func(t *testing.T) {
 		const moved = 0
 		newFQDN := strings.Replace(nodes[moved].Certname, ".example.test", ".dmz.example.test", 1)
-		compiles := f.finishedCompiles()
-		synth[moved].putFacts(t, f, corpus.With(current(moved, 6), []string{"fqdn"}, newFQDN))
+		compiles := f.FinishedCompiles()
+		synth[moved].PutFacts(t, f, corpus.With(current(moved, 6), []string{"fqdn"}, newFQDN))
 		now := settled("the compiles of an exported fact's change")
-		if got, want := f.finishedCompiles()-compiles, float64(len(nodes)); got != want {
+		if got, want := f.FinishedCompiles()-compiles, float64(len(nodes)); got != want {
 			t.Errorf("%v compiles after %s's fqdn changed, want %v (it and every collector of its host keys, once)", got, nodes[moved].Certname, want)
 		}
 		for i, n := range nodes {
@@ -180,7 +181,7 @@ func TestCorpusCompilesOnlyWhatChanged(t *testing.T) {
 				t.Errorf("%s: %d compiles, last for %s; want 1 for %s", n.Certname, a.RequestSeq-b.RequestSeq, a.Requested.Reason, wantReason)
 			}
 		}
-		b, err := f.brokerCLI("diff", nodes[len(nodes)-1].Certname)
+		b, err := f.CLI("diff", nodes[len(nodes)-1].Certname)
 		if err != nil || !strings.Contains(string(b), newFQDN) {
 			t.Errorf("a collector's catalog does not show %s's new host keys (broker diff: %v):\n%s", newFQDN, err, b)
 		}
@@ -188,7 +189,7 @@ func TestCorpusCompilesOnlyWhatChanged(t *testing.T) {
 }
 
 // corpusNodes lists the farm's node records by certname.
-func corpusNodes(t *testing.T, f *farmProc) map[string]farm.Node {
+func corpusNodes(t *testing.T, f *e2e.Farm) map[string]farm.Node {
 	t.Helper()
 	resp, err := http.Get(f.Admin + "/admin/v1/nodes")
 	if err != nil {

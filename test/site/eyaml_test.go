@@ -1,4 +1,4 @@
-package e2e
+package site
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // serverEyamlKeys is where a control repo written for Puppet Server keeps
@@ -39,7 +41,7 @@ func TestEyaml(t *testing.T) {
 	dbPassword, apiToken := eyamlSecret(t), eyamlSecret(t)
 	dbCipher := encryptEyaml(t, public, dbPassword)
 
-	envs := copyExampleEnvs(t)
+	envs := e2e.CopyExampleEnvs(t)
 	writeEyamlEnv(t, filepath.Join(envs, "secrets"), map[string]string{
 		"hiera.yaml": "---\nversion: 5\ndefaults:\n  datadir: data\nhierarchy:\n" +
 			"  - name: \"Secrets (keys where Puppet Server keeps them)\"\n    lookup_key: eyaml_lookup_key\n    path: secrets.eyaml\n" +
@@ -52,10 +54,10 @@ func TestEyaml(t *testing.T) {
 			"  file { \"${base}/secret.txt\":\n    ensure  => file,\n    mode    => '0600',\n" +
 			"    content => \"db password: ${lookup('secrets::db_password')}\\napi token: ${lookup('secrets::api_token')}\\n\",\n  }\n}\n",
 	})
-	f := startFarm(t, t.TempDir(), envs, "--eyaml-keys", keys)
+	f := e2e.StartFarm(t, t.TempDir(), envs, "--eyaml-keys", keys)
 
-	a := newAgent(t, "vault1.example.test")
-	code, out := a.run(t, f, "--environment", "secrets")
+	a := e2e.NewAgent(t, "vault1.example.test")
+	code, out := a.Run(t, f, "--environment", "secrets")
 	if code != 2 {
 		t.Fatalf("first run: exit %d, want 2 (changes applied)\n%s", code, out)
 	}
@@ -66,11 +68,11 @@ func TestEyaml(t *testing.T) {
 
 	// The compile recorded its fact reads, so an unchanged node compiles
 	// nothing: decrypting is not a read that always changes.
-	before := f.finishedCompiles()
-	if code, out := a.run(t, f, "--environment", "secrets"); code != 0 {
+	before := f.FinishedCompiles()
+	if code, out := a.Run(t, f, "--environment", "secrets"); code != 0 {
 		t.Fatalf("second run: exit %d, want 0\n%s", code, out)
 	}
-	if after := f.finishedCompiles(); after != before {
+	if after := f.FinishedCompiles(); after != before {
 		t.Errorf("an unchanged second run caused %v compiles, want 0", after-before)
 	}
 
@@ -137,8 +139,8 @@ func TestEyaml(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.change(t)
-			n := newAgent(t, tt.certname)
-			code, out := n.run(t, f, "--environment", "secrets")
+			n := e2e.NewAgent(t, tt.certname)
+			code, out := n.Run(t, f, "--environment", "secrets")
 			if code != 1 {
 				t.Fatalf("agent with a broken key: exit %d, want 1\n%s", code, out)
 			}
@@ -147,7 +149,7 @@ func TestEyaml(t *testing.T) {
 					t.Errorf("agent output lacks %q:\n%s", w, out)
 				}
 			}
-			nodes, err := f.brokerCLI("nodes")
+			nodes, err := f.CLI("nodes")
 			if err != nil {
 				t.Fatalf("broker nodes: %v\n%s", err, nodes)
 			}
@@ -158,10 +160,10 @@ func TestEyaml(t *testing.T) {
 				}
 			}
 			t.Logf("broker nodes:\n%s", nodes)
-			if c := f.nodes()[tt.certname].Compile; c == nil || c.Result != "failed" {
+			if c := f.Nodes()[tt.certname].Compile; c == nil || c.Result != "failed" {
 				t.Errorf("%s's last compile = %+v, want failed", tt.certname, c)
 			}
-			if code, out := a.run(t, f, "--environment", "secrets"); code != 0 {
+			if code, out := a.Run(t, f, "--environment", "secrets"); code != 0 {
 				t.Errorf("the node with a catalog: exit %d, want 0 (its catalog kept)\n%s", code, out)
 			}
 		})

@@ -1,4 +1,4 @@
-package e2e
+package site
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // bucketSite is the site.pp of the environment "bucket": the two usual ways
@@ -59,11 +61,11 @@ func fbAddEnv(t *testing.T, envs, name, site string) {
 // filebucket runs `puppet filebucket --remote` as the agent (its
 // certificate) against the farm and returns its stdout; a failure fails
 // the test with what puppet said.
-func (a *agent) filebucket(t *testing.T, f *farmProc, args ...string) string {
+func filebucket(t *testing.T, a *e2e.Agent, f *e2e.Farm, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	args = append([]string{"filebucket", "--remote", "--server", "localhost", "--serverport", f.port(),
+	args = append([]string{"filebucket", "--remote", "--server", "localhost", "--serverport", f.Port(),
 		"--certname", a.Certname, "--confdir", filepath.Join(a.Dir, "conf"), "--vardir", filepath.Join(a.Dir, "var"),
 		"--logdir", filepath.Join(a.Dir, "log"), "--rundir", filepath.Join(a.Dir, "run"),
 		"--publicdir", filepath.Join(a.Dir, "public"), "--codedir", filepath.Join(a.Dir, "code"),
@@ -124,11 +126,11 @@ func TestFileBucket(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the real puppet agent and broker dev; skipped with -short")
 	}
-	envs := copyExampleEnvs(t)
+	envs := e2e.CopyExampleEnvs(t)
 	fbAddEnv(t, envs, "bucket", bucketSite)
-	f := startFarm(t, t.TempDir(), envs)
-	a := newAgent(t, "bucket1.example.test")
-	a.setFact(t, "cf_bucket_port", f.port())
+	f := e2e.StartFarm(t, t.TempDir(), envs)
+	a := e2e.NewAgent(t, "bucket1.example.test")
+	a.SetFact(t, "cf_bucket_port", f.Port())
 	viaMain, viaPuppet := filepath.Join(a.Root, "via-main.txt"), filepath.Join(a.Root, "via-puppet.txt")
 
 	// Each round changes files the agent has, backing their old content up
@@ -146,8 +148,8 @@ func TestFileBucket(t *testing.T) {
 	for i, round := range rounds {
 		ok := t.Run(round.algo, func(t *testing.T) {
 			old := map[string]string{viaMain: fbReadFile(t, viaMain), viaPuppet: fbReadFile(t, viaPuppet)}
-			a.setFact(t, "cf_bucket_round", round.algo)
-			code, out := a.run(t, f, append([]string{"--environment", "bucket"}, round.extra...)...)
+			a.SetFact(t, "cf_bucket_round", round.algo)
+			code, out := a.Run(t, f, append([]string{"--environment", "bucket"}, round.extra...)...)
 			if code != 2 || fbAgentErrors(out) != "" {
 				t.Fatalf("agent run %d: exit %d, want 2 and no error\n%s", i+1, code, out)
 			}
@@ -168,15 +170,15 @@ func TestFileBucket(t *testing.T) {
 				if got, err := os.ReadFile(blob); err != nil || string(got) != content {
 					t.Fatalf("the farm's bucket has %q (%v) at %s, want the old content of %s %q", got, err, blob, p, content)
 				}
-				if got := a.filebucket(t, f, append(round.extra, "get", sum)...); got != content {
+				if got := filebucket(t, a, f, append(round.extra, "get", sum)...); got != content {
 					t.Fatalf("puppet filebucket get %s printed %q, want %q", sum, got, content)
 				}
-				a.filebucket(t, f, append(round.extra, "restore", p, sum)...)
+				filebucket(t, a, f, append(round.extra, "restore", p, sum)...)
 				if got := fbReadFile(t, p); got != content {
 					t.Fatalf("after puppet filebucket restore %s %s: %q, want %q", p, sum, got, content)
 				}
 			}
-			log := fbReadFile(t, f.logPath)
+			log := fbReadFile(t, f.LogPath)
 			if !strings.Contains(log, "filebucket: backup stored") || !strings.Contains(log, "node="+a.Certname) {
 				t.Errorf("the broker log does not record the backups by node")
 			}
@@ -190,16 +192,16 @@ func TestFileBucket(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "with space & more.txt")
 		fbWriteFile(t, p, "backed up by hand\n")
 		sum := fbSum("sha256", []byte("backed up by hand\n"))
-		if out := a.filebucket(t, f, "backup", p); !strings.Contains(out, sum) {
+		if out := filebucket(t, a, f, "backup", p); !strings.Contains(out, sum) {
 			t.Fatalf("puppet filebucket backup printed %q, want the sum %s", out, sum)
 		}
-		if got := a.filebucket(t, f, "get", sum); got != "backed up by hand\n" {
+		if got := filebucket(t, a, f, "get", sum); got != "backed up by hand\n" {
 			t.Fatalf("get after backup: %q", got)
 		}
 	})
 
 	t.Run("unknown routes and double slashes", func(t *testing.T) {
-		c := a.tlsClient(t)
+		c := a.TLSClient(t)
 		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 		base := "https://" + f.Addr
 		do := func(method, path string, body []byte) (int, http.Header, string) {
@@ -212,7 +214,7 @@ func TestFileBucket(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s %s: %v", method, path, err)
 			}
-			return resp.StatusCode, resp.Header, readAll(resp)
+			return resp.StatusCode, resp.Header, e2e.ReadAll(resp)
 		}
 		for _, path := range []string{"/puppet/v3/nosuch?environment=production", "/puppet/v3//environments", "//status/v1/simple", "/nowhere"} {
 			status, h, body := do("GET", path, nil)
@@ -247,17 +249,17 @@ func TestStrictEnvironmentWithoutModules(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the real puppet agent and broker dev; skipped with -short")
 	}
-	envs := copyExampleEnvs(t)
+	envs := e2e.CopyExampleEnvs(t)
 	fbAddEnv(t, envs, "nomodules", "node default { notify { 'hello from an environment without modules': } }\n")
-	f := startFarm(t, t.TempDir(), envs)
-	a := newAgent(t, "strict1.example.test")
+	f := e2e.StartFarm(t, t.TempDir(), envs)
+	a := e2e.NewAgent(t, "strict1.example.test")
 	for run := 1; run <= 2; run++ {
-		code, out := a.run(t, f, "--environment", "nomodules", "--strict_environment_mode")
+		code, out := a.Run(t, f, "--environment", "nomodules", "--strict_environment_mode")
 		if (code != 0 && code != 2) || fbAgentErrors(out) != "" || !strings.Contains(out, "hello from an environment without modules") {
 			t.Fatalf("run %d: exit %d, want 0 or 2 with no error\n%s", run, code, out)
 		}
 	}
-	c := a.tlsClient(t)
+	c := a.TLSClient(t)
 	for _, mount := range []string{"plugins", "pluginfacts", "locales"} {
 		for _, recurse := range []string{"true", "false"} {
 			url := "https://" + f.Addr + "/puppet/v3/file_metadatas/" + mount + "?environment=nomodules&links=follow&recurse=" + recurse + "&source_permissions=ignore&checksum_type=sha256"
@@ -265,7 +267,7 @@ func TestStrictEnvironmentWithoutModules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			body := readAll(resp)
+			body := e2e.ReadAll(resp)
 			var list []struct {
 				Path         string `json:"path"`
 				RelativePath string `json:"relative_path"`

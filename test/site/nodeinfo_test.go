@@ -1,19 +1,19 @@
-package e2e
+package site
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
 // setCSRAttributes writes the agent's csr_attributes.yaml: the extension
 // requests its next certificate request carries.
-func (a *agent) setCSRAttributes(t *testing.T, exts map[string]string) {
+func setCSRAttributes(t *testing.T, a *e2e.Agent, exts map[string]string) {
 	t.Helper()
 	var b strings.Builder
 	b.WriteString("---\nextension_requests:\n")
@@ -28,9 +28,9 @@ func (a *agent) setCSRAttributes(t *testing.T, exts map[string]string) {
 // reissue has the agent's certificate replaced, as an operator does to
 // change what a node's certificate says: revoke it on the farm, drop the
 // agent's SSL directory; its next run asks for a new one.
-func (a *agent) reissue(t *testing.T, f *farmProc) {
+func reissue(t *testing.T, a *e2e.Agent, f *e2e.Farm) {
 	t.Helper()
-	if out, err := f.brokerCLI("ca", "revoke", a.Certname); err != nil {
+	if out, err := f.CLI("ca", "revoke", a.Certname); err != nil {
 		t.Fatalf("ca revoke %s: %v\n%s", a.Certname, err, out)
 	}
 	if err := os.RemoveAll(filepath.Join(a.Dir, "ssl")); err != nil {
@@ -47,39 +47,39 @@ func TestTrustedFacts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs broker dev and the puppet agent; skipped with -short")
 	}
-	f := startFarm(t, t.TempDir(), copyExampleEnvs(t))
-	a := newAgent(t, "trusted1.example.test")
-	a.setCSRAttributes(t, map[string]string{"pp_role": "web", "pp_environment": "production", "1.3.6.1.4.1.34380.1.2.1": "rack-42"})
+	f := e2e.StartFarm(t, t.TempDir(), e2e.CopyExampleEnvs(t))
+	a := e2e.NewAgent(t, "trusted1.example.test")
+	setCSRAttributes(t, a, map[string]string{"pp_role": "web", "pp_environment": "production", "1.3.6.1.4.1.34380.1.2.1": "rack-42"})
 
-	if code, out := a.run(t, f); code != 2 {
+	if code, out := a.Run(t, f); code != 2 {
 		t.Fatalf("first run: exit %d, want 2\n%s", code, out)
 	}
 	// role.txt says web (pp_role picked role::web) and the web node's
 	// greeting comes from Hiera's roles/web.yaml, found only through the
 	// trusted.extensions.pp_role level (the node has no cf_role fact).
-	checkManaged(t, a, "web")
+	e2e.CheckManaged(t, a, "web")
 	if b, _ := os.ReadFile(filepath.Join(a.Root, "role.txt")); !strings.Contains(string(b), "greeting: Hello from a compile farm web node") {
 		t.Errorf("role.txt = %q: want the web role's Hiera greeting", b)
 	}
 
-	compiles := f.finishedCompiles()
-	if code, out := a.run(t, f); code != 0 {
+	compiles := f.FinishedCompiles()
+	if code, out := a.Run(t, f); code != 0 {
 		t.Fatalf("second run: exit %d, want 0\n%s", code, out)
 	}
-	if got := f.finishedCompiles(); got != compiles {
+	if got := f.FinishedCompiles(); got != compiles {
 		t.Errorf("an unchanged run compiled %v times", got-compiles)
 	}
 
 	// The operator gives the node another role in a new certificate.
-	a.reissue(t, f)
-	a.setCSRAttributes(t, map[string]string{"pp_role": "base", "pp_environment": "production"})
-	ok := f.metric(`compilefarm_compiles_total{result="ok"}`)
-	code, out := a.run(t, f)
+	reissue(t, a, f)
+	setCSRAttributes(t, a, map[string]string{"pp_role": "base", "pp_environment": "production"})
+	ok := f.Metric(`compilefarm_compiles_total{result="ok"}`)
+	code, out := a.Run(t, f)
 	if code != 2 {
 		t.Fatalf("run with the re-issued certificate: exit %d, want 2\n%s", code, out)
 	}
-	checkManaged(t, a, "base")
-	if got := f.metric(`compilefarm_compiles_total{result="ok"}`); got != ok+1 {
+	e2e.CheckManaged(t, a, "base")
+	if got := f.Metric(`compilefarm_compiles_total{result="ok"}`); got != ok+1 {
 		t.Errorf("the re-issued certificate caused %v compiles, want 1", got-ok)
 	}
 }
@@ -100,7 +100,7 @@ exec cat "$answers/$1.yaml"
 // environment the node compiled in.
 func classifierEnv(t *testing.T, envs, name string) {
 	t.Helper()
-	addBrokenEnv(t, envs, "")
+	e2e.AddBrokenEnv(t, envs, "")
 	if err := os.Rename(filepath.Join(envs, "broken"), filepath.Join(envs, name)); err != nil {
 		t.Fatal(err)
 	}
@@ -149,27 +149,6 @@ func writeText(t *testing.T, path, content string) {
 	}
 }
 
-// nodeEnvironment reads a node's environment through the operator API.
-func (f *farmProc) nodeEnvironment(name string) string {
-	f.t.Helper()
-	resp, err := http.Get(f.Admin + "/admin/v1/nodes")
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var list []struct {
-		Certname    string `json:"certname"`
-		Environment string `json:"environment"`
-	}
-	json.NewDecoder(resp.Body).Decode(&list)
-	for _, n := range list {
-		if n.Certname == name {
-			return n.Environment
-		}
-	}
-	return ""
-}
-
 // TestExternalNodeClassifier drives a real agent against `broker dev
 // --external-nodes`: the classifier's environment wins over the agent's
 // (the agent switches to it), its classes and parameters make the
@@ -181,15 +160,15 @@ func TestExternalNodeClassifier(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs broker dev and the puppet agent; skipped with -short")
 	}
-	envs := copyExampleEnvs(t)
+	envs := e2e.CopyExampleEnvs(t)
 	classifierEnv(t, envs, "classified")
 	script, answers := newClassifier(t)
-	f := startFarm(t, t.TempDir(), envs, "--external-nodes", script)
-	a := newAgent(t, "enc1.example.test")
+	f := e2e.StartFarm(t, t.TempDir(), envs, "--external-nodes", script)
+	a := e2e.NewAgent(t, "enc1.example.test")
 	answer := filepath.Join(answers, a.Certname+".yaml")
 	writeText(t, answer, "---\nenvironment: classified\nclasses:\n  role::web:\nparameters:\n  enc_message: hello\n")
 
-	code, out := a.run(t, f)
+	code, out := a.Run(t, f)
 	if code != 2 {
 		t.Fatalf("first run: exit %d, want 2\n%s", code, out)
 	}
@@ -205,16 +184,16 @@ func TestExternalNodeClassifier(t *testing.T) {
 	if b, _ := os.ReadFile(classified); string(b) != "environment classified\nmessage hello\n" {
 		t.Errorf("classified.txt = %q", b)
 	}
-	if env := f.nodeEnvironment(a.Certname); env != "classified" {
+	if env := f.Nodes()[a.Certname].Environment; env != "classified" {
 		t.Errorf("node environment %q, want classified", env)
 	}
 
-	compiles := f.finishedCompiles()
+	compiles := f.FinishedCompiles()
 	calls := classifierCalls(t, answers)
-	if code, out := a.run(t, f); code != 0 {
+	if code, out := a.Run(t, f); code != 0 {
 		t.Fatalf("second run: exit %d, want 0\n%s", code, out)
 	}
-	if got := f.finishedCompiles(); got != compiles {
+	if got := f.FinishedCompiles(); got != compiles {
 		t.Errorf("an unchanged classification compiled %v times", got-compiles)
 	}
 	// What the README promises: one classifier run per later agent run
@@ -226,14 +205,14 @@ func TestExternalNodeClassifier(t *testing.T) {
 
 	// A changed answer: the next check-in compiles once.
 	writeText(t, answer, "---\nenvironment: classified\nclasses:\n  role::web:\nparameters:\n  enc_message: changed\n")
-	ok := f.metric(`compilefarm_compiles_total{result="ok"}`)
-	if code, out := a.run(t, f); code != 2 {
+	ok := f.Metric(`compilefarm_compiles_total{result="ok"}`)
+	if code, out := a.Run(t, f); code != 2 {
 		t.Fatalf("run after the classification changed: exit %d, want 2\n%s", code, out)
 	}
 	if b, _ := os.ReadFile(classified); string(b) != "environment classified\nmessage changed\n" {
 		t.Errorf("classified.txt after the change = %q", b)
 	}
-	if got := f.metric(`compilefarm_compiles_total{result="ok"}`); got != ok+1 {
+	if got := f.Metric(`compilefarm_compiles_total{result="ok"}`); got != ok+1 {
 		t.Errorf("the changed classification caused %v compiles, want 1", got-ok)
 	}
 
@@ -253,19 +232,19 @@ func TestExternalNodeClassifier(t *testing.T) {
 			case "yaml":
 				writeText(t, answer, "classes: [role::web\n")
 			}
-			before := f.nodes()[a.Certname]
-			compiles := f.finishedCompiles()
-			code, out := a.run(t, f)
+			before := f.Nodes()[a.Certname]
+			compiles := f.FinishedCompiles()
+			code, out := a.Run(t, f)
 			if code == 0 || code == 2 || !strings.Contains(out, tt.want) {
 				t.Errorf("run with a failing classifier: exit %d, want a failure showing %q\n%s", code, tt.want, out)
 			}
-			if got := f.finishedCompiles(); got != compiles {
+			if got := f.FinishedCompiles(); got != compiles {
 				t.Errorf("a failing classifier caused %v compiles", got-compiles)
 			}
-			if after := f.nodes()[a.Certname]; after.Catalog == nil || before.Catalog == nil || after.Catalog.Seq != before.Catalog.Seq {
+			if after := f.Nodes()[a.Certname]; after.Catalog == nil || before.Catalog == nil || after.Catalog.Seq != before.Catalog.Seq {
 				t.Errorf("the node's catalog changed: %+v -> %+v", before.Catalog, after.Catalog)
 			}
-			list, err := f.brokerCLI("nodes")
+			list, err := f.CLI("nodes")
 			if err != nil || !strings.Contains(list, "external node classifier errors") || !strings.Contains(list, strings.TrimPrefix(tt.want, "Server Error: ")) {
 				t.Errorf("broker nodes does not show the classifier's error: %v\n%s", err, list)
 			}
@@ -274,10 +253,10 @@ func TestExternalNodeClassifier(t *testing.T) {
 
 	// The classifier answers again: the node runs as before, the error is gone.
 	writeText(t, answer, "---\nenvironment: classified\nclasses:\n  role::web:\nparameters:\n  enc_message: changed\n")
-	if code, out := a.run(t, f); code != 0 {
+	if code, out := a.Run(t, f); code != 0 {
 		t.Fatalf("run after the classifier recovered: exit %d, want 0\n%s", code, out)
 	}
-	if list, _ := f.brokerCLI("nodes"); strings.Contains(list, "classifier errors") {
+	if list, _ := f.CLI("nodes"); strings.Contains(list, "classifier errors") {
 		t.Errorf("broker nodes still shows a classifier error after it recovered:\n%s", list)
 	}
 }
@@ -292,20 +271,20 @@ func TestNodeInfoOnAWS(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	a := startAWS(t, ctx)
-	envs := copyExampleEnvs(t)
+	a := e2e.StartAWS(t, ctx)
+	envs := e2e.CopyExampleEnvs(t)
 	script, answers := newClassifier(t)
 	a.LambdaEnv = []string{"COMPILEFARM_EXTERNAL_NODES=" + script}
-	doors, _ := a.startFleet(t, ctx, envs, []string{"--external-nodes", script})
+	doors, _ := a.StartFleet(t, ctx, envs, []string{"--external-nodes", script})
 	door := doors[0]
 
-	web := newAgent(t, "awsweb.example.test")
-	web.setCSRAttributes(t, map[string]string{"pp_role": "web"})
+	web := e2e.NewAgent(t, "awsweb.example.test")
+	setCSRAttributes(t, web, map[string]string{"pp_role": "web"})
 	writeText(t, filepath.Join(answers, web.Certname+".yaml"), "---\nparameters:\n  tier: gold\n")
-	if code, out := web.run(t, door); code != 2 {
+	if code, out := web.Run(t, door); code != 2 {
 		t.Fatalf("first run: exit %d, want 2\n%s", code, out)
 	}
-	checkManaged(t, web, "web")
+	e2e.CheckManaged(t, web, "web")
 
 	// A classifier class on top: the compile function compiles it in.
 	writeText(t, filepath.Join(answers, web.Certname+".yaml"), "---\nclasses:\n  - demo::web\nparameters:\n  tier: gold\n")
@@ -313,7 +292,7 @@ func TestNodeInfoOnAWS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, out := web.run(t, door); code != 0 && code != 2 {
+	if code, out := web.Run(t, door); code != 0 && code != 2 {
 		t.Fatalf("run after the classification changed: exit %d\n%s", code, out)
 	}
 	n1, err := a.State.GetNode(ctx, web.Certname)
@@ -325,7 +304,7 @@ func TestNodeInfoOnAWS(t *testing.T) {
 	}
 
 	writeText(t, filepath.Join(answers, web.Certname+".fail"), "CMDB unreachable\n")
-	code, out := web.run(t, door)
+	code, out := web.Run(t, door)
 	if code == 0 || code == 2 || !strings.Contains(out, "Failed when searching for node awsweb.example.test") || !strings.Contains(out, "CMDB unreachable") {
 		t.Errorf("run with a failing classifier: exit %d\n%s", code, out)
 	}

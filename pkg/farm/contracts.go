@@ -124,17 +124,67 @@ type QueueStats struct {
 	OldestAge time.Duration // age of the oldest waiting job; 0 when empty
 }
 
-// Queue carries compile jobs from intake to workers, at least once.
+// Queue carries compile jobs from intake to workers, at least once, in two
+// lanes: urgent (new nodes, changed facts) before bulk (code deploys).
 //
-// Enqueue stores a job durably before returning. Receive blocks until a job is
-// available (urgent lane first) or ctx ends. A delivery is finished by exactly
-// one of Ack (done, successfully or for good) or Retry (deliver again after a
-// delay); a delivery neither acked nor retried is delivered again after the
-// driver's visibility timeout. Drivers that can (the embedded queue) collapse a
-// waiting job with a newer job of the same Key (node and slot) and never hand
-// out two jobs of one Key at once; the others rely on the node store's
-// sequence checks.
-// Safe for concurrent use.
+// Enqueue stores job durably before it returns; a job with a zero
+// EnqueuedAt gets the time of the Enqueue. It returns ErrInvalid, and
+// stores nothing, for a job that fails Job.Validate (an empty or invalid
+// certname, a lane other than LaneUrgent and LaneBulk).
+//
+// Receive blocks until a job is waiting or ctx ends, and hands the job out
+// as a Delivery: the job with every field as enqueued (times to the
+// nanosecond), an ID no other delivery had, and Attempts, 1 on the first
+// delivery and one more on each later one. A waiting urgent job is handed
+// out before any waiting bulk job, whatever their ages; within a lane no
+// order is promised. A Receive blocked on an empty queue returns a job
+// enqueued meanwhile (SQS: a bulk job within its long poll, a second by
+// default). When ctx ends Receive returns an error wrapping ctx.Err()
+// (context.Canceled, context.DeadlineExceeded), and a Receive whose ctx
+// ended takes no job: the next Receive gets it as its first delivery.
+//
+// A delivery stays in flight until Ack (the job is done, successfully or
+// for good, and removed) or Retry (the job waits again, handed out no
+// sooner than after has passed; after <= 0 is at once, and a driver may cut
+// a long delay to its limit, SQS's 12 hours) finishes it. A delivery that
+// is neither acked nor retried is handed out again after the driver's
+// visibility timeout. A job handed out again, after Retry or a timeout,
+// comes with the same fields, a new ID and Attempts one more; short of
+// that, no job is delivered twice. Ack and Retry return ErrInvalid for a
+// delivery that is not one Receive returned: no ID, or a lane other than
+// the two. Of a delivery no longer in flight (acked or retried already,
+// timed out, never handed out), drivers that track deliveries (the
+// embedded queues; farmtest.QueueCaps.FinishedDeliveryIsNotFound) return
+// ErrNotFound; the others (SQS) may succeed without effect.
+//
+// Stats returns one QueueStats per lane, urgent first: Depth counts the
+// waiting jobs, InFlight the unfinished deliveries, and OldestAge is the
+// age by its EnqueuedAt of the lane's oldest waiting job (0 for a lane
+// without one). An acked job counts nowhere. A retried job waiting out its
+// delay counts in Depth, or in InFlight in drivers that hide it until then
+// (SQS; farmtest.QueueCaps.RetriedCountsAsInFlight). A driver that cannot
+// tell the oldest job's age reports 0 (SQS, where it is the CloudWatch
+// metric ApproximateAgeOfOldestMessage; farmtest.QueueCaps.NoOldestAge).
+// SQS's counts are approximate and, on AWS, up to a minute late.
+//
+// Drivers that can (the embedded queues; farmtest.QueueCaps.Collapses)
+// keep one waiting job per Job.Key (node and slot): a job enqueued while
+// another of its key waits (a job waiting again after Retry or a timeout
+// included) merges with it into one delivery, carrying the fields of the
+// job with the higher Seq (of the later enqueued, for equal Seqs), the
+// more urgent of the two lanes and the older of the two EnqueuedAt. Such
+// drivers (farmtest.QueueCaps.NodeExclusive) also never hand out a job of
+// a key while another of that key is in flight, until that delivery is
+// acked, retried or timed out, and hold nothing else back meanwhile. Jobs
+// of different keys (two nodes, or one node's two slots) never merge nor
+// wait for each other. The other drivers (SQS) deliver every job enqueued
+// and rely on the node store's sequence checks to make a duplicate or
+// stale compile harmless.
+//
+// Any method whose ctx has ended returns an error wrapping ctx.Err(), and
+// Enqueue, Ack and Retry then change nothing. Safe for concurrent use by
+// many producers and consumers, across processes for shared backends:
+// every job enqueued is delivered.
 type Queue interface {
 	Enqueue(ctx context.Context, job Job) error
 	Receive(ctx context.Context) (Delivery, error)

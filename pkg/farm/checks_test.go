@@ -1,0 +1,69 @@
+package farm
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// checkCase is one call of a contract method's check: err is what the
+// check returned, want the error it must wrap (nil: it must pass) and text
+// the message it must give, when the words matter.
+type checkCase struct {
+	name string
+	err  error
+	want error
+	text string
+}
+
+func runChecks(t *testing.T, cases []checkCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			switch {
+			case c.want == nil && c.err != nil:
+				t.Fatalf("got %v, want no error", c.err)
+			case c.want != nil && !errors.Is(c.err, c.want):
+				t.Fatalf("got %v, want an error wrapping %v", c.err, c.want)
+			case c.text != "" && c.err.Error() != c.text:
+				t.Fatalf("got %q, want %q", c.err, c.text)
+			}
+		})
+	}
+}
+
+// ended returns a context that has been cancelled.
+func ended() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+func TestQueueChecks(t *testing.T) {
+	ctx := context.Background()
+	job := Job{Certname: "web01.example.com", Lane: LaneUrgent}
+	d := Delivery{Job: job, ID: "receipt-1", Attempts: 1}
+	noID, badLane := d, d
+	noID.ID = ""
+	badLane.Lane = "whenever"
+	runChecks(t, []checkCase{
+		{"enqueue", CheckEnqueue(ctx, job), nil, ""},
+		{"enqueue, ended", CheckEnqueue(ended(), job), context.Canceled, "enqueue job of web01.example.com: context canceled"},
+		{"enqueue, bad certname", CheckEnqueue(ctx, Job{Certname: "Web01", Lane: LaneBulk}), ErrInvalid, ""},
+		{"enqueue, no lane", CheckEnqueue(ctx, Job{Certname: "web01"}), ErrInvalid, `enqueue job: lane "" is not "urgent" or "bulk": invalid`},
+		{"receive", CheckQueueReceive(ctx), nil, ""},
+		{"receive, ended", CheckQueueReceive(ended()), context.Canceled, "receive job: context canceled"},
+		{"ack", CheckAck(ctx, d), nil, ""},
+		{"ack, ended", CheckAck(ended(), d), context.Canceled, ""},
+		{"ack, no ID", CheckAck(ctx, noID), ErrInvalid, "ack job of web01.example.com: the delivery has no ID: invalid"},
+		{"ack, bad lane", CheckAck(ctx, badLane), ErrInvalid, ""},
+		{"retry", CheckRetry(ctx, d, time.Minute), nil, ""},
+		{"retry, negative delay", CheckRetry(ctx, d, -time.Minute), nil, ""},
+		{"retry, ended", CheckRetry(ended(), d, 0), context.Canceled, ""},
+		{"retry, no ID", CheckRetry(ctx, noID, 0), ErrInvalid, ""},
+		{"retry, bad lane", CheckRetry(ctx, badLane, 0), ErrInvalid, `retry job of web01.example.com: the delivery's lane "whenever" is not "urgent" or "bulk": invalid`},
+		{"stats", CheckQueueStats(ctx), nil, ""},
+		{"stats, ended", CheckQueueStats(ended()), context.Canceled, "queue stats: context canceled"},
+	})
+}

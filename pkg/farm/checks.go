@@ -68,3 +68,63 @@ func CheckQueueStats(ctx context.Context) error {
 	}
 	return nil
 }
+
+// CheckContentPut checks a ContentStore.Put in space (Space.Validate).
+func CheckContentPut(ctx context.Context, space Space) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("put content in %s: %w", space, err)
+	}
+	if err := space.Validate(); err != nil {
+		return fmt.Errorf("put content: %w", err)
+	}
+	return nil
+}
+
+// CheckContentGet checks a ContentStore.Get of d in space
+// (ValidateAddress).
+func CheckContentGet(ctx context.Context, space Space, d Digest) error {
+	return checkAddress(ctx, "get", space, d)
+}
+
+// CheckContentHas checks a ContentStore.Has of d in space
+// (ValidateAddress).
+func CheckContentHas(ctx context.Context, space Space, d Digest) error {
+	return checkAddress(ctx, "has", space, d)
+}
+
+func checkAddress(ctx context.Context, op string, space Space, d Digest) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s content %s/%s: %w", op, space, d, err)
+	}
+	if err := ValidateAddress(space, d); err != nil {
+		return fmt.Errorf("%s content: %w", op, err)
+	}
+	return nil
+}
+
+// CheckPutName checks a NameStore.PutName of name in space, pointing at d
+// (ValidateAddress, ValidateName).
+func CheckPutName(ctx context.Context, space Space, name string, d Digest) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("put name %s/%s: %w", space, name, err)
+	}
+	if err := ValidateAddress(space, d); err != nil {
+		return fmt.Errorf("put name: %w", err)
+	}
+	if err := ValidateName(name); err != nil {
+		return fmt.Errorf("put name: %w", err)
+	}
+	return nil
+}
+
+// CheckGetName checks a NameStore.GetName of name in space
+// (ValidateNameAddress).
+func CheckGetName(ctx context.Context, space Space, name string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("get name %s/%s: %w", space, name, err)
+	}
+	if err := ValidateNameAddress(space, name); err != nil {
+		return fmt.Errorf("get name: %w", err)
+	}
+	return nil
+}

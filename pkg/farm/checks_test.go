@@ -3,6 +3,7 @@ package farm
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -65,5 +66,31 @@ func TestQueueChecks(t *testing.T) {
 		{"retry, bad lane", CheckRetry(ctx, badLane, 0), ErrInvalid, `retry job of web01.example.com: the delivery's lane "whenever" is not "urgent" or "bulk": invalid`},
 		{"stats", CheckQueueStats(ctx), nil, ""},
 		{"stats, ended", CheckQueueStats(ended()), context.Canceled, "queue stats: context canceled"},
+	})
+}
+
+func TestContentAndNameChecks(t *testing.T) {
+	ctx := context.Background()
+	d := DigestOf([]byte("x"))
+	runChecks(t, []checkCase{
+		{"put", CheckContentPut(ctx, SpaceContent), nil, ""},
+		{"put, ended", CheckContentPut(ended(), SpaceContent), context.Canceled, "put content in content: context canceled"},
+		{"put, bad space", CheckContentPut(ctx, "../x"), ErrInvalid, `put content: content space "../x" must be lowercase letters, digits, '-' or '_': invalid`},
+		{"get", CheckContentGet(ctx, SpaceCatalogs, d), nil, ""},
+		{"get, ended", CheckContentGet(ended(), SpaceCatalogs, d), context.Canceled, "get content catalogs/" + string(d) + ": context canceled"},
+		{"get, bad space", CheckContentGet(ctx, "", d), ErrInvalid, ""},
+		{"get, bad digest", CheckContentGet(ctx, SpaceCatalogs, "../etc/passwd"), ErrInvalid, `get content: digest "../etc/passwd" is not a lowercase hex sha256: invalid`},
+		{"has", CheckContentHas(ctx, SpaceFacts, d), nil, ""},
+		{"has, ended", CheckContentHas(ended(), SpaceFacts, d), context.Canceled, ""},
+		{"has, bad digest", CheckContentHas(ctx, SpaceFacts, Digest(strings.ToUpper(string(d)))), ErrInvalid, ""},
+		{"put name", CheckPutName(ctx, SpaceFilebucket, "md5/ab", d), nil, ""},
+		{"put name, ended", CheckPutName(ended(), SpaceFilebucket, "md5/ab", d), context.Canceled, "put name filebucket/md5/ab: context canceled"},
+		{"put name, bad space", CheckPutName(ctx, "Bad", "md5/ab", d), ErrInvalid, ""},
+		{"put name, bad name", CheckPutName(ctx, SpaceFilebucket, "a/../b", d), ErrInvalid, ""},
+		{"put name, bad digest", CheckPutName(ctx, SpaceFilebucket, "md5/ab", "abc"), ErrInvalid, ""},
+		{"get name", CheckGetName(ctx, SpaceFilebucket, "md5/ab"), nil, ""},
+		{"get name, ended", CheckGetName(ended(), SpaceFilebucket, "md5/ab"), context.Canceled, ""},
+		{"get name, bad name", CheckGetName(ctx, SpaceFilebucket, "/abs"), ErrInvalid, ""},
+		{"get name, bad space", CheckGetName(ctx, "", "md5/ab"), ErrInvalid, ""},
 	})
 }

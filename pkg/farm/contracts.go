@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// Space names a part of the content store. Each space is content addressed;
-// drivers may keep them apart (S3 key prefixes, directories).
+// Space names a part of the content store. Each space is content addressed
+// and separate from the others (drivers keep them under their own S3 key
+// prefixes, directories).
 type Space string
 
 const (
@@ -45,10 +46,25 @@ func ValidateAddress(space Space, d Digest) error {
 
 // ContentStore keeps immutable blobs addressed by the SHA-256 of their bytes.
 //
-// Put is idempotent: storing bytes that are already there succeeds and returns
-// the same digest. Get verifies what it reads and returns ErrNotFound for an
-// unknown digest and ErrInvalid for a malformed one. All methods are safe for
-// concurrent use; a Put that returned is visible to every later Get.
+// Put stores a copy of data (empty, or as large as the caller holds in
+// memory) in space and returns its digest, DigestOf(data). It is
+// idempotent: putting bytes already there succeeds and returns the same
+// digest. Get returns the bytes put under d in space, verified against d:
+// ErrNotFound for a digest never put in that space, ErrInvalid for stored
+// bytes that no longer hash to d (corruption; the error names the object).
+// Has reports whether space holds d, without reading the bytes (a missing
+// blob is false, not an error). Spaces are separate: a blob is found only
+// in the space it was put in, and the same bytes may be put in several.
+// The store keeps its own copy: changing a slice passed to Put or returned
+// by Get changes nothing stored.
+//
+// ErrInvalid (CheckContentPut, CheckContentGet, CheckContentHas) for a
+// space that fails Space.Validate, and, in Get and Has, a digest that is
+// not a lowercase hex SHA-256 (Digest.Valid). A call whose ctx has ended
+// returns an error wrapping ctx.Err(), and Put then stores nothing.
+//
+// Safe for concurrent use, across processes for shared backends; a Put
+// that returned is visible to every later Get and Has, from any goroutine.
 type ContentStore interface {
 	Put(ctx context.Context, space Space, data []byte) (Digest, error)
 	Get(ctx context.Context, space Space, d Digest) ([]byte, error)

@@ -63,11 +63,8 @@ func New() *Store {
 
 // Put stores a copy of data in space and returns its digest.
 func (s *Store) Put(ctx context.Context, space farm.Space, data []byte) (farm.Digest, error) {
-	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("put content in %s: %w", space, err)
-	}
-	if err := space.Validate(); err != nil {
-		return "", fmt.Errorf("put content: %w", err)
+	if err := farm.CheckContentPut(ctx, space); err != nil {
+		return "", err
 	}
 	d := farm.DigestOf(data)
 	s.mu.Lock()
@@ -85,11 +82,8 @@ func (s *Store) Put(ctx context.Context, space farm.Space, data []byte) (farm.Di
 
 // Get returns a copy of the blob with digest d in space, verified against d.
 func (s *Store) Get(ctx context.Context, space farm.Space, d farm.Digest) ([]byte, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("get content %s/%s: %w", space, d, err)
-	}
-	if err := farm.ValidateAddress(space, d); err != nil {
-		return nil, fmt.Errorf("get content: %w", err)
+	if err := farm.CheckContentGet(ctx, space, d); err != nil {
+		return nil, err
 	}
 	s.mu.RLock()
 	b, ok := s.content[space][d]
@@ -108,11 +102,8 @@ func (s *Store) Get(ctx context.Context, space farm.Space, d farm.Digest) ([]byt
 
 // Has reports whether space holds a blob with digest d.
 func (s *Store) Has(ctx context.Context, space farm.Space, d farm.Digest) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("has content %s/%s: %w", space, d, err)
-	}
-	if err := farm.ValidateAddress(space, d); err != nil {
-		return false, fmt.Errorf("has content: %w", err)
+	if err := farm.CheckContentHas(ctx, space, d); err != nil {
+		return false, err
 	}
 	s.mu.RLock()
 	_, ok := s.content[space][d]

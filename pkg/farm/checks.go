@@ -128,3 +128,93 @@ func CheckGetName(ctx context.Context, space Space, name string) error {
 	}
 	return nil
 }
+
+// CheckGetNode checks a NodeStore.GetNode of certname (ValidateCertname).
+func CheckGetNode(ctx context.Context, certname string) error {
+	return checkCertname(ctx, "get node", certname)
+}
+
+// CheckQueryNodes checks a NodeStore.QueryNodes of q (NodeQuery.Validate).
+func CheckQueryNodes(ctx context.Context, q NodeQuery) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("query nodes: %w", err)
+	}
+	if err := q.Validate(); err != nil {
+		return fmt.Errorf("query nodes: %w", err)
+	}
+	return nil
+}
+
+// CheckUpdateNode checks a NodeStore.UpdateNode of certname
+// (ValidateCertname), before fn runs.
+func CheckUpdateNode(ctx context.Context, certname string) error {
+	return checkCertname(ctx, "update node", certname)
+}
+
+// CheckUpdatedNode checks what UpdateNode's fn left in n, the record of
+// certname: fn may not rename it (ErrInvalid). The driver calls it after
+// fn and writes nothing when it fails.
+func CheckUpdatedNode(certname string, n *Node) error {
+	if n.Certname != certname {
+		return fmt.Errorf("update node %s: fn renamed it to %q: %w", certname, n.Certname, ErrInvalid)
+	}
+	return nil
+}
+
+// CheckRecordReport checks a NodeStore.RecordReport of sum for certname
+// (ValidateCertname, ReportSummary.Validate).
+func CheckRecordReport(ctx context.Context, certname string, sum ReportSummary) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("record report of %s: %w", certname, err)
+	}
+	if err := ValidateCertname(certname); err != nil {
+		return fmt.Errorf("record report: %w", err)
+	}
+	if err := sum.Validate(); err != nil {
+		return fmt.Errorf("record report of %s: %w", certname, err)
+	}
+	return nil
+}
+
+func checkCertname(ctx context.Context, op, certname string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s %s: %w", op, certname, err)
+	}
+	if err := ValidateCertname(certname); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return nil
+}
+
+// CheckGetEnvironment checks an EnvironmentStore.GetEnvironment of name
+// (ValidateEnvironment).
+func CheckGetEnvironment(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("get environment %s: %w", name, err)
+	}
+	if err := ValidateEnvironment(name); err != nil {
+		return fmt.Errorf("get environment: %w", err)
+	}
+	return nil
+}
+
+// CheckListEnvironments checks an EnvironmentStore.ListEnvironments: only
+// its ctx.
+func CheckListEnvironments(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("list environments: %w", err)
+	}
+	return nil
+}
+
+// CheckPutEnvironment checks an EnvironmentStore.PutEnvironment of env
+// (ValidateEnvironment of its name).
+func CheckPutEnvironment(ctx context.Context, env *Environment) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("put environment %s: %w", env.Name, err)
+	}
+	if err := ValidateEnvironment(env.Name); err != nil {
+		return fmt.Errorf("put environment: %w", err)
+	}
+	return nil
+}

@@ -94,3 +94,36 @@ func TestContentAndNameChecks(t *testing.T) {
 		{"get name, bad space", CheckGetName(ctx, "", "md5/ab"), ErrInvalid, ""},
 	})
 }
+
+func TestNodeAndEnvironmentChecks(t *testing.T) {
+	ctx := context.Background()
+	sum := ReportSummary{Status: "changed", At: time.Unix(1700000000, 0)}
+	renamed := Node{Certname: "other.example.com"}
+	same := Node{Certname: "web01.example.com"}
+	runChecks(t, []checkCase{
+		{"get node", CheckGetNode(ctx, "web01.example.com"), nil, ""},
+		{"get node, ended", CheckGetNode(ended(), "web01.example.com"), context.Canceled, "get node web01.example.com: context canceled"},
+		{"get node, bad certname", CheckGetNode(ctx, "../etc"), ErrInvalid, `get node: certname "../etc" must be lowercase letters, digits, '.', '-' or '_' (at most 255): invalid`},
+		{"query nodes", CheckQueryNodes(ctx, NodeQuery{Environment: "production"}), nil, ""},
+		{"query nodes, ended", CheckQueryNodes(ended(), NodeQuery{Environment: "production"}), context.Canceled, "query nodes: context canceled"},
+		{"query nodes, no environment", CheckQueryNodes(ctx, NodeQuery{}), ErrInvalid, ""},
+		{"query nodes, limit", CheckQueryNodes(ctx, NodeQuery{Environment: "production", Limit: MaxNodePage + 1}), ErrInvalid, ""},
+		{"update node", CheckUpdateNode(ctx, "web01.example.com"), nil, ""},
+		{"update node, ended", CheckUpdateNode(ended(), "web01.example.com"), context.Canceled, "update node web01.example.com: context canceled"},
+		{"update node, bad certname", CheckUpdateNode(ctx, "Web01"), ErrInvalid, ""},
+		{"updated node", CheckUpdatedNode("web01.example.com", &same), nil, ""},
+		{"updated node, renamed", CheckUpdatedNode("web01.example.com", &renamed), ErrInvalid, `update node web01.example.com: fn renamed it to "other.example.com": invalid`},
+		{"record report", CheckRecordReport(ctx, "web01.example.com", sum), nil, ""},
+		{"record report, ended", CheckRecordReport(ended(), "web01.example.com", sum), context.Canceled, "record report of web01.example.com: context canceled"},
+		{"record report, bad certname", CheckRecordReport(ctx, "", sum), ErrInvalid, ""},
+		{"record report, no time", CheckRecordReport(ctx, "web01.example.com", ReportSummary{Status: "changed"}), ErrInvalid, "record report of web01.example.com: report summary without a time: invalid"},
+		{"get environment", CheckGetEnvironment(ctx, "production"), nil, ""},
+		{"get environment, ended", CheckGetEnvironment(ended(), "production"), context.Canceled, "get environment production: context canceled"},
+		{"get environment, bad name", CheckGetEnvironment(ctx, "a-b"), ErrInvalid, `get environment: environment "a-b" must be lowercase letters, digits and '_': invalid`},
+		{"list environments", CheckListEnvironments(ctx), nil, ""},
+		{"list environments, ended", CheckListEnvironments(ended()), context.Canceled, "list environments: context canceled"},
+		{"put environment", CheckPutEnvironment(ctx, &Environment{Name: "production"}), nil, ""},
+		{"put environment, ended", CheckPutEnvironment(ended(), &Environment{Name: "production"}), context.Canceled, ""},
+		{"put environment, bad name", CheckPutEnvironment(ctx, &Environment{Name: "Production"}), ErrInvalid, ""},
+	})
+}

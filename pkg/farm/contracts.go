@@ -71,15 +71,20 @@ type ContentStore interface {
 	Has(ctx context.Context, space Space, d Digest) (bool, error)
 }
 
-// NodeStore keeps one record per node.
+// NodeStore keeps one record per node, keyed by its certname.
 //
 // UpdateNode is an atomic read-modify-write: fn sees the current record (a
 // zero Node with Certname set when there is none) and changes it in place; if
-// fn returns an error nothing is written and UpdateNode returns that error.
-// Drivers with optimistic concurrency may call fn more than once, so fn must
-// not have side effects. This is how the farm moves a catalog pointer only
-// forward: fn returns ErrConflict when the stored sequence is newer.
-// GetNode returns ErrNotFound for an unknown node.
+// fn returns an error nothing is written (a node without a record stays
+// without one) and UpdateNode returns that error as is. Drivers with
+// optimistic concurrency may call fn more than once, so fn must not have
+// side effects; concurrent UpdateNodes of one node never lose each other's
+// changes. This is how the farm moves a catalog pointer only forward: fn
+// returns ErrConflict when the stored sequence is newer. fn may not change
+// Certname: UpdateNode then writes nothing and returns ErrInvalid
+// (CheckUpdatedNode). It returns the record as written. GetNode returns
+// ErrNotFound for an unknown node. Every field of a record is kept (times
+// to the nanosecond), and every record returned is the caller's own copy.
 //
 // RecordReport keeps sum as the node's latest report summary in a place of
 // its own beside the record, with one write that reads nothing first:
@@ -89,7 +94,8 @@ type ContentStore interface {
 // RecordReport last kept for the node is not kept (ErrConflict); one as
 // old replaces it. It returns the summary it replaced (nil for the node's
 // first) and keeps nothing for a node without a record (ErrNotFound) or
-// for a sum without a time (ErrInvalid, as for an invalid certname).
+// for a sum without a time (ErrInvalid, as for an invalid certname). The
+// summary it returns, and those reads return, are the caller's own copies.
 // Every read of a record (GetNode, QueryNodes) returns as Report the newer
 // of the record's own Report (as UpdateNode last wrote it) and the recorded
 // summary, the recorded one when they are as old; what UpdateNode's fn
@@ -108,7 +114,13 @@ type ContentStore interface {
 // ones: at once in the embedded drivers, after the index catches up (well
 // under a second) in drivers with eventually consistent indexes (DynamoDB
 // global secondary indexes). Records without an environment are in no index.
-// Safe for concurrent use.
+//
+// ErrInvalid (CheckGetNode, CheckUpdateNode, CheckRecordReport,
+// CheckQueryNodes) for a certname that fails ValidateCertname (UpdateNode
+// then does not call fn), a summary without a time, or a query that fails
+// NodeQuery.Validate. A call whose ctx has ended returns an error wrapping
+// ctx.Err(), and UpdateNode and RecordReport then write nothing. Safe for
+// concurrent use, across processes for shared backends.
 type NodeStore interface {
 	GetNode(ctx context.Context, certname string) (Node, error)
 	QueryNodes(ctx context.Context, q NodeQuery) (NodePage, error)
@@ -117,8 +129,16 @@ type NodeStore interface {
 }
 
 // EnvironmentStore records which code snapshot each environment runs.
-// GetEnvironment returns ErrNotFound for an environment never deployed.
-// PutEnvironment replaces the record. Safe for concurrent use.
+//
+// PutEnvironment replaces the record of env.Name with env (the last put
+// wins), every field kept (times to the nanosecond). GetEnvironment returns the record of name, ErrNotFound for an
+// environment never put. ListEnvironments returns every record, each name
+// once, in no promised order (the drivers here sort by name).
+//
+// ErrInvalid (CheckGetEnvironment, CheckPutEnvironment) for a name that
+// fails ValidateEnvironment; nothing is stored. A call whose ctx has ended
+// returns an error wrapping ctx.Err(), and PutEnvironment then writes
+// nothing. Safe for concurrent use, across processes for shared backends.
 type EnvironmentStore interface {
 	GetEnvironment(ctx context.Context, name string) (Environment, error)
 	ListEnvironments(ctx context.Context) ([]Environment, error)

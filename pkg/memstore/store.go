@@ -126,11 +126,8 @@ func decode[T any](b []byte) T {
 
 // GetNode returns the record of certname.
 func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.Node{}, fmt.Errorf("get node %s: %w", certname, err)
-	}
-	if err := farm.ValidateCertname(certname); err != nil {
-		return farm.Node{}, fmt.Errorf("get node: %w", err)
+	if err := farm.CheckGetNode(ctx, certname); err != nil {
+		return farm.Node{}, err
 	}
 	s.nodeMu.RLock()
 	b, ok := s.nodes[certname]
@@ -145,10 +142,7 @@ func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error)
 // sorts the entry's members for each page: a driver for tests, not for
 // 100,000 nodes.
 func (s *Store) QueryNodes(ctx context.Context, q farm.NodeQuery) (farm.NodePage, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.NodePage{}, fmt.Errorf("query nodes: %w", err)
-	}
-	if err := q.Validate(); err != nil {
+	if err := farm.CheckQueryNodes(ctx, q); err != nil {
 		return farm.NodePage{}, err
 	}
 	s.nodeMu.RLock()
@@ -194,11 +188,8 @@ func (s *Store) reindex(old, n *farm.Node) {
 // must not call back into the store. fn may not change the certname
 // (ErrInvalid).
 func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.Node) error) (farm.Node, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.Node{}, fmt.Errorf("update node %s: %w", certname, err)
-	}
-	if err := farm.ValidateCertname(certname); err != nil {
-		return farm.Node{}, fmt.Errorf("update node: %w", err)
+	if err := farm.CheckUpdateNode(ctx, certname); err != nil {
+		return farm.Node{}, err
 	}
 	s.nodeMu.Lock()
 	defer s.nodeMu.Unlock()
@@ -211,8 +202,8 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 	if err := fn(&n); err != nil {
 		return farm.Node{}, err
 	}
-	if n.Certname != certname {
-		return farm.Node{}, fmt.Errorf("update node %s: fn renamed it to %q: %w", certname, n.Certname, farm.ErrInvalid)
+	if err := farm.CheckUpdatedNode(certname, &n); err != nil {
+		return farm.Node{}, err
 	}
 	b, err := json.Marshal(n)
 	if err != nil {
@@ -225,11 +216,8 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 
 // GetEnvironment returns the record of environment name.
 func (s *Store) GetEnvironment(ctx context.Context, name string) (farm.Environment, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.Environment{}, fmt.Errorf("get environment %s: %w", name, err)
-	}
-	if err := farm.ValidateEnvironment(name); err != nil {
-		return farm.Environment{}, fmt.Errorf("get environment: %w", err)
+	if err := farm.CheckGetEnvironment(ctx, name); err != nil {
+		return farm.Environment{}, err
 	}
 	s.envMu.RLock()
 	b, ok := s.envs[name]
@@ -242,8 +230,8 @@ func (s *Store) GetEnvironment(ctx context.Context, name string) (farm.Environme
 
 // ListEnvironments returns every environment record, sorted by name.
 func (s *Store) ListEnvironments(ctx context.Context) ([]farm.Environment, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list environments: %w", err)
+	if err := farm.CheckListEnvironments(ctx); err != nil {
+		return nil, err
 	}
 	s.envMu.RLock()
 	out := make([]farm.Environment, 0, len(s.envs))
@@ -257,11 +245,8 @@ func (s *Store) ListEnvironments(ctx context.Context) ([]farm.Environment, error
 
 // PutEnvironment replaces the record of env.Name.
 func (s *Store) PutEnvironment(ctx context.Context, env farm.Environment) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("put environment %s: %w", env.Name, err)
-	}
-	if err := farm.ValidateEnvironment(env.Name); err != nil {
-		return fmt.Errorf("put environment: %w", err)
+	if err := farm.CheckPutEnvironment(ctx, &env); err != nil {
+		return err
 	}
 	b, err := json.Marshal(env)
 	if err != nil {

@@ -127,3 +127,65 @@ func TestNodeAndEnvironmentChecks(t *testing.T) {
 		{"put environment, bad name", CheckPutEnvironment(ctx, &Environment{Name: "Production"}), ErrInvalid, ""},
 	})
 }
+
+func TestPresenceAndInboxChecks(t *testing.T) {
+	ctx := context.Background()
+	p := Presence{URI: "pcp://web01.example.com/agent", Task: "task-a", Expires: time.Unix(1700000000, 0)}
+	runChecks(t, []checkCase{
+		{"set", CheckSetPresence(ctx, &p), nil, ""},
+		{"set, ended", CheckSetPresence(ended(), &p), context.Canceled, "set presence of pcp://web01.example.com/agent: context canceled"},
+		{"set, no task", CheckSetPresence(ctx, &Presence{URI: p.URI, Expires: p.Expires}), ErrInvalid, ""},
+		{"set, bad URI", CheckSetPresence(ctx, &Presence{URI: "pcp://*/agent", Task: "t", Expires: p.Expires}), ErrInvalid, ""},
+		{"clear", CheckClearPresence(ctx, p.URI, "task-a"), nil, ""},
+		{"clear, ended", CheckClearPresence(ended(), p.URI, "task-a"), context.Canceled, ""},
+		{"clear, bad URI", CheckClearPresence(ctx, "agent", "task-a"), ErrInvalid, `clear presence: PCP URI "agent" is not pcp://<common name>/<client type>: invalid`},
+		{"clear, no task", CheckClearPresence(ctx, p.URI, ""), ErrInvalid, ""},
+		{"look up", CheckLookupPresence(ctx, p.URI), nil, ""},
+		{"look up, ended", CheckLookupPresence(ended(), p.URI), context.Canceled, "look up presence of pcp://web01.example.com/agent: context canceled"},
+		{"look up, bad URI", CheckLookupPresence(ctx, ""), ErrInvalid, ""},
+		{"query", CheckQueryPresence(ctx, PresenceQuery{ClientType: "agent"}), nil, ""},
+		{"query, ended", CheckQueryPresence(ended(), PresenceQuery{ClientType: "agent"}), context.Canceled, "query presence of agent: context canceled"},
+		{"query, no client type", CheckQueryPresence(ctx, PresenceQuery{}), ErrInvalid, "query presence: presence query: no client type: invalid"},
+		{"open", CheckInboxOpen(ctx, "task-a"), nil, ""},
+		{"open, ended", CheckInboxOpen(ended(), "task-a"), context.Canceled, "open inbox task-a: context canceled"},
+		{"open, no task", CheckInboxOpen(ctx, ""), ErrInvalid, `open inbox: task name "" must be 1-256 bytes: invalid`},
+		{"post", CheckInboxPost(ctx, "task-a", []byte("m")), nil, ""},
+		{"post, ended", CheckInboxPost(ended(), "task-a", []byte("m")), context.Canceled, ""},
+		{"post, empty", CheckInboxPost(ctx, "task-a", nil), ErrInvalid, "post to inbox task-a: inbox message of 0 bytes: must be 1-196608: invalid"},
+		{"post, too large", CheckInboxPost(ctx, "task-a", make([]byte, MaxInboxMessage+1)), ErrInvalid, ""},
+		{"receive", CheckInboxReceive(ctx, "task-a"), nil, ""},
+		{"receive, ended", CheckInboxReceive(ended(), "task-a"), context.Canceled, "receive from inbox task-a: context canceled"},
+		{"receive, long task", CheckInboxReceive(ctx, string(make([]byte, 257))), ErrInvalid, ""},
+		{"close", CheckInboxClose(ctx, "task-a"), nil, ""},
+		{"close, ended", CheckInboxClose(ended(), "task-a"), context.Canceled, ""},
+		{"close, no task", CheckInboxClose(ctx, ""), ErrInvalid, ""},
+	})
+}
+
+func TestRunJobChecks(t *testing.T) {
+	ctx := context.Background()
+	created := time.Unix(1700000000, 5)
+	job := RunJob{ID: "job-1", Created: created}
+	moved := RunJob{ID: "job-2", Created: created}
+	redated := RunJob{ID: "job-1", Created: created.Add(time.Second)}
+	node := RunJobNode{Job: "job-1", Node: "web01.example.com"}
+	otherNode := RunJobNode{Job: "job-1", Node: "web02.example.com"}
+	runChecks(t, []checkCase{
+		{"create", CheckCreateJob(ctx, &job, []string{"a.example.com", "b.example.com"}), nil, ""},
+		{"create, ended", CheckCreateJob(ended(), &job, nil), context.Canceled, "create job job-1: context canceled"},
+		{"create, no created time", CheckCreateJob(ctx, &RunJob{ID: "job-1"}, nil), ErrInvalid, ""},
+		{"create, repeated node", CheckCreateJob(ctx, &job, []string{"a.example.com", "a.example.com"}), ErrInvalid, ""},
+		{"get", CheckGetJob(ctx, "job-1"), nil, ""},
+		{"get, bad id", CheckGetJob(ctx, "../x"), ErrInvalid, ""},
+		{"update", CheckUpdateJob(ended(), "job-1"), context.Canceled, "update job job-1: context canceled"},
+		{"updated", CheckUpdatedJob("job-1", created, &job), nil, ""},
+		{"updated, id changed", CheckUpdatedJob("job-1", created, &moved), ErrInvalid, "update job job-1: fn changed its id or created time: invalid"},
+		{"updated, created changed", CheckUpdatedJob("job-1", created, &redated), ErrInvalid, ""},
+		{"update node, bad node", CheckUpdateJobNode(ctx, "job-1", "Web01"), ErrInvalid, ""},
+		{"updated node", CheckUpdatedJobNode("job-1", "web01.example.com", &node), nil, ""},
+		{"updated node, moved", CheckUpdatedJobNode("job-1", "web01.example.com", &otherNode), ErrInvalid, "update node web01.example.com of job job-1: fn changed its job or node: invalid"},
+		{"list jobs, limit", CheckListJobs(ctx, RunJobQuery{Limit: -1}), ErrInvalid, ""},
+		{"list job nodes, no job", CheckListJobNodes(ctx, RunJobNodeQuery{}), ErrInvalid, ""},
+		{"list job nodes, ended", CheckListJobNodes(ended(), RunJobNodeQuery{Job: "job-1"}), context.Canceled, ""},
+	})
+}

@@ -3,6 +3,7 @@ package farm
 import (
 	"context"
 	"errors"
+	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -187,5 +188,57 @@ func TestRunJobChecks(t *testing.T) {
 		{"list jobs, limit", CheckListJobs(ctx, RunJobQuery{Limit: -1}), ErrInvalid, ""},
 		{"list job nodes, no job", CheckListJobNodes(ctx, RunJobNodeQuery{}), ErrInvalid, ""},
 		{"list job nodes, ended", CheckListJobNodes(ended(), RunJobNodeQuery{Job: "job-1"}), context.Canceled, ""},
+	})
+}
+
+func TestCAStoreChecks(t *testing.T) {
+	ctx := context.Background()
+	pem := []byte("-----BEGIN CERTIFICATE-----\n...")
+	one, two := big.NewInt(1), big.NewInt(2)
+	issued := CertIssued{Certname: "Puppet CA: test", Serial: one}
+	genesis := CAGenesis{CertPEM: pem, CRLPEM: pem, NextSerial: two, Issued: issued}
+	noNext := genesis
+	noNext.NextSerial = nil
+	noCRL := genesis
+	noCRL.CRLPEM = nil
+	runChecks(t, []checkCase{
+		{"lock", CheckCALock(ctx), nil, ""},
+		{"lock, ended", CheckCALock(ended()), context.Canceled, "lock CA store: context canceled"},
+		{"CA cert, ended", CheckCACert(ended()), context.Canceled, ""},
+		{"check, ended", CheckCACheck(ended()), context.Canceled, ""},
+		{"create", CheckCACreate(ctx, &genesis), nil, ""},
+		{"create, ended", CheckCACreate(ended(), &genesis), context.Canceled, ""},
+		{"create, no next serial", CheckCACreate(ctx, &noNext), ErrInvalid, "create CA: next serial <nil> is not a positive number: invalid"},
+		{"create, no CRL", CheckCACreate(ctx, &noCRL), ErrInvalid, ""},
+		{"next serial, ended", CheckCANextSerial(ended()), context.Canceled, ""},
+		{"record issued", CheckCARecordIssued(ctx, &issued), nil, ""},
+		{"record issued, no serial", CheckCARecordIssued(ctx, &CertIssued{Certname: "a"}), ErrInvalid, ""},
+		{"record issued, no certname", CheckCARecordIssued(ctx, &CertIssued{Serial: one}), ErrInvalid, "record issued certificate: no certname: invalid"},
+		{"CRL, ended", CheckCACRL(ended()), context.Canceled, "read CRL: context canceled"},
+		{"put CRL", CheckCAPutCRL(ctx, pem, one, big.NewInt(0)), nil, ""},
+		{"put CRL, ended", CheckCAPutCRL(ended(), pem, one, big.NewInt(0)), context.Canceled, ""},
+		{"put CRL, no CRL", CheckCAPutCRL(ctx, nil, one, big.NewInt(0)), ErrInvalid, ""},
+		{"put CRL, no prev", CheckCAPutCRL(ctx, pem, one, nil), ErrInvalid, ""},
+		{"put CRL, not above prev", CheckCAPutCRL(ctx, pem, one, one), ErrInvalid, "replace CRL number 1 with number 1: CRL numbers must grow from 0: invalid"},
+		{"request", CheckCARequest(ctx, "a.example.com"), nil, ""},
+		{"request, path", CheckCARequest(ctx, "../a"), ErrInvalid, ""},
+		{"put request", CheckCAPutRequest(ctx, "a.example.com", pem), nil, ""},
+		{"put request, no PEM", CheckCAPutRequest(ctx, "a.example.com", nil), ErrInvalid, "store certificate request of a.example.com: no PEM: invalid"},
+		{"put request, ended", CheckCAPutRequest(ended(), "a.example.com", pem), context.Canceled, "store certificate request of a.example.com: context canceled"},
+		{"delete request, bad certname", CheckCADeleteRequest(ctx, "A"), ErrInvalid, ""},
+		{"requests, ended", CheckCARequests(ended()), context.Canceled, ""},
+		{"signed", CheckCASigned(ctx, "a.example.com"), nil, ""},
+		{"signed, empty", CheckCASigned(ctx, ""), ErrInvalid, ""},
+		{"put signed", CheckCAPutSigned(ctx, "a.example.com", pem, nil), nil, ""},
+		{"put signed, replacing", CheckCAPutSigned(ctx, "a.example.com", pem, two), nil, ""},
+		{"put signed, replacing 0", CheckCAPutSigned(ctx, "a.example.com", pem, big.NewInt(0)), ErrInvalid, ""},
+		{"put signed, no PEM", CheckCAPutSigned(ctx, "a.example.com", []byte{}, nil), ErrInvalid, ""},
+		{"delete signed", CheckCADeleteSigned(ctx, "a.example.com", two), nil, ""},
+		{"delete signed, no serial", CheckCADeleteSigned(ctx, "a.example.com", nil), ErrInvalid, ""},
+		{"signed certs, ended", CheckCASignedCerts(ended()), context.Canceled, ""},
+		{"put server cert", CheckCAPutServerCert(ctx, "door.example.com", pem), nil, ""},
+		{"put server cert, bad certname", CheckCAPutServerCert(ctx, "door/1", pem), ErrInvalid, ""},
+		{"server certs, any name", CheckCAServerCerts(ctx, "*.Example.COM"), nil, ""},
+		{"server certs, ended", CheckCAServerCerts(ended(), ""), context.Canceled, ""},
 	})
 }

@@ -144,14 +144,54 @@ type CertIssued struct {
 
 // CAKeySource holds the CA's private key (PEM): a file (ca.KeyFile, and
 // the CA directory behind ca.Open) or an AWS Secrets Manager secret
-// (cakey.Secret).
+// (cakey.Secret); farmtest.TestCAKeySource is their suite.
+//
+// The source keeps the key's bytes as given: it does not parse them (the
+// CA does), and LoadKey returns them byte for byte. A key is stored once:
+// there is no replacing or deleting it through the source. How a driver
+// protects the key at rest (a file's mode 0600, a secret's KMS key) is its
+// own to promise and test.
+//
+// A call whose ctx has ended returns an error wrapping ctx.Err()
+// (CheckLoadKey, CheckCreateKey), and CreateKey then stores nothing. Safe
+// for concurrent use, by goroutines and by processes sharing the source.
 type CAKeySource interface {
 	// LoadKey returns the key; ErrNotFound when the source holds none.
 	LoadKey(ctx context.Context) ([]byte, error)
-	// CreateKey stores a new key; ErrConflict when the source holds one.
+	// CreateKey stores keyPEM, durably, if the source holds no key;
+	// ErrConflict, changing nothing, when it holds one. Of concurrent
+	// CreateKeys on a source holding none, from any processes, exactly
+	// one succeeds and every other gets ErrConflict, and every LoadKey
+	// after them returns the winner's key. ErrInvalid (CheckCreateKey)
+	// for a key that is empty or larger than MaxCAKey.
 	CreateKey(ctx context.Context, keyPEM []byte) error
-	// String names the source in messages ("file /etc/…/ca_key.pem").
+	// String names the source in messages ("file /etc/…/ca_key.pem",
+	// "Secrets Manager secret NAME"), never its key; it needs no I/O.
 	String() string
+}
+
+// MaxCAKey caps a CA key's PEM (Secrets Manager's limit on a secret's
+// value); a 4096-bit RSA key takes about 3.3 KiB.
+const MaxCAKey = 64 << 10
+
+// CheckLoadKey checks a CAKeySource.LoadKey from src: only its ctx.
+func CheckLoadKey(ctx context.Context, src fmt.Stringer) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("read CA key from %s: %w", src, err)
+	}
+	return nil
+}
+
+// CheckCreateKey checks a CAKeySource.CreateKey of keyPEM into src: 1 to
+// MaxCAKey bytes.
+func CheckCreateKey(ctx context.Context, src fmt.Stringer, keyPEM []byte) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store CA key in %s: %w", src, err)
+	}
+	if len(keyPEM) == 0 || len(keyPEM) > MaxCAKey {
+		return fmt.Errorf("store CA key in %s: a key of %d bytes: must be 1-%d: %w", src, len(keyPEM), MaxCAKey, ErrInvalid)
+	}
+	return nil
 }
 
 // The checks every CAStore method makes before it reaches its records (see

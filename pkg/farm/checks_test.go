@@ -242,3 +242,22 @@ func TestCAStoreChecks(t *testing.T) {
 		{"server certs, ended", CheckCAServerCerts(ended(), ""), context.Canceled, ""},
 	})
 }
+
+// source is a CAKeySource's name in messages.
+type source string
+
+func (s source) String() string { return string(s) }
+
+func TestCAKeySourceChecks(t *testing.T) {
+	ctx := context.Background()
+	src := source("file /tmp/ca_key.pem")
+	runChecks(t, []checkCase{
+		{"load", CheckLoadKey(ctx, src), nil, ""},
+		{"load, ended", CheckLoadKey(ended(), src), context.Canceled, "read CA key from file /tmp/ca_key.pem: context canceled"},
+		{"create", CheckCreateKey(ctx, src, []byte("key")), nil, ""},
+		{"create, largest", CheckCreateKey(ctx, src, make([]byte, MaxCAKey)), nil, ""},
+		{"create, ended", CheckCreateKey(ended(), src, []byte("key")), context.Canceled, "store CA key in file /tmp/ca_key.pem: context canceled"},
+		{"create, empty", CheckCreateKey(ctx, src, nil), ErrInvalid, "store CA key in file /tmp/ca_key.pem: a key of 0 bytes: must be 1-65536: invalid"},
+		{"create, too large", CheckCreateKey(ctx, src, make([]byte, MaxCAKey+1)), ErrInvalid, ""},
+	})
+}

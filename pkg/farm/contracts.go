@@ -170,10 +170,10 @@ type QueueStats struct {
 //
 // Receive blocks until a job is waiting or ctx ends, and hands the job out
 // as a Delivery: the job with every field as enqueued (times to the
-// nanosecond), an ID no other delivery had, and Attempts, 1 on the first
-// delivery and one more on each later one. A waiting urgent job is handed
-// out before any waiting bulk job, whatever their ages; within a lane no
-// order is promised. A Receive blocked on an empty queue returns a job
+// nanosecond), a non-empty ID no other delivery had, and Attempts, 1 on
+// the first delivery and one more on each later one. A waiting urgent job
+// is handed out before any waiting bulk job, whatever their ages; within a
+// lane no order is promised. A Receive blocked on an empty queue returns a job
 // enqueued meanwhile (SQS: a bulk job within its long poll, a second by
 // default). When ctx ends Receive returns an error wrapping ctx.Err()
 // (context.Canceled, context.DeadlineExceeded), and a Receive whose ctx
@@ -208,10 +208,10 @@ type QueueStats struct {
 // another of its key waits (a job waiting again after Retry or a timeout
 // included) merges with it into one delivery, carrying the fields of the
 // job with the higher Seq (of the later enqueued, for equal Seqs), the
-// more urgent of the two lanes and the older of the two EnqueuedAt. Such
-// drivers (farmtest.QueueCaps.NodeExclusive) also never hand out a job of
-// a key while another of that key is in flight, until that delivery is
-// acked, retried or timed out, and hold nothing else back meanwhile. Jobs
+// more urgent of the two lanes and the older of the two EnqueuedAt. They
+// (farmtest.QueueCaps.NodeExclusive) also never hand out a job of a key
+// while another of that key is in flight, until that delivery is acked,
+// retried or timed out, and hold nothing else back meanwhile. Jobs
 // of different keys (two nodes, or one node's two slots) never merge nor
 // wait for each other. The other drivers (SQS) deliver every job enqueued
 // and rely on the node store's sequence checks to make a duplicate or

@@ -80,6 +80,9 @@ func (d *DirStore) signedPath(certname string) string  { return d.path(dirSigned
 // Lock takes the OS lock on the directory, waiting while another process
 // holds it, until ctx ends.
 func (d *DirStore) Lock(ctx context.Context) (func(), error) {
+	if err := farm.CheckCALock(ctx); err != nil {
+		return nil, err
+	}
 	d.mu.Lock()
 	for {
 		ok, err := tryLockFile(d.lockFile)
@@ -102,7 +105,11 @@ func (d *DirStore) Lock(ctx context.Context) (func(), error) {
 	}
 }
 
+// Check reads the serial counter.
 func (d *DirStore) Check(ctx context.Context) error {
+	if err := farm.CheckCACheck(ctx); err != nil {
+		return err
+	}
 	_, err := d.readSerial()
 	return err
 }
@@ -111,6 +118,9 @@ func (d *DirStore) Check(ctx context.Context) error {
 // certificates means ca_crt.pem was lost: making a new CA would silently
 // cut off every agent, so that is an error, not ErrNotFound.
 func (d *DirStore) CACert(ctx context.Context) ([]byte, error) {
+	if err := farm.CheckCACert(ctx); err != nil {
+		return nil, err
+	}
 	b, err := os.ReadFile(d.path(fileCACert))
 	if errors.Is(err, fs.ErrNotExist) {
 		signed, err := d.names(dirSigned)
@@ -132,6 +142,9 @@ func (d *DirStore) CACert(ctx context.Context) ([]byte, error) {
 // Create writes the CA's files, the certificate last: a directory without
 // ca_crt.pem has no CA yet, whatever else a crash left behind.
 func (d *DirStore) Create(ctx context.Context, g farm.CAGenesis) error {
+	if err := farm.CheckCACreate(ctx, &g); err != nil {
+		return err
+	}
 	if _, err := os.Stat(d.path(fileCACert)); err == nil {
 		return fmt.Errorf("create CA in %s: %w", d.dir, farm.ErrConflict)
 	}
@@ -161,9 +174,10 @@ func (d *DirStore) Create(ctx context.Context, g farm.CAGenesis) error {
 	return atomicfile.Write(d.path(fileCACert), g.CertPEM, 0o644)
 }
 
-// readSerial returns the next serial number recorded in the serial file.
+// readSerial returns the next serial number recorded in the serial file;
+// ErrNotFound when there is none (no CA yet).
 func (d *DirStore) readSerial() (*big.Int, error) {
-	b, err := os.ReadFile(d.path(fileSerial))
+	b, err := readRecord(d.path(fileSerial))
 	if err != nil {
 		return nil, fmt.Errorf("read serial counter: %w", err)
 	}
@@ -183,6 +197,9 @@ func (d *DirStore) writeSerial(next *big.Int) error {
 // NextSerial moves the counter before the certificate is written, so a
 // crash can skip a serial but never hand one out twice. Caller holds Lock.
 func (d *DirStore) NextSerial(ctx context.Context) (*big.Int, error) {
+	if err := farm.CheckCANextSerial(ctx); err != nil {
+		return nil, err
+	}
 	n, err := d.readSerial()
 	if err != nil {
 		return nil, err
@@ -197,6 +214,9 @@ func (d *DirStore) NextSerial(ctx context.Context) (*big.Int, error) {
 // ("0x0003 2026-11-20T22:26:40UTC 2031-11-20T22:26:40UTC /CN=agent1"),
 // rewriting the file atomically as Puppet Server does.
 func (d *DirStore) RecordIssued(ctx context.Context, e farm.CertIssued) error {
+	if err := farm.CheckCARecordIssued(ctx, &e); err != nil {
+		return err
+	}
 	path := d.path(fileInventory)
 	old, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -222,29 +242,52 @@ func inventoryLine(e farm.CertIssued) string {
 		e.NotBefore.UTC().Format(layout), e.NotAfter.UTC().Format(layout), e.Certname)
 }
 
+// Request reads requests/<certname>.pem.
 func (d *DirStore) Request(ctx context.Context, certname string) ([]byte, error) {
+	if err := farm.CheckCARequest(ctx, certname); err != nil {
+		return nil, err
+	}
 	return readRecord(d.requestPath(certname))
 }
 
+// PutRequest writes requests/<certname>.pem.
 func (d *DirStore) PutRequest(ctx context.Context, certname string, csrPEM []byte) error {
+	if err := farm.CheckCAPutRequest(ctx, certname, csrPEM); err != nil {
+		return err
+	}
 	return atomicfile.Write(d.requestPath(certname), csrPEM, 0o644)
 }
 
+// DeleteRequest removes requests/<certname>.pem.
 func (d *DirStore) DeleteRequest(ctx context.Context, certname string) error {
+	if err := farm.CheckCADeleteRequest(ctx, certname); err != nil {
+		return err
+	}
 	return atomicfile.Remove(d.requestPath(certname))
 }
 
+// Requests reads requests/.
 func (d *DirStore) Requests(ctx context.Context) (map[string][]byte, error) {
+	if err := farm.CheckCARequests(ctx); err != nil {
+		return nil, err
+	}
 	return d.readAll(dirRequests)
 }
 
+// Signed reads signed/<certname>.pem.
 func (d *DirStore) Signed(ctx context.Context, certname string) ([]byte, error) {
+	if err := farm.CheckCASigned(ctx, certname); err != nil {
+		return nil, err
+	}
 	return readRecord(d.signedPath(certname))
 }
 
 // PutSigned checks replace against the file it overwrites. Caller holds
 // Lock.
 func (d *DirStore) PutSigned(ctx context.Context, certname string, certPEM []byte, replace *big.Int) error {
+	if err := farm.CheckCAPutSigned(ctx, certname, certPEM, replace); err != nil {
+		return err
+	}
 	if err := d.checkHeld(certname, replace); errors.Is(err, farm.ErrNotFound) {
 		return fmt.Errorf("replace certificate %s of %s: it holds none: %w", FormatSerial(replace), certname, farm.ErrConflict)
 	} else if err != nil {
@@ -253,7 +296,12 @@ func (d *DirStore) PutSigned(ctx context.Context, certname string, certPEM []byt
 	return atomicfile.Write(d.signedPath(certname), certPEM, 0o644)
 }
 
+// DeleteSigned checks serial against the file it removes. Caller holds
+// Lock.
 func (d *DirStore) DeleteSigned(ctx context.Context, certname string, serial *big.Int) error {
+	if err := farm.CheckCADeleteSigned(ctx, certname, serial); err != nil {
+		return err
+	}
 	if err := d.checkHeld(certname, serial); err != nil {
 		if errors.Is(err, farm.ErrNotFound) {
 			return nil
@@ -287,13 +335,20 @@ func (d *DirStore) checkHeld(certname string, want *big.Int) error {
 	return nil
 }
 
+// SignedCerts reads signed/.
 func (d *DirStore) SignedCerts(ctx context.Context) (map[string][]byte, error) {
+	if err := farm.CheckCASignedCerts(ctx); err != nil {
+		return nil, err
+	}
 	return d.readAll(dirSigned)
 }
 
 // PutServerCert writes server/<certname>.pem, which is also where
 // IssueServerCert keeps the certificate next to its key.
 func (d *DirStore) PutServerCert(ctx context.Context, certname string, certPEM []byte) error {
+	if err := farm.CheckCAPutServerCert(ctx, certname, certPEM); err != nil {
+		return err
+	}
 	path := d.path(dirServer, certname+".pem")
 	if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, certPEM) {
 		return nil
@@ -303,6 +358,9 @@ func (d *DirStore) PutServerCert(ctx context.Context, certname string, certPEM [
 
 // ServerCerts reads server/ (a few files: one per front door certname).
 func (d *DirStore) ServerCerts(ctx context.Context, dnsName string) ([][]byte, error) {
+	if err := farm.CheckCAServerCerts(ctx, dnsName); err != nil {
+		return nil, err
+	}
 	all, err := d.readAll(dirServer)
 	if err != nil {
 		return nil, err
@@ -320,8 +378,12 @@ func (d *DirStore) ServerCerts(ctx context.Context, dnsName string) ([][]byte, e
 	return out, nil
 }
 
+// CRL reads ca_crl.pem.
 func (d *DirStore) CRL(ctx context.Context) ([]byte, error) {
-	b, err := os.ReadFile(d.path(fileCRL))
+	if err := farm.CheckCACRL(ctx); err != nil {
+		return nil, err
+	}
+	b, err := readRecord(d.path(fileCRL))
 	if err != nil {
 		return nil, fmt.Errorf("read CRL: %w", err)
 	}
@@ -331,6 +393,9 @@ func (d *DirStore) CRL(ctx context.Context) ([]byte, error) {
 // PutCRL writes ca_crl.pem if the current one's CRL number is prev.
 // Caller holds Lock.
 func (d *DirStore) PutCRL(ctx context.Context, crlPEM []byte, number, prev *big.Int) error {
+	if err := farm.CheckCAPutCRL(ctx, crlPEM, number, prev); err != nil {
+		return err
+	}
 	cur, err := d.CRL(ctx)
 	if err != nil {
 		return err

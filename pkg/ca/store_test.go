@@ -1,6 +1,7 @@
 package ca_test
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -33,4 +34,25 @@ func TestDirStoreShared(t *testing.T) {
 		}
 		return open(), open()
 	})
+}
+
+func TestKeyFileContract(t *testing.T) {
+	farmtest.TestCAKeySource(t, func(t *testing.T) farm.CAKeySource {
+		return ca.KeyFile(filepath.Join(t.TempDir(), "ca_key.pem"))
+	})
+}
+
+// The key file is the process owner's alone: mode 0600.
+func TestKeyFileMode(t *testing.T) {
+	f := ca.KeyFile(filepath.Join(t.TempDir(), "ca_key.pem"))
+	if err := f.CreateKey(t.Context(), []byte("-----BEGIN PRIVATE KEY-----\n")); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(string(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode := fi.Mode().Perm(); mode != 0o600 {
+		t.Fatalf("key file mode %v, want 0600", mode)
+	}
 }

@@ -35,6 +35,9 @@ func (s *Secret) String() string { return "Secrets Manager secret " + s.id }
 // LoadKey reads the secret's current value; ErrNotFound when the secret or
 // its value does not exist.
 func (s *Secret) LoadKey(ctx context.Context) ([]byte, error) {
+	if err := farm.CheckLoadKey(ctx, s); err != nil {
+		return nil, err
+	}
 	out, err := s.client.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(s.id)})
 	if err != nil {
 		return nil, s.translate("read CA key", err)
@@ -49,9 +52,17 @@ func (s *Secret) LoadKey(ctx context.Context) ([]byte, error) {
 }
 
 // CreateKey creates the secret holding keyPEM; ErrConflict when a secret
-// with a value already exists. A secret that exists without a value (made
-// by the infra stack, say) gets keyPEM as its first value.
+// with a value already exists. Creating a secret is atomic: of concurrent
+// CreateKeys one creates it, the others are told it exists and return
+// ErrConflict. A secret that exists without a value (made by the infra
+// stack, say) gets keyPEM as its first value; Secrets Manager writes a
+// value without a condition, so two CreateKeys racing on such a secret may
+// both succeed, the later value staying (the CA then refuses to start on a
+// key that does not match its certificate, loudly).
 func (s *Secret) CreateKey(ctx context.Context, keyPEM []byte) error {
+	if err := farm.CheckCreateKey(ctx, s, keyPEM); err != nil {
+		return err
+	}
 	_, err := s.client.CreateSecret(ctx, &secretsmanager.CreateSecretInput{
 		Name:         aws.String(s.id),
 		Description:  aws.String("compilefarm Puppet CA private key (PEM)"),

@@ -18,6 +18,7 @@ import (
 	"github.com/compilefarm/compilefarm/internal/emulator"
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
 )
 
 // emu is the Secrets Manager emulator (moto) the tests share.
@@ -60,6 +61,15 @@ func TestSecretKeySource(t *testing.T) {
 	if got, _ := s.LoadKey(ctx); string(got) != "KEY ONE" {
 		t.Fatalf("a refused CreateKey changed the key to %q", got)
 	}
+}
+
+// TestSecretContract runs farm.CAKeySource's suite against secrets of the
+// emulator, a new secret name per subtest.
+func TestSecretContract(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the Secrets Manager emulator; skipped with -short")
+	}
+	farmtest.TestCAKeySource(t, func(t *testing.T) farm.CAKeySource { return NewSecret(client(), secretName()) })
 }
 
 // A secret the infra stack made without a value gets the key as its first

@@ -45,6 +45,9 @@ func crlPartKey(gen string, i int) string { return "crl#" + gen + "#" + strconv.
 // CRL returns the current CRL, reading its parts only when it changed
 // since the last call.
 func (s *CAStore) CRL(ctx context.Context) ([]byte, error) {
+	if err := farm.CheckCACRL(ctx); err != nil {
+		return nil, err
+	}
 	for attempt := 1; ; attempt++ {
 		head, err := s.readCRLHead(ctx)
 		if err != nil {
@@ -126,6 +129,9 @@ func (s *CAStore) readCRLParts(ctx context.Context, head crlHead) ([]byte, error
 
 // PutCRL replaces the CRL if its number is still prev.
 func (s *CAStore) PutCRL(ctx context.Context, crlPEM []byte, number, prev *big.Int) error {
+	if err := farm.CheckCAPutCRL(ctx, crlPEM, number, prev); err != nil {
+		return err
+	}
 	return s.writeCRL(ctx, crlPEM, number, prev)
 }
 

@@ -88,10 +88,18 @@ func (s *CAStore) err(what string, err error) error {
 }
 
 // Lock returns at once: every change is a conditional write.
-func (s *CAStore) Lock(ctx context.Context) (func(), error) { return func() {}, nil }
+func (s *CAStore) Lock(ctx context.Context) (func(), error) {
+	if err := farm.CheckCALock(ctx); err != nil {
+		return nil, err
+	}
+	return func() {}, nil
+}
 
 // Check makes sure the serial counter exists.
 func (s *CAStore) Check(ctx context.Context) error {
+	if err := farm.CheckCACheck(ctx); err != nil {
+		return err
+	}
 	if _, err := s.get(ctx, "serial"); err != nil {
 		return fmt.Errorf("read serial counter: %w", err)
 	}
@@ -143,6 +151,9 @@ func (s *CAStore) put(ctx context.Context, k string, attrs map[string]types.Attr
 }
 
 func (s *CAStore) CACert(ctx context.Context) ([]byte, error) {
+	if err := farm.CheckCACert(ctx); err != nil {
+		return nil, err
+	}
 	b, err := s.getString(ctx, "ca", "cert")
 	if err != nil {
 		return nil, fmt.Errorf("read CA certificate: %w", err)
@@ -156,6 +167,9 @@ func (s *CAStore) CACert(ctx context.Context) ([]byte, error) {
 // key (farm.CAKeySource.CreateKey lets one key win), so whichever CRL lands is
 // signed by the CA that lands.
 func (s *CAStore) Create(ctx context.Context, g farm.CAGenesis) error {
+	if err := farm.CheckCACreate(ctx, &g); err != nil {
+		return err
+	}
 	if _, err := s.get(ctx, "ca"); err == nil {
 		return fmt.Errorf("create CA in table %s: %w", s.table, farm.ErrConflict)
 	}
@@ -186,6 +200,9 @@ func (s *CAStore) Create(ctx context.Context, g farm.CAGenesis) error {
 // NextSerial adds one to the counter atomically and returns the value it
 // had.
 func (s *CAStore) NextSerial(ctx context.Context) (*big.Int, error) {
+	if err := farm.CheckCANextSerial(ctx); err != nil {
+		return nil, err
+	}
 	out, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.table),
 		Key:                       s.key("serial"),
@@ -209,7 +226,11 @@ func (s *CAStore) NextSerial(ctx context.Context) (*big.Int, error) {
 	return n, nil
 }
 
+// RecordIssued writes issued#<serial>.
 func (s *CAStore) RecordIssued(ctx context.Context, e farm.CertIssued) error {
+	if err := farm.CheckCARecordIssued(ctx, &e); err != nil {
+		return err
+	}
 	return s.put(ctx, "issued#"+serialKey(e.Serial), map[string]types.AttributeValue{
 		"certname":   str(e.Certname),
 		"not_before": str(e.NotBefore.UTC().Format(time.RFC3339)),
@@ -217,32 +238,55 @@ func (s *CAStore) RecordIssued(ctx context.Context, e farm.CertIssued) error {
 	}, "", nil)
 }
 
+// Request reads req#<certname>.
 func (s *CAStore) Request(ctx context.Context, certname string) ([]byte, error) {
+	if err := farm.CheckCARequest(ctx, certname); err != nil {
+		return nil, err
+	}
 	return s.getString(ctx, "req#"+certname, "pem")
 }
 
+// PutRequest writes req#<certname>.
 func (s *CAStore) PutRequest(ctx context.Context, certname string, csrPEM []byte) error {
+	if err := farm.CheckCAPutRequest(ctx, certname, csrPEM); err != nil {
+		return err
+	}
 	return s.put(ctx, "req#"+certname, map[string]types.AttributeValue{"pem": str(string(csrPEM))}, "", nil)
 }
 
+// DeleteRequest deletes req#<certname>.
 func (s *CAStore) DeleteRequest(ctx context.Context, certname string) error {
+	if err := farm.CheckCADeleteRequest(ctx, certname); err != nil {
+		return err
+	}
 	if _, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(s.table), Key: s.key("req#" + certname)}); err != nil {
 		return s.err("delete request of "+certname, err)
 	}
 	return nil
 }
 
+// Requests scans the req# items.
 func (s *CAStore) Requests(ctx context.Context) (map[string][]byte, error) {
+	if err := farm.CheckCARequests(ctx); err != nil {
+		return nil, err
+	}
 	return s.scanPrefix(ctx, "req#")
 }
 
+// Signed reads cert#<certname>.
 func (s *CAStore) Signed(ctx context.Context, certname string) ([]byte, error) {
+	if err := farm.CheckCASigned(ctx, certname); err != nil {
+		return nil, err
+	}
 	return s.getString(ctx, "cert#"+certname, "pem")
 }
 
 // PutSigned writes cert#<certname> if it is absent (replace nil) or holds
 // serial replace.
 func (s *CAStore) PutSigned(ctx context.Context, certname string, certPEM []byte, replace *big.Int) error {
+	if err := farm.CheckCAPutSigned(ctx, certname, certPEM, replace); err != nil {
+		return err
+	}
 	serial, err := serialOf(certPEM)
 	if err != nil {
 		return fmt.Errorf("store certificate of %s: %w", certname, err)
@@ -257,6 +301,9 @@ func (s *CAStore) PutSigned(ctx context.Context, certname string, certPEM []byte
 // DeleteSigned removes cert#<certname> if it holds serial; a missing item
 // is not an error, another serial is ErrConflict.
 func (s *CAStore) DeleteSigned(ctx context.Context, certname string, serial *big.Int) error {
+	if err := farm.CheckCADeleteSigned(ctx, certname, serial); err != nil {
+		return err
+	}
 	_, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName: aws.String(s.table), Key: s.key("cert#" + certname),
 		ConditionExpression:       aws.String("attribute_not_exists(#k) OR #s = :s"),
@@ -269,11 +316,20 @@ func (s *CAStore) DeleteSigned(ctx context.Context, certname string, serial *big
 	return nil
 }
 
+// SignedCerts scans the cert# items.
 func (s *CAStore) SignedCerts(ctx context.Context) (map[string][]byte, error) {
+	if err := farm.CheckCASignedCerts(ctx); err != nil {
+		return nil, err
+	}
 	return s.scanPrefix(ctx, "cert#")
 }
 
+// PutServerCert indexes the certificate under each of its DNS names
+// (srvname#<name>), then writes server#<serial>.
 func (s *CAStore) PutServerCert(ctx context.Context, certname string, certPEM []byte) error {
+	if err := farm.CheckCAPutServerCert(ctx, certname, certPEM); err != nil {
+		return err
+	}
 	cert, err := parseCert(certPEM)
 	if err != nil {
 		return fmt.Errorf("store server certificate of %s: %w", certname, err)
@@ -299,6 +355,9 @@ func (s *CAStore) PutServerCert(ctx context.Context, certname string, certPEM []
 // one GetItem per certificate request, not a scan. All of them (dnsName
 // "") is a scan, for listing.
 func (s *CAStore) ServerCerts(ctx context.Context, dnsName string) ([][]byte, error) {
+	if err := farm.CheckCAServerCerts(ctx, dnsName); err != nil {
+		return nil, err
+	}
 	if dnsName == "" {
 		all, err := s.scanPrefix(ctx, "server#")
 		if err != nil {

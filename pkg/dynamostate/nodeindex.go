@@ -20,7 +20,7 @@ import (
 // 100 keys a call) for their records. The index is eventually consistent,
 // so records that no longer match q are left out (see farm.NodeStore).
 func (s *Store) QueryNodes(ctx context.Context, q farm.NodeQuery) (farm.NodePage, error) {
-	if err := q.Validate(); err != nil {
+	if err := farm.CheckQueryNodes(ctx, q); err != nil {
 		return farm.NodePage{}, err
 	}
 	in := &dynamodb.QueryInput{

@@ -57,8 +57,8 @@ func numAttr(n int64) *types.AttributeValueMemberN {
 
 // SetPresence records p with one PutItem, replacing any item of p.URI.
 func (s *Store) SetPresence(ctx context.Context, p farm.Presence) error {
-	if err := p.Validate(); err != nil {
-		return fmt.Errorf("set presence: %w", err)
+	if err := farm.CheckSetPresence(ctx, &p); err != nil {
+		return err
 	}
 	table, err := s.presenceTable()
 	if err != nil {
@@ -87,11 +87,8 @@ func (s *Store) SetPresence(ctx context.Context, p farm.Presence) error {
 
 // ClearPresence deletes the item of uri on condition that it names task.
 func (s *Store) ClearPresence(ctx context.Context, uri, task string) error {
-	if err := farm.ValidatePCPURI(uri); err != nil {
-		return fmt.Errorf("clear presence: %w", err)
-	}
-	if err := farm.ValidateInboxTask(task); err != nil {
-		return fmt.Errorf("clear presence of %s: %w", uri, err)
+	if err := farm.CheckClearPresence(ctx, uri, task); err != nil {
+		return err
 	}
 	table, err := s.presenceTable()
 	if err != nil {
@@ -128,8 +125,8 @@ func decodePresence(item map[string]types.AttributeValue, now time.Time) (p farm
 
 // LookupPresence reads the item of uri with one consistent GetItem.
 func (s *Store) LookupPresence(ctx context.Context, uri string) (farm.Presence, error) {
-	if err := farm.ValidatePCPURI(uri); err != nil {
-		return farm.Presence{}, fmt.Errorf("look up presence: %w", err)
+	if err := farm.CheckLookupPresence(ctx, uri); err != nil {
+		return farm.Presence{}, err
 	}
 	p, found, err := s.getPresence(ctx, uri, true)
 	if err != nil {
@@ -168,7 +165,7 @@ func (s *Store) getPresence(ctx context.Context, uri string, consistent bool) (p
 // be short (or empty) with Next set. With a common name the query names one
 // URI, read with one GetItem.
 func (s *Store) QueryPresence(ctx context.Context, q farm.PresenceQuery) (farm.PresencePage, error) {
-	if err := q.Validate(); err != nil {
+	if err := farm.CheckQueryPresence(ctx, q); err != nil {
 		return farm.PresencePage{}, err
 	}
 	table, err := s.presenceTable()

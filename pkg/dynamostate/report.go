@@ -35,11 +35,8 @@ const (
 // read the item (projecting the key and the report), to tell an unknown
 // node (farm.ErrNotFound) from a newer report (farm.ErrConflict).
 func (s *Store) RecordReport(ctx context.Context, certname string, sum farm.ReportSummary) (*farm.ReportSummary, error) {
-	if err := farm.ValidateCertname(certname); err != nil {
-		return nil, fmt.Errorf("record report: %w", err)
-	}
-	if err := sum.Validate(); err != nil {
-		return nil, fmt.Errorf("record report of %s: %w", certname, err)
+	if err := farm.CheckRecordReport(ctx, certname, sum); err != nil {
+		return nil, err
 	}
 	js, err := json.Marshal(sum)
 	if err != nil {

@@ -343,8 +343,8 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*farm.RunJob) 
 		if err := fn(j); err != nil {
 			return errFn{err}
 		}
-		if j.ID != id || !j.Created.Equal(created) {
-			return fmt.Errorf("fn changed its id or created time: %w", farm.ErrInvalid)
+		if err := farm.CheckUpdatedJob(id, created, j); err != nil {
+			return errFn{err} // returned as is, as fn's own
 		}
 		return nil
 	})
@@ -370,8 +370,8 @@ func (s *Store) UpdateJobNode(ctx context.Context, id, node string, fn func(*far
 		if err := fn(n); err != nil {
 			return errFn{err}
 		}
-		if n.Job != id || n.Node != node {
-			return fmt.Errorf("fn changed its job or node: %w", farm.ErrInvalid)
+		if err := farm.CheckUpdatedJobNode(id, node, n); err != nil {
+			return errFn{err} // returned as is, as fn's own
 		}
 		return nil
 	})

@@ -217,8 +217,8 @@ func (s *Store) readNode(ctx context.Context, certname string) (sn storedNode, f
 
 // GetNode returns the record of certname (farm.ErrNotFound when none).
 func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error) {
-	if err := farm.ValidateCertname(certname); err != nil {
-		return farm.Node{}, fmt.Errorf("get node: %w", err)
+	if err := farm.CheckGetNode(ctx, certname); err != nil {
+		return farm.Node{}, err
 	}
 	sn, found, err := s.readNode(ctx, certname)
 	if err != nil {
@@ -268,8 +268,8 @@ var errLost = errors.New("conditional write lost")
 // (farm.ErrInvalid). After Options.MaxAttempts lost writes it returns
 // farm.ErrConflict.
 func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.Node) error) (farm.Node, error) {
-	if err := farm.ValidateCertname(certname); err != nil {
-		return farm.Node{}, fmt.Errorf("update node: %w", err)
+	if err := farm.CheckUpdateNode(ctx, certname); err != nil {
+		return farm.Node{}, err
 	}
 	var took time.Duration // how long the last lost attempt took
 	for attempt := 0; ; attempt++ {
@@ -292,8 +292,8 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 		if err := fn(&n); err != nil {
 			return farm.Node{}, err
 		}
-		if n.Certname != certname {
-			return farm.Node{}, fmt.Errorf("update node %s: fn renamed it to %q: %w", certname, n.Certname, farm.ErrInvalid)
+		if err := farm.CheckUpdatedNode(certname, &n); err != nil {
+			return farm.Node{}, err
 		}
 		out, err := s.writeNode(ctx, n, cur.version, found, &was)
 		if errors.Is(err, errLost) {
@@ -376,8 +376,8 @@ func decodeEnv(item map[string]types.AttributeValue) (farm.Environment, error) {
 // GetEnvironment returns the record of environment name (farm.ErrNotFound
 // when it was never deployed).
 func (s *Store) GetEnvironment(ctx context.Context, name string) (farm.Environment, error) {
-	if err := farm.ValidateEnvironment(name); err != nil {
-		return farm.Environment{}, fmt.Errorf("get environment: %w", err)
+	if err := farm.CheckGetEnvironment(ctx, name); err != nil {
+		return farm.Environment{}, err
 	}
 	out, err := s.client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(s.opts.EnvironmentsTable),
@@ -399,6 +399,9 @@ func (s *Store) GetEnvironment(ctx context.Context, name string) (farm.Environme
 
 // ListEnvironments returns every environment record, sorted by name.
 func (s *Store) ListEnvironments(ctx context.Context) ([]farm.Environment, error) {
+	if err := farm.CheckListEnvironments(ctx); err != nil {
+		return nil, err
+	}
 	out := []farm.Environment{}
 	err := s.scan(ctx, s.opts.EnvironmentsTable, func(item map[string]types.AttributeValue) error {
 		e, err := decodeEnv(item)
@@ -418,8 +421,8 @@ func (s *Store) ListEnvironments(ctx context.Context) ([]farm.Environment, error
 // PutEnvironment replaces the record of env.Name (unconditionally: the last
 // put wins, as the contract says).
 func (s *Store) PutEnvironment(ctx context.Context, env farm.Environment) error {
-	if err := farm.ValidateEnvironment(env.Name); err != nil {
-		return fmt.Errorf("put environment: %w", err)
+	if err := farm.CheckPutEnvironment(ctx, &env); err != nil {
+		return err
 	}
 	rec, err := json.Marshal(env)
 	if err != nil {

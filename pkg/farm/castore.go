@@ -2,75 +2,129 @@ package farm
 
 import (
 	"context"
+	"fmt"
 	"math/big"
 	"time"
 )
 
-// CAStore keeps a CA's records: its certificate, serial counter, inventory,
-// pending requests, signed certificates, the front doors' certificates and
-// the CRL. The CA key is not a record: it comes from a CAKeySource.
+// CAStore keeps a CA's records: its own (CAIssuerStore: certificate,
+// serial counter, inventory, CRL), the pending requests (CARequestStore)
+// and the certificates names hold (CACertStore). The CA key is not a
+// record: it comes from a CAKeySource.
 //
 // Drivers: the directory laid out like Puppet Server's cadir (ca.DirStore),
 // and DynamoDB (dynamostate.CAStore); farmtest.TestCAStore is their suite.
-// A driver whose writes are not conditional themselves serialises changes
-// with Lock; a driver with conditional writes returns a no-op from Lock and
-// enforces the conditions of NextSerial, PutSigned, DeleteSigned, Create and
-// PutCRL itself, so that several processes on several hosts can sign at
-// once. Every method returns ErrNotFound for a missing record and
-// ErrConflict for a failed condition.
+// The CA makes every change under Lock. A driver whose writes are not
+// conditional themselves (DirStore) serialises changes with Lock; a driver
+// with conditional writes (DynamoDB) returns a no-op from Lock and enforces
+// the conditions of Create, NextSerial, PutSigned, DeleteSigned and PutCRL
+// itself, so that several processes on several hosts can sign at once.
+//
+// Every method returns ErrNotFound for a missing record and ErrConflict
+// for a failed condition, as each method's doc says; ErrInvalid for
+// arguments its check (CheckCA<Method>: CheckCALock, CheckCACert, ...)
+// refuses: a certname that fails ValidateCertname, an empty PEM, a missing
+// or non-positive serial or CRL number, a CRL number not above the one it
+// replaces. A call whose ctx has ended returns an error wrapping ctx.Err()
+// and changes nothing. Records read back are the bytes written. Safe for
+// concurrent use, by goroutines and by processes sharing the store: reads
+// take no Lock and see every change that returned.
 type CAStore interface {
 	// Lock serialises a change with other processes sharing the store,
-	// waiting until ctx ends.
+	// waiting until ctx ends (an error wrapping ctx.Err(), holding
+	// nothing). The caller calls unlock when its change is done.
 	Lock(ctx context.Context) (unlock func(), err error)
+	CAIssuerStore
+	CARequestStore
+	CACertStore
+}
+
+// CAIssuerStore keeps the CA's own records: its certificate, the serial
+// counter, the inventory of issued certificates and the CRL (see CAStore
+// for errors and concurrency).
+type CAIssuerStore interface {
+	// CACert returns the CA certificate (PEM); ErrNotFound when there is no
+	// CA yet. A driver may refuse to report "no CA" when its other records
+	// show there was one (DirStore, when ca_crt.pem is missing but signed
+	// certificates are there): an error, not ErrNotFound.
+	CACert(ctx context.Context) ([]byte, error)
+	// Create records a new CA: its certificate, first CRL, the serial
+	// counter at CAGenesis.NextSerial and the CA certificate's inventory
+	// entry, the certificate last, so that a store without it has no CA
+	// whatever a crash left behind. ErrConflict, changing nothing, when
+	// the store already has a CA. ErrInvalid (CheckCACreate) for an empty
+	// certificate or CRL, a missing NextSerial or an invalid inventory
+	// entry.
+	Create(ctx context.Context, g CAGenesis) error
 	// Check verifies the store's own records are usable (the serial
-	// counter); the CA calls it once when it opens.
+	// counter); the CA calls it once when it opens. ErrNotFound when
+	// there is no CA yet.
 	Check(ctx context.Context) error
 
-	// CACert returns the CA certificate (PEM); ErrNotFound when there is no
-	// CA yet.
-	CACert(ctx context.Context) ([]byte, error)
-	// Create records a new CA: its certificate, first CRL (number 0), the
-	// serial counter at CAGenesis.NextSerial and the CA certificate's
-	// inventory entry. ErrConflict when the store already has a CA.
-	Create(ctx context.Context, g CAGenesis) error
-
-	// NextSerial takes a serial number from the counter: no two calls, from
-	// any process, ever get the same number.
+	// NextSerial takes a serial number from the counter: the first call
+	// after Create returns CAGenesis.NextSerial and each later one the
+	// next number, and no two calls, from any process, ever get the same.
 	NextSerial(ctx context.Context) (*big.Int, error)
-	// RecordIssued adds a certificate to the inventory.
+	// RecordIssued adds a certificate to the inventory (which is written,
+	// never read back through this interface). ErrInvalid
+	// (CheckCARecordIssued) for an entry without a certname (its subject
+	// CN) or a positive serial.
 	RecordIssued(ctx context.Context, e CertIssued) error
 
-	// Request, PutRequest and DeleteRequest keep pending certificate
-	// requests (PEM) by certname; deleting a missing one is not an error.
+	// CRL returns the current CRL (PEM), whole whatever its size (a large
+	// site's is a megabyte); ErrNotFound when there is no CA yet.
+	CRL(ctx context.Context) ([]byte, error)
+	// PutCRL replaces the CRL with crlPEM, whose CRL number is number, if
+	// the current one's number is prev; ErrConflict, changing nothing,
+	// otherwise. ErrInvalid (CheckCAPutCRL) for an empty CRL, a missing
+	// number or prev, or a number not above prev.
+	PutCRL(ctx context.Context, crlPEM []byte, number, prev *big.Int) error
+}
+
+// CARequestStore keeps the pending certificate requests (PEM) by certname
+// (see CAStore for errors and concurrency; ErrInvalid for a certname that
+// fails ValidateCertname, CheckCARequest and its siblings).
+type CARequestStore interface {
+	// Request returns certname's pending request; ErrNotFound when there
+	// is none.
 	Request(ctx context.Context, certname string) ([]byte, error)
+	// PutRequest stores csrPEM (not empty) as certname's request,
+	// replacing any.
 	PutRequest(ctx context.Context, certname string, csrPEM []byte) error
+	// DeleteRequest removes certname's request; deleting a missing one is
+	// not an error.
 	DeleteRequest(ctx context.Context, certname string) error
 	// Requests returns every pending request by certname.
 	Requests(ctx context.Context) (map[string][]byte, error)
+}
 
-	// Signed returns the certificate (PEM) held by certname.
+// CACertStore keeps the certificate (PEM) each certname holds, and the
+// front doors' certificates (see CAStore for errors and concurrency;
+// ErrInvalid for a certname that fails ValidateCertname, an empty PEM or a
+// serial that is not positive, CheckCASigned and its siblings).
+type CACertStore interface {
+	// Signed returns the certificate held by certname; ErrNotFound when
+	// it holds none.
 	Signed(ctx context.Context, certname string) ([]byte, error)
 	// PutSigned stores certPEM as certname's certificate. replace is the
 	// serial of the certificate it replaces, nil when certname must hold
-	// none; ErrConflict when certname holds anything else (or nothing,
-	// when replace is set).
+	// none; ErrConflict, changing nothing, when certname holds another
+	// (or any, when replace is nil, or none, when replace is set).
 	PutSigned(ctx context.Context, certname string, certPEM []byte, replace *big.Int) error
-	// DeleteSigned removes certname's certificate if its serial is serial.
+	// DeleteSigned removes certname's certificate if its serial is serial;
+	// ErrConflict, changing nothing, when it holds another; no error when
+	// it holds none.
 	DeleteSigned(ctx context.Context, certname string, serial *big.Int) error
 	// SignedCerts returns every held certificate by certname.
 	SignedCerts(ctx context.Context) (map[string][]byte, error)
 
 	// PutServerCert records a front door's certificate (PEM): agents may
 	// not take its names. ServerCerts returns those carrying DNS name
-	// dnsName, or all of them when dnsName is "". Every certificate
-	// request asks for one name, so that must not cost a scan.
+	// dnsName (none, without error, for a name no front door carries), or
+	// all of them when dnsName is "". Every certificate request asks for
+	// one name, so that must not cost a scan.
 	PutServerCert(ctx context.Context, certname string, certPEM []byte) error
 	ServerCerts(ctx context.Context, dnsName string) ([][]byte, error)
-
-	// CRL returns the current CRL (PEM). PutCRL replaces it with crlPEM,
-	// whose CRL number is number, if the current one's number is prev.
-	CRL(ctx context.Context) ([]byte, error)
-	PutCRL(ctx context.Context, crlPEM []byte, number, prev *big.Int) error
 }
 
 // CAGenesis is what a new CA puts in its store.
@@ -90,12 +144,223 @@ type CertIssued struct {
 
 // CAKeySource holds the CA's private key (PEM): a file (ca.KeyFile, and
 // the CA directory behind ca.Open) or an AWS Secrets Manager secret
-// (cakey.Secret).
+// (cakey.Secret); farmtest.TestCAKeySource is their suite.
+//
+// The source keeps the key's bytes as given: it does not parse them (the
+// CA does), and LoadKey returns them byte for byte. A key is stored once:
+// there is no replacing or deleting it through the source. How a driver
+// protects the key at rest (a file's mode 0600, a secret's KMS key) is its
+// own to promise and test.
+//
+// A call whose ctx has ended returns an error wrapping ctx.Err()
+// (CheckLoadKey, CheckCreateKey), and CreateKey then stores nothing. Safe
+// for concurrent use, by goroutines and by processes sharing the source.
 type CAKeySource interface {
 	// LoadKey returns the key; ErrNotFound when the source holds none.
 	LoadKey(ctx context.Context) ([]byte, error)
-	// CreateKey stores a new key; ErrConflict when the source holds one.
+	// CreateKey stores keyPEM, durably, if the source holds no key;
+	// ErrConflict, changing nothing, when it holds one. Of concurrent
+	// CreateKeys on a source holding none, from any processes, exactly
+	// one succeeds and every other gets ErrConflict, and every LoadKey
+	// after them returns the winner's key. ErrInvalid (CheckCreateKey)
+	// for a key that is empty or larger than MaxCAKey.
 	CreateKey(ctx context.Context, keyPEM []byte) error
-	// String names the source in messages ("file /etc/…/ca_key.pem").
+	// String names the source in messages ("file /etc/…/ca_key.pem",
+	// "Secrets Manager secret NAME"), never its key; it needs no I/O.
 	String() string
+}
+
+// MaxCAKey caps a CA key's PEM (Secrets Manager's limit on a secret's
+// value); a 4096-bit RSA key takes about 3.3 KiB.
+const MaxCAKey = 64 << 10
+
+// CheckLoadKey checks a CAKeySource.LoadKey from src: only its ctx.
+func CheckLoadKey(ctx context.Context, src fmt.Stringer) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("read CA key from %s: %w", src, err)
+	}
+	return nil
+}
+
+// CheckCreateKey checks a CAKeySource.CreateKey of keyPEM into src: 1 to
+// MaxCAKey bytes.
+func CheckCreateKey(ctx context.Context, src fmt.Stringer, keyPEM []byte) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store CA key in %s: %w", src, err)
+	}
+	if len(keyPEM) == 0 || len(keyPEM) > MaxCAKey {
+		return fmt.Errorf("store CA key in %s: a key of %d bytes: must be 1-%d: %w", src, len(keyPEM), MaxCAKey, ErrInvalid)
+	}
+	return nil
+}
+
+// The checks every CAStore method makes before it reaches its records (see
+// checks.go): an error wrapping ctx's once it is done, ErrInvalid for the
+// arguments CAStore refuses. Certnames must pass ValidateCertname, which
+// also keeps them safe as file names.
+
+// CheckCALock checks a CAStore.Lock: only its ctx.
+func CheckCALock(ctx context.Context) error { return checkCACtx(ctx, "lock CA store") }
+
+// CheckCACert checks a CAStore.CACert: only its ctx.
+func CheckCACert(ctx context.Context) error { return checkCACtx(ctx, "read CA certificate") }
+
+// CheckCACheck checks a CAStore.Check: only its ctx.
+func CheckCACheck(ctx context.Context) error { return checkCACtx(ctx, "check CA store") }
+
+// CheckCACreate checks a CAStore.Create of g: a certificate and a CRL,
+// a positive NextSerial and an inventory entry CheckCARecordIssued takes.
+func CheckCACreate(ctx context.Context, g *CAGenesis) error {
+	if err := checkCACtx(ctx, "create CA"); err != nil {
+		return err
+	}
+	if len(g.CertPEM) == 0 || len(g.CRLPEM) == 0 {
+		return fmt.Errorf("create CA: no certificate or no CRL: %w", ErrInvalid)
+	}
+	if err := checkSerial("create CA: next serial", g.NextSerial); err != nil {
+		return err
+	}
+	return checkIssued("create CA: inventory entry", &g.Issued)
+}
+
+// CheckCANextSerial checks a CAStore.NextSerial: only its ctx.
+func CheckCANextSerial(ctx context.Context) error { return checkCACtx(ctx, "take a serial number") }
+
+// CheckCARecordIssued checks a CAStore.RecordIssued of e: a certname (the
+// subject CN, which need not be a valid certname: the CA's own is "Puppet
+// CA: ...") and a positive serial.
+func CheckCARecordIssued(ctx context.Context, e *CertIssued) error {
+	if err := checkCACtx(ctx, "record issued certificate"); err != nil {
+		return err
+	}
+	return checkIssued("record issued certificate", e)
+}
+
+func checkIssued(op string, e *CertIssued) error {
+	if e.Certname == "" {
+		return fmt.Errorf("%s: no certname: %w", op, ErrInvalid)
+	}
+	return checkSerial(op+" of "+e.Certname+": serial", e.Serial)
+}
+
+// CheckCACRL checks a CAStore.CRL: only its ctx.
+func CheckCACRL(ctx context.Context) error { return checkCACtx(ctx, "read CRL") }
+
+// CheckCAPutCRL checks a CAStore.PutCRL of crlPEM numbered number over
+// prev: a CRL, and numbers with 0 <= prev < number.
+func CheckCAPutCRL(ctx context.Context, crlPEM []byte, number, prev *big.Int) error {
+	if err := checkCACtx(ctx, "replace CRL"); err != nil {
+		return err
+	}
+	if len(crlPEM) == 0 {
+		return fmt.Errorf("replace CRL: no CRL: %w", ErrInvalid)
+	}
+	if number == nil || prev == nil || prev.Sign() < 0 || number.Cmp(prev) <= 0 {
+		return fmt.Errorf("replace CRL number %v with number %v: CRL numbers must grow from 0: %w", prev, number, ErrInvalid)
+	}
+	return nil
+}
+
+// CheckCARequest checks a CAStore.Request of certname.
+func CheckCARequest(ctx context.Context, certname string) error {
+	return checkCACertname(ctx, "read certificate request", certname)
+}
+
+// CheckCAPutRequest checks a CAStore.PutRequest of csrPEM for certname.
+func CheckCAPutRequest(ctx context.Context, certname string, csrPEM []byte) error {
+	if err := checkCACertname(ctx, "store certificate request", certname); err != nil {
+		return err
+	}
+	return checkPEM("store certificate request", certname, csrPEM)
+}
+
+// CheckCADeleteRequest checks a CAStore.DeleteRequest of certname.
+func CheckCADeleteRequest(ctx context.Context, certname string) error {
+	return checkCACertname(ctx, "delete certificate request", certname)
+}
+
+// CheckCARequests checks a CAStore.Requests: only its ctx.
+func CheckCARequests(ctx context.Context) error {
+	return checkCACtx(ctx, "list certificate requests")
+}
+
+// CheckCASigned checks a CAStore.Signed of certname.
+func CheckCASigned(ctx context.Context, certname string) error {
+	return checkCACertname(ctx, "read certificate", certname)
+}
+
+// CheckCAPutSigned checks a CAStore.PutSigned of certPEM for certname,
+// replacing the certificate with serial replace (nil: none, else
+// positive).
+func CheckCAPutSigned(ctx context.Context, certname string, certPEM []byte, replace *big.Int) error {
+	if err := checkCACertname(ctx, "store certificate", certname); err != nil {
+		return err
+	}
+	if err := checkPEM("store certificate", certname, certPEM); err != nil {
+		return err
+	}
+	if replace != nil {
+		return checkSerial("store certificate of "+certname+": the serial it replaces", replace)
+	}
+	return nil
+}
+
+// CheckCADeleteSigned checks a CAStore.DeleteSigned of certname's
+// certificate with serial serial (positive).
+func CheckCADeleteSigned(ctx context.Context, certname string, serial *big.Int) error {
+	if err := checkCACertname(ctx, "delete certificate", certname); err != nil {
+		return err
+	}
+	return checkSerial("delete certificate of "+certname+": serial", serial)
+}
+
+// CheckCASignedCerts checks a CAStore.SignedCerts: only its ctx.
+func CheckCASignedCerts(ctx context.Context) error {
+	return checkCACtx(ctx, "list certificates")
+}
+
+// CheckCAPutServerCert checks a CAStore.PutServerCert of certPEM for
+// certname.
+func CheckCAPutServerCert(ctx context.Context, certname string, certPEM []byte) error {
+	if err := checkCACertname(ctx, "store server certificate", certname); err != nil {
+		return err
+	}
+	return checkPEM("store server certificate", certname, certPEM)
+}
+
+// CheckCAServerCerts checks a CAStore.ServerCerts of dnsName: only its
+// ctx (any name may be asked for; "" asks for all).
+func CheckCAServerCerts(ctx context.Context, dnsName string) error {
+	return checkCACtx(ctx, "list server certificates")
+}
+
+func checkCACtx(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return nil
+}
+
+func checkCACertname(ctx context.Context, op, certname string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s of %s: %w", op, certname, err)
+	}
+	if err := ValidateCertname(certname); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return nil
+}
+
+func checkPEM(op, certname string, pem []byte) error {
+	if len(pem) == 0 {
+		return fmt.Errorf("%s of %s: no PEM: %w", op, certname, ErrInvalid)
+	}
+	return nil
+}
+
+func checkSerial(what string, n *big.Int) error {
+	if n == nil || n.Sign() <= 0 {
+		return fmt.Errorf("%s %v is not a positive number: %w", what, n, ErrInvalid)
+	}
+	return nil
 }

@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// Space names a part of the content store. Each space is content addressed;
-// drivers may keep them apart (S3 key prefixes, directories).
+// Space names a part of the content store. Each space is content addressed
+// and separate from the others (drivers keep them under their own S3 key
+// prefixes, directories).
 type Space string
 
 const (
@@ -45,25 +46,45 @@ func ValidateAddress(space Space, d Digest) error {
 
 // ContentStore keeps immutable blobs addressed by the SHA-256 of their bytes.
 //
-// Put is idempotent: storing bytes that are already there succeeds and returns
-// the same digest. Get verifies what it reads and returns ErrNotFound for an
-// unknown digest and ErrInvalid for a malformed one. All methods are safe for
-// concurrent use; a Put that returned is visible to every later Get.
+// Put stores a copy of data (empty, or as large as the caller holds in
+// memory) in space and returns its digest, DigestOf(data). It is
+// idempotent: putting bytes already there succeeds and returns the same
+// digest. Get returns the bytes put under d in space, verified against d:
+// ErrNotFound for a digest never put in that space, ErrInvalid for stored
+// bytes that no longer hash to d (corruption; the error names the object).
+// Has reports whether space holds d, without reading the bytes (a missing
+// blob is false, not an error). Spaces are separate: a blob is found only
+// in the space it was put in, and the same bytes may be put in several.
+// The store keeps its own copy: changing a slice passed to Put or returned
+// by Get changes nothing stored.
+//
+// ErrInvalid (CheckContentPut, CheckContentGet, CheckContentHas) for a
+// space that fails Space.Validate, and, in Get and Has, a digest that is
+// not a lowercase hex SHA-256 (Digest.Valid). A call whose ctx has ended
+// returns an error wrapping ctx.Err(), and Put then stores nothing.
+//
+// Safe for concurrent use, across processes for shared backends; a Put
+// that returned is visible to every later Get and Has, from any goroutine.
 type ContentStore interface {
 	Put(ctx context.Context, space Space, data []byte) (Digest, error)
 	Get(ctx context.Context, space Space, d Digest) ([]byte, error)
 	Has(ctx context.Context, space Space, d Digest) (bool, error)
 }
 
-// NodeStore keeps one record per node.
+// NodeStore keeps one record per node, keyed by its certname.
 //
 // UpdateNode is an atomic read-modify-write: fn sees the current record (a
 // zero Node with Certname set when there is none) and changes it in place; if
-// fn returns an error nothing is written and UpdateNode returns that error.
-// Drivers with optimistic concurrency may call fn more than once, so fn must
-// not have side effects. This is how the farm moves a catalog pointer only
-// forward: fn returns ErrConflict when the stored sequence is newer.
-// GetNode returns ErrNotFound for an unknown node.
+// fn returns an error nothing is written (a node without a record stays
+// without one) and UpdateNode returns that error as is. Drivers with
+// optimistic concurrency may call fn more than once, so fn must not have
+// side effects; concurrent UpdateNodes of one node never lose each other's
+// changes. This is how the farm moves a catalog pointer only forward: fn
+// returns ErrConflict when the stored sequence is newer. fn may not change
+// Certname: UpdateNode then writes nothing and returns ErrInvalid
+// (CheckUpdatedNode). It returns the record as written. GetNode returns
+// ErrNotFound for an unknown node. Every field of a record is kept (times
+// to the nanosecond), and every record returned is the caller's own copy.
 //
 // RecordReport keeps sum as the node's latest report summary in a place of
 // its own beside the record, with one write that reads nothing first:
@@ -73,7 +94,8 @@ type ContentStore interface {
 // RecordReport last kept for the node is not kept (ErrConflict); one as
 // old replaces it. It returns the summary it replaced (nil for the node's
 // first) and keeps nothing for a node without a record (ErrNotFound) or
-// for a sum without a time (ErrInvalid, as for an invalid certname).
+// for a sum without a time (ErrInvalid, as for an invalid certname). The
+// summary it returns, and those reads return, are the caller's own copies.
 // Every read of a record (GetNode, QueryNodes) returns as Report the newer
 // of the record's own Report (as UpdateNode last wrote it) and the recorded
 // summary, the recorded one when they are as old; what UpdateNode's fn
@@ -92,7 +114,13 @@ type ContentStore interface {
 // ones: at once in the embedded drivers, after the index catches up (well
 // under a second) in drivers with eventually consistent indexes (DynamoDB
 // global secondary indexes). Records without an environment are in no index.
-// Safe for concurrent use.
+//
+// ErrInvalid (CheckGetNode, CheckUpdateNode, CheckRecordReport,
+// CheckQueryNodes) for a certname that fails ValidateCertname (UpdateNode
+// then does not call fn), a summary without a time, or a query that fails
+// NodeQuery.Validate. A call whose ctx has ended returns an error wrapping
+// ctx.Err(), and UpdateNode and RecordReport then write nothing. Safe for
+// concurrent use, across processes for shared backends.
 type NodeStore interface {
 	GetNode(ctx context.Context, certname string) (Node, error)
 	QueryNodes(ctx context.Context, q NodeQuery) (NodePage, error)
@@ -101,8 +129,16 @@ type NodeStore interface {
 }
 
 // EnvironmentStore records which code snapshot each environment runs.
-// GetEnvironment returns ErrNotFound for an environment never deployed.
-// PutEnvironment replaces the record. Safe for concurrent use.
+//
+// PutEnvironment replaces the record of env.Name with env (the last put
+// wins), every field kept (times to the nanosecond). GetEnvironment returns the record of name, ErrNotFound for an
+// environment never put. ListEnvironments returns every record, each name
+// once, in no promised order (the drivers here sort by name).
+//
+// ErrInvalid (CheckGetEnvironment, CheckPutEnvironment) for a name that
+// fails ValidateEnvironment; nothing is stored. A call whose ctx has ended
+// returns an error wrapping ctx.Err(), and PutEnvironment then writes
+// nothing. Safe for concurrent use, across processes for shared backends.
 type EnvironmentStore interface {
 	GetEnvironment(ctx context.Context, name string) (Environment, error)
 	ListEnvironments(ctx context.Context) ([]Environment, error)
@@ -124,17 +160,67 @@ type QueueStats struct {
 	OldestAge time.Duration // age of the oldest waiting job; 0 when empty
 }
 
-// Queue carries compile jobs from intake to workers, at least once.
+// Queue carries compile jobs from intake to workers, at least once, in two
+// lanes: urgent (new nodes, changed facts) before bulk (code deploys).
 //
-// Enqueue stores a job durably before returning. Receive blocks until a job is
-// available (urgent lane first) or ctx ends. A delivery is finished by exactly
-// one of Ack (done, successfully or for good) or Retry (deliver again after a
-// delay); a delivery neither acked nor retried is delivered again after the
-// driver's visibility timeout. Drivers that can (the embedded queue) collapse a
-// waiting job with a newer job of the same Key (node and slot) and never hand
-// out two jobs of one Key at once; the others rely on the node store's
-// sequence checks.
-// Safe for concurrent use.
+// Enqueue stores job durably before it returns; a job with a zero
+// EnqueuedAt gets the time of the Enqueue. It returns ErrInvalid, and
+// stores nothing, for a job that fails Job.Validate (an empty or invalid
+// certname, a lane other than LaneUrgent and LaneBulk).
+//
+// Receive blocks until a job is waiting or ctx ends, and hands the job out
+// as a Delivery: the job with every field as enqueued (times to the
+// nanosecond), a non-empty ID no other delivery had, and Attempts, 1 on
+// the first delivery and one more on each later one. A waiting urgent job
+// is handed out before any waiting bulk job, whatever their ages; within a
+// lane no order is promised. A Receive blocked on an empty queue returns a job
+// enqueued meanwhile (SQS: a bulk job within its long poll, a second by
+// default). When ctx ends Receive returns an error wrapping ctx.Err()
+// (context.Canceled, context.DeadlineExceeded), and a Receive whose ctx
+// ended takes no job: the next Receive gets it as its first delivery.
+//
+// A delivery stays in flight until Ack (the job is done, successfully or
+// for good, and removed) or Retry (the job waits again, handed out no
+// sooner than after has passed; after <= 0 is at once, and a driver may cut
+// a long delay to its limit, SQS's 12 hours) finishes it. A delivery that
+// is neither acked nor retried is handed out again after the driver's
+// visibility timeout. A job handed out again, after Retry or a timeout,
+// comes with the same fields, a new ID and Attempts one more; short of
+// that, no job is delivered twice. Ack and Retry return ErrInvalid for a
+// delivery that is not one Receive returned: no ID, or a lane other than
+// the two. Of a delivery no longer in flight (acked or retried already,
+// timed out, never handed out), drivers that track deliveries (the
+// embedded queues; farmtest.QueueCaps.FinishedDeliveryIsNotFound) return
+// ErrNotFound; the others (SQS) may succeed without effect.
+//
+// Stats returns one QueueStats per lane, urgent first: Depth counts the
+// waiting jobs, InFlight the unfinished deliveries, and OldestAge is the
+// age by its EnqueuedAt of the lane's oldest waiting job (0 for a lane
+// without one). An acked job counts nowhere. A retried job waiting out its
+// delay counts in Depth, or in InFlight in drivers that hide it until then
+// (SQS; farmtest.QueueCaps.RetriedCountsAsInFlight). A driver that cannot
+// tell the oldest job's age reports 0 (SQS, where it is the CloudWatch
+// metric ApproximateAgeOfOldestMessage; farmtest.QueueCaps.NoOldestAge).
+// SQS's counts are approximate and, on AWS, up to a minute late.
+//
+// Drivers that can (the embedded queues; farmtest.QueueCaps.Collapses)
+// keep one waiting job per Job.Key (node and slot): a job enqueued while
+// another of its key waits (a job waiting again after Retry or a timeout
+// included) merges with it into one delivery, carrying the fields of the
+// job with the higher Seq (of the later enqueued, for equal Seqs), the
+// more urgent of the two lanes and the older of the two EnqueuedAt. They
+// (farmtest.QueueCaps.NodeExclusive) also never hand out a job of a key
+// while another of that key is in flight, until that delivery is acked,
+// retried or timed out, and hold nothing else back meanwhile. Jobs
+// of different keys (two nodes, or one node's two slots) never merge nor
+// wait for each other. The other drivers (SQS) deliver every job enqueued
+// and rely on the node store's sequence checks to make a duplicate or
+// stale compile harmless.
+//
+// Any method whose ctx has ended returns an error wrapping ctx.Err(), and
+// Enqueue, Ack and Retry then change nothing. Safe for concurrent use by
+// many producers and consumers, across processes for shared backends:
+// every job enqueued is delivered.
 type Queue interface {
 	Enqueue(ctx context.Context, job Job) error
 	Receive(ctx context.Context) (Delivery, error)

@@ -59,8 +59,13 @@ func ValidateName(name string) error {
 // A name does not keep content alive or check that it exists: put the
 // content first, then the name, and a name that resolves points at stored
 // content. A malformed space, name (see ValidateName) or digest is
-// ErrInvalid. Names of different spaces are separate. A PutName that
-// returned is visible to every later GetName. Safe for concurrent use.
+// ErrInvalid (CheckPutName, CheckGetName), and a call whose ctx has ended
+// returns an error wrapping ctx.Err(); PutName then writes nothing. Names
+// of different spaces are separate, and names are compared byte for byte:
+// case matters, and a name may be a prefix, or a parent "directory", of
+// another, each pointing at its own digest. A PutName that returned is
+// visible to every later GetName. Safe for concurrent use, across
+// processes for shared backends.
 type NameStore interface {
 	PutName(ctx context.Context, space Space, name string, d Digest) error
 	GetName(ctx context.Context, space Space, name string) (Digest, error)

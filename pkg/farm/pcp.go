@@ -47,11 +47,14 @@ type PresencePage struct {
 // the last page. Expiry is judged against the driver's clock (time.Now).
 // Times keep their instant to the nanosecond.
 //
-// ErrInvalid (Presence.Validate, PresenceQuery.Validate) for a URI that is
-// not pcp://<common name>/<client type> (ValidatePCPURI), a record or a
-// ClearPresence without a task, a record without an expiry, or a query
-// without a client type or with a limit out of range. Other failures of the
-// backend are returned wrapped (ErrTransient where the driver can tell).
+// ErrInvalid (CheckSetPresence, CheckClearPresence, CheckLookupPresence,
+// CheckQueryPresence) for a URI that is not pcp://<common name>/<client
+// type> (ValidatePCPURI), a record or a ClearPresence without a task, a
+// record without an expiry, or a query without a client type or with a
+// limit out of range. A call whose ctx has ended returns an error wrapping
+// ctx.Err(), and SetPresence and ClearPresence then change nothing. Other
+// failures of the backend are returned wrapped (ErrTransient where the
+// driver can tell).
 //
 // Safe for concurrent use, across processes for shared backends; a
 // SetPresence or ClearPresence that returned is seen by every later
@@ -84,7 +87,10 @@ type PresenceStore interface {
 // for SQS): cancel its ctx first. Reopening a closed task's inbox is not
 // promised to work at once (SQS refuses a deleted queue's name for 60 s):
 // task names are not reused. Messages older than a minute may be dropped:
-// PCP messages expire in seconds. ErrInvalid for an invalid task name.
+// PCP messages expire in seconds. ErrInvalid for an invalid task name
+// (CheckInboxOpen, CheckInboxPost, CheckInboxReceive, CheckInboxClose). A
+// call whose ctx has ended returns an error wrapping ctx.Err(), and Open,
+// Post and Close then change nothing.
 //
 // Safe for concurrent use, across processes for shared backends, one
 // Receive per task at a time.
@@ -215,7 +221,12 @@ func ValidateJobID(id string) error {
 // a ListJobNodes After is a certname (only greater ones follow). Queries
 // with a limit out of range, or ListJobNodes without a valid job id, are
 // ErrInvalid. Every record returned is the caller's own copy. Times
-// keep their instant to the nanosecond.
+// keep their instant to the nanosecond. The checks of the arguments are
+// CheckCreateJob, CheckGetJob, CheckUpdateJob (and CheckUpdatedJob of
+// fn's result), CheckUpdateJobNode (CheckUpdatedJobNode), CheckListJobs
+// and CheckListJobNodes. A call whose ctx has ended returns an error
+// wrapping ctx.Err(), and CreateJob, UpdateJob and UpdateJobNode then
+// change nothing (and do not call fn).
 //
 // Safe for concurrent use, across processes for shared backends.
 type RunJobStore interface {
@@ -386,6 +397,98 @@ func (j *RunJob) QueuedNode(node string) RunJobNode {
 	return RunJobNode{Job: j.ID, Node: node, State: JobNodeQueued, Updated: j.Created}
 }
 
+// The checks every PresenceStore and Inbox method makes before it reaches
+// its backend, so that each driver refuses the same calls in the same
+// words: ctx's error once it is done, ErrInvalid for arguments the
+// contract refuses (see checks.go).
+
+// CheckSetPresence checks a SetPresence of p (Presence.Validate).
+func CheckSetPresence(ctx context.Context, p *Presence) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("set presence of %s: %w", p.URI, err)
+	}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("set presence: %w", err)
+	}
+	return nil
+}
+
+// CheckClearPresence checks a ClearPresence of uri by task
+// (ValidatePCPURI, ValidateInboxTask).
+func CheckClearPresence(ctx context.Context, uri, task string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("clear presence of %s: %w", uri, err)
+	}
+	if err := ValidatePCPURI(uri); err != nil {
+		return fmt.Errorf("clear presence: %w", err)
+	}
+	if err := ValidateInboxTask(task); err != nil {
+		return fmt.Errorf("clear presence of %s: %w", uri, err)
+	}
+	return nil
+}
+
+// CheckLookupPresence checks a LookupPresence of uri (ValidatePCPURI).
+func CheckLookupPresence(ctx context.Context, uri string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("look up presence of %s: %w", uri, err)
+	}
+	if err := ValidatePCPURI(uri); err != nil {
+		return fmt.Errorf("look up presence: %w", err)
+	}
+	return nil
+}
+
+// CheckQueryPresence checks a QueryPresence of q (PresenceQuery.Validate).
+func CheckQueryPresence(ctx context.Context, q PresenceQuery) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("query presence of %s: %w", q.ClientType, err)
+	}
+	if err := q.Validate(); err != nil {
+		return fmt.Errorf("query presence: %w", err)
+	}
+	return nil
+}
+
+// CheckInboxOpen checks an Inbox.Open of task (ValidateInboxTask).
+func CheckInboxOpen(ctx context.Context, task string) error {
+	return checkInboxTask(ctx, "open inbox", task)
+}
+
+// CheckInboxPost checks an Inbox.Post of msg to task (ValidateInboxTask,
+// ValidateInboxMessage).
+func CheckInboxPost(ctx context.Context, task string, msg []byte) error {
+	if err := checkInboxTask(ctx, "post to inbox", task); err != nil {
+		return err
+	}
+	if err := ValidateInboxMessage(msg); err != nil {
+		return fmt.Errorf("post to inbox %s: %w", task, err)
+	}
+	return nil
+}
+
+// CheckInboxReceive checks an Inbox.Receive from task
+// (ValidateInboxTask). A Receive that waits checks its ctx again each time
+// it wakes.
+func CheckInboxReceive(ctx context.Context, task string) error {
+	return checkInboxTask(ctx, "receive from inbox", task)
+}
+
+// CheckInboxClose checks an Inbox.Close of task (ValidateInboxTask).
+func CheckInboxClose(ctx context.Context, task string) error {
+	return checkInboxTask(ctx, "close inbox", task)
+}
+
+func checkInboxTask(ctx context.Context, op, task string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s %s: %w", op, task, err)
+	}
+	if err := ValidateInboxTask(task); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return nil
+}
+
 // The checks every RunJobStore method makes before it reaches its backend,
 // so that each driver refuses the same calls in the same words: ctx's
 // error once it is done, ErrInvalid for arguments the contract refuses.
@@ -459,6 +562,25 @@ func CheckListJobNodes(ctx context.Context, q RunJobNodeQuery) error {
 	}
 	if err := q.Validate(); err != nil {
 		return fmt.Errorf("list job nodes: %w", err)
+	}
+	return nil
+}
+
+// CheckUpdatedJob checks what UpdateJob's fn left in j, the record of job
+// id created at created: fn may not change ID or Created (ErrInvalid). The
+// driver calls it after fn and writes nothing when it fails.
+func CheckUpdatedJob(id string, created time.Time, j *RunJob) error {
+	if j.ID != id || !j.Created.Equal(created) {
+		return fmt.Errorf("update job %s: fn changed its id or created time: %w", id, ErrInvalid)
+	}
+	return nil
+}
+
+// CheckUpdatedJobNode checks what UpdateJobNode's fn left in n, the record
+// of node in job id: fn may not change Job or Node (ErrInvalid).
+func CheckUpdatedJobNode(id, node string, n *RunJobNode) error {
+	if n.Job != id || n.Node != node {
+		return fmt.Errorf("update node %s of job %s: fn changed its job or node: %w", node, id, ErrInvalid)
 	}
 	return nil
 }

@@ -310,11 +310,8 @@ func (c *Core) nextEvent() time.Time {
 }
 
 func (c *Core) Enqueue(ctx context.Context, job farm.Job) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("enqueue job of %s: %w", job.Certname, err)
-	}
-	if err := job.Validate(); err != nil {
-		return fmt.Errorf("enqueue job: %w", err)
+	if err := farm.CheckEnqueue(ctx, job); err != nil {
+		return err
 	}
 	now := time.Now()
 	if job.EnqueuedAt.IsZero() {
@@ -357,9 +354,9 @@ func (c *Core) Receive(ctx context.Context, visibility time.Duration) (farm.Deli
 	}()
 	for {
 		c.mu.Lock()
-		if err := ctx.Err(); err != nil {
+		if err := farm.CheckQueueReceive(ctx); err != nil {
 			c.mu.Unlock()
-			return farm.Delivery{}, fmt.Errorf("receive job: %w", err)
+			return farm.Delivery{}, err
 		}
 		if c.closed {
 			c.mu.Unlock()
@@ -433,8 +430,8 @@ func (c *Core) inFlight(d farm.Delivery) (*entry, error) {
 }
 
 func (c *Core) Ack(ctx context.Context, d farm.Delivery) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("ack job of %s: %w", d.Certname, err)
+	if err := farm.CheckAck(ctx, d); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -454,8 +451,8 @@ func (c *Core) Ack(ctx context.Context, d farm.Delivery) error {
 }
 
 func (c *Core) Retry(ctx context.Context, d farm.Delivery, after time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("retry job of %s: %w", d.Certname, err)
+	if err := farm.CheckRetry(ctx, d, after); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -474,8 +471,8 @@ func (c *Core) Retry(ctx context.Context, d farm.Delivery, after time.Duration) 
 }
 
 func (c *Core) Stats(ctx context.Context) ([]farm.QueueStats, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("queue stats: %w", err)
+	if err := farm.CheckQueueStats(ctx); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

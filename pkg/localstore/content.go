@@ -22,14 +22,11 @@ func (s *Store) contentPath(space farm.Space, d farm.Digest) string {
 // already stored intact is not written again; a stored copy that fails
 // verification is replaced.
 func (s *Store) Put(ctx context.Context, space farm.Space, data []byte) (farm.Digest, error) {
-	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("put content in %s: %w", space, err)
+	if err := farm.CheckContentPut(ctx, space); err != nil {
+		return "", err
 	}
 	if err := s.checkOpen(); err != nil {
 		return "", fmt.Errorf("put content in %s: %w", space, err)
-	}
-	if err := space.Validate(); err != nil {
-		return "", fmt.Errorf("put content: %w", err)
 	}
 	d := farm.DigestOf(data)
 	p := s.contentPath(space, d)
@@ -52,14 +49,11 @@ func (s *Store) Put(ctx context.Context, space farm.Space, data []byte) (farm.Di
 // do not match its name gives an error naming the file and wrapping
 // farm.ErrInvalid.
 func (s *Store) Get(ctx context.Context, space farm.Space, d farm.Digest) ([]byte, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("get content %s/%s: %w", space, d, err)
+	if err := farm.CheckContentGet(ctx, space, d); err != nil {
+		return nil, err
 	}
 	if err := s.checkOpen(); err != nil {
 		return nil, fmt.Errorf("get content %s/%s: %w", space, d, err)
-	}
-	if err := farm.ValidateAddress(space, d); err != nil {
-		return nil, fmt.Errorf("get content: %w", err)
 	}
 	p := s.contentPath(space, d)
 	b, err := os.ReadFile(p)
@@ -78,14 +72,11 @@ func (s *Store) Get(ctx context.Context, space farm.Space, d farm.Digest) ([]byt
 // Has reports whether space holds the blob d. It does not read the file;
 // Get verifies.
 func (s *Store) Has(ctx context.Context, space farm.Space, d farm.Digest) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("has content %s/%s: %w", space, d, err)
+	if err := farm.CheckContentHas(ctx, space, d); err != nil {
+		return false, err
 	}
 	if err := s.checkOpen(); err != nil {
 		return false, fmt.Errorf("has content %s/%s: %w", space, d, err)
-	}
-	if err := farm.ValidateAddress(space, d); err != nil {
-		return false, fmt.Errorf("has content: %w", err)
 	}
 	fi, err := os.Stat(s.contentPath(space, d))
 	if errors.Is(err, fs.ErrNotExist) {

@@ -19,14 +19,8 @@ func nameKey(space farm.Space, name string) []byte {
 // PutName makes name in space point at d, in one synced transaction; a name
 // already pointing at another digest is farm.ErrConflict and keeps it.
 func (s *Store) PutName(ctx context.Context, space farm.Space, name string, d farm.Digest) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("put name %s/%s: %w", space, name, err)
-	}
-	if err := farm.ValidateAddress(space, d); err != nil {
-		return fmt.Errorf("put name: %w", err)
-	}
-	if err := farm.ValidateName(name); err != nil {
-		return fmt.Errorf("put name: %w", err)
+	if err := farm.CheckPutName(ctx, space, name, d); err != nil {
+		return err
 	}
 	if err := s.checkOpen(); err != nil {
 		return err
@@ -50,11 +44,8 @@ func (s *Store) PutName(ctx context.Context, space farm.Space, name string, d fa
 
 // GetName returns the digest name in space points at.
 func (s *Store) GetName(ctx context.Context, space farm.Space, name string) (farm.Digest, error) {
-	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("get name %s/%s: %w", space, name, err)
-	}
-	if err := farm.ValidateNameAddress(space, name); err != nil {
-		return "", fmt.Errorf("get name: %w", err)
+	if err := farm.CheckGetName(ctx, space, name); err != nil {
+		return "", err
 	}
 	if err := s.checkOpen(); err != nil {
 		return "", err

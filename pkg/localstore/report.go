@@ -50,14 +50,8 @@ func overlayReport(tx *bolt.Tx, n *farm.Node) error {
 // one kept is newer (farm.ErrConflict), and returns the one it replaced.
 // It writes the reports bucket only: the node's record is not rewritten.
 func (s *Store) RecordReport(ctx context.Context, certname string, sum farm.ReportSummary) (*farm.ReportSummary, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("record report of %s: %w", certname, err)
-	}
-	if err := farm.ValidateCertname(certname); err != nil {
-		return nil, fmt.Errorf("record report: %w", err)
-	}
-	if err := sum.Validate(); err != nil {
-		return nil, fmt.Errorf("record report of %s: %w", certname, err)
+	if err := farm.CheckRecordReport(ctx, certname, sum); err != nil {
+		return nil, err
 	}
 	v, err := json.Marshal(sum)
 	if err != nil {

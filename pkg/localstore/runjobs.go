@@ -140,8 +140,8 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*farm.RunJob) 
 		if fnErr = fn(&j); fnErr != nil {
 			return fnErr
 		}
-		if j.ID != id || !j.Created.Equal(created) {
-			return fmt.Errorf("fn changed its id or created time: %w", farm.ErrInvalid)
+		if fnErr = farm.CheckUpdatedJob(id, created, &j); fnErr != nil {
+			return fnErr
 		}
 		if v, err = json.Marshal(j); err != nil {
 			return fmt.Errorf("encode: %v: %w", err, farm.ErrInvalid)
@@ -187,8 +187,8 @@ func (s *Store) UpdateJobNode(ctx context.Context, id, node string, fn func(*far
 		if fnErr = fn(&n); fnErr != nil {
 			return fnErr
 		}
-		if n.Job != id || n.Node != node {
-			return fmt.Errorf("fn changed its job or node: %w", farm.ErrInvalid)
+		if fnErr = farm.CheckUpdatedJobNode(id, node, &n); fnErr != nil {
+			return fnErr
 		}
 		if v, err = json.Marshal(n); err != nil {
 			return fmt.Errorf("encode: %v: %w", err, farm.ErrInvalid)

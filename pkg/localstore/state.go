@@ -56,11 +56,8 @@ func listRecords[T any](db *bolt.DB, bucket []byte, kind string) ([]T, error) {
 
 // GetNode returns the record of certname.
 func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.Node{}, fmt.Errorf("get node %s: %w", certname, err)
-	}
-	if err := farm.ValidateCertname(certname); err != nil {
-		return farm.Node{}, fmt.Errorf("get node: %w", err)
+	if err := farm.CheckGetNode(ctx, certname); err != nil {
+		return farm.Node{}, err
 	}
 	var n farm.Node
 	err := s.db.View(func(tx *bolt.Tx) error { // one transaction: the record and its report
@@ -83,10 +80,7 @@ func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error)
 // QueryNodes answers q from the node_index bucket: a cursor seek to the
 // entry and one record read per node returned, in one read transaction.
 func (s *Store) QueryNodes(ctx context.Context, q farm.NodeQuery) (farm.NodePage, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.NodePage{}, fmt.Errorf("query nodes: %w", err)
-	}
-	if err := q.Validate(); err != nil {
+	if err := farm.CheckQueryNodes(ctx, q); err != nil {
 		return farm.NodePage{}, err
 	}
 	page := farm.NodePage{Nodes: []farm.Node{}}
@@ -172,11 +166,8 @@ func buildNodeIndex(tx *bolt.Tx) (int, error) {
 // quick and must not call back into the store. fn may not change the
 // certname (farm.ErrInvalid).
 func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.Node) error) (farm.Node, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.Node{}, fmt.Errorf("update node %s: %w", certname, err)
-	}
-	if err := farm.ValidateCertname(certname); err != nil {
-		return farm.Node{}, fmt.Errorf("update node: %w", err)
+	if err := farm.CheckUpdateNode(ctx, certname); err != nil {
+		return farm.Node{}, err
 	}
 	var (
 		out   farm.Node
@@ -197,8 +188,8 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 		if fnErr = fn(&n); fnErr != nil {
 			return fnErr
 		}
-		if n.Certname != certname {
-			return fmt.Errorf("fn renamed it to %q: %w", n.Certname, farm.ErrInvalid)
+		if fnErr = farm.CheckUpdatedNode(certname, &n); fnErr != nil {
+			return fnErr
 		}
 		v, err := json.Marshal(n)
 		if err != nil {
@@ -227,11 +218,8 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 
 // GetEnvironment returns the record of environment name.
 func (s *Store) GetEnvironment(ctx context.Context, name string) (farm.Environment, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.Environment{}, fmt.Errorf("get environment %s: %w", name, err)
-	}
-	if err := farm.ValidateEnvironment(name); err != nil {
-		return farm.Environment{}, fmt.Errorf("get environment: %w", err)
+	if err := farm.CheckGetEnvironment(ctx, name); err != nil {
+		return farm.Environment{}, err
 	}
 	e, err := getRecord[farm.Environment](s.db, bucketEnvironments, "environment", name)
 	if err != nil {
@@ -242,8 +230,8 @@ func (s *Store) GetEnvironment(ctx context.Context, name string) (farm.Environme
 
 // ListEnvironments returns every environment record, sorted by name.
 func (s *Store) ListEnvironments(ctx context.Context) ([]farm.Environment, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list environments: %w", err)
+	if err := farm.CheckListEnvironments(ctx); err != nil {
+		return nil, err
 	}
 	out, err := listRecords[farm.Environment](s.db, bucketEnvironments, "environment")
 	if err != nil {
@@ -254,11 +242,8 @@ func (s *Store) ListEnvironments(ctx context.Context) ([]farm.Environment, error
 
 // PutEnvironment replaces the record of env.Name.
 func (s *Store) PutEnvironment(ctx context.Context, env farm.Environment) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("put environment %s: %w", env.Name, err)
-	}
-	if err := farm.ValidateEnvironment(env.Name); err != nil {
-		return fmt.Errorf("put environment: %w", err)
+	if err := farm.CheckPutEnvironment(ctx, &env); err != nil {
+		return err
 	}
 	v, err := json.Marshal(env)
 	if err != nil {

@@ -34,11 +34,8 @@ func (b *inbox) notify() {
 
 // Open creates task's inbox unless it exists.
 func (s *Store) Open(ctx context.Context, task string) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("open inbox %s: %w", task, err)
-	}
-	if err := farm.ValidateInboxTask(task); err != nil {
-		return fmt.Errorf("open inbox: %w", err)
+	if err := farm.CheckInboxOpen(ctx, task); err != nil {
+		return err
 	}
 	in := &s.inboxes
 	in.mu.Lock()
@@ -54,14 +51,8 @@ func (s *Store) Open(ctx context.Context, task string) error {
 
 // Post queues a copy of msg in task's inbox and wakes its Receive.
 func (s *Store) Post(ctx context.Context, task string, msg []byte) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("post to inbox %s: %w", task, err)
-	}
-	if err := farm.ValidateInboxTask(task); err != nil {
-		return fmt.Errorf("post to inbox: %w", err)
-	}
-	if err := farm.ValidateInboxMessage(msg); err != nil {
-		return fmt.Errorf("post to inbox %s: %w", task, err)
+	if err := farm.CheckInboxPost(ctx, task, msg); err != nil {
+		return err
 	}
 	in := &s.inboxes
 	in.mu.Lock()
@@ -78,13 +69,10 @@ func (s *Store) Post(ctx context.Context, task string, msg []byte) error {
 // Receive waits without polling for messages in task's inbox and takes up
 // to 10 of them, oldest first.
 func (s *Store) Receive(ctx context.Context, task string) ([][]byte, error) {
-	if err := farm.ValidateInboxTask(task); err != nil {
-		return nil, fmt.Errorf("receive from inbox: %w", err)
-	}
 	in := &s.inboxes
 	for {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("receive from inbox %s: %w", task, err)
+		if err := farm.CheckInboxReceive(ctx, task); err != nil {
+			return nil, err
 		}
 		in.mu.Lock()
 		b := in.m[task]
@@ -110,11 +98,8 @@ func (s *Store) Receive(ctx context.Context, task string) ([][]byte, error) {
 
 // Close drops task's inbox and its messages and wakes its Receive.
 func (s *Store) Close(ctx context.Context, task string) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("close inbox %s: %w", task, err)
-	}
-	if err := farm.ValidateInboxTask(task); err != nil {
-		return fmt.Errorf("close inbox: %w", err)
+	if err := farm.CheckInboxClose(ctx, task); err != nil {
+		return err
 	}
 	in := &s.inboxes
 	in.mu.Lock()

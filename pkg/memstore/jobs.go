@@ -121,8 +121,8 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*farm.RunJob) 
 	if err := fn(&j); err != nil {
 		return farm.RunJob{}, err
 	}
-	if j.ID != id || !j.Created.Equal(created) {
-		return farm.RunJob{}, fmt.Errorf("update job %s: fn changed its id or created time: %w", id, farm.ErrInvalid)
+	if err := farm.CheckUpdatedJob(id, created, &j); err != nil {
+		return farm.RunJob{}, err
 	}
 	b, err := json.Marshal(j)
 	if err != nil {
@@ -149,8 +149,8 @@ func (s *Store) UpdateJobNode(ctx context.Context, id, node string, fn func(*far
 	if err := fn(&n); err != nil {
 		return farm.RunJobNode{}, err
 	}
-	if n.Job != id || n.Node != node {
-		return farm.RunJobNode{}, fmt.Errorf("update node %s of job %s: fn changed its job or node: %w", node, id, farm.ErrInvalid)
+	if err := farm.CheckUpdatedJobNode(id, node, &n); err != nil {
+		return farm.RunJobNode{}, err
 	}
 	b, err := json.Marshal(n)
 	if err != nil {

@@ -22,11 +22,8 @@ type presenceStore struct {
 
 // SetPresence records p, replacing any record of p.URI.
 func (s *Store) SetPresence(ctx context.Context, p farm.Presence) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("set presence of %s: %w", p.URI, err)
-	}
-	if err := p.Validate(); err != nil {
-		return fmt.Errorf("set presence: %w", err)
+	if err := farm.CheckSetPresence(ctx, &p); err != nil {
+		return err
 	}
 	p.Expires = p.Expires.UTC().Round(0)
 	ps := &s.presence
@@ -47,14 +44,8 @@ func (s *Store) SetPresence(ctx context.Context, p farm.Presence) error {
 
 // ClearPresence removes the record of uri while it names task.
 func (s *Store) ClearPresence(ctx context.Context, uri, task string) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("clear presence of %s: %w", uri, err)
-	}
-	if err := farm.ValidatePCPURI(uri); err != nil {
-		return fmt.Errorf("clear presence: %w", err)
-	}
-	if err := farm.ValidateInboxTask(task); err != nil {
-		return fmt.Errorf("clear presence of %s: %w", uri, err)
+	if err := farm.CheckClearPresence(ctx, uri, task); err != nil {
+		return err
 	}
 	ps := &s.presence
 	ps.mu.Lock()
@@ -72,11 +63,8 @@ func (s *Store) ClearPresence(ctx context.Context, uri, task string) error {
 
 // LookupPresence returns the unexpired record of uri.
 func (s *Store) LookupPresence(ctx context.Context, uri string) (farm.Presence, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.Presence{}, fmt.Errorf("look up presence of %s: %w", uri, err)
-	}
-	if err := farm.ValidatePCPURI(uri); err != nil {
-		return farm.Presence{}, fmt.Errorf("look up presence: %w", err)
+	if err := farm.CheckLookupPresence(ctx, uri); err != nil {
+		return farm.Presence{}, err
 	}
 	now := time.Now()
 	ps := &s.presence
@@ -92,10 +80,7 @@ func (s *Store) LookupPresence(ctx context.Context, uri string) (farm.Presence, 
 // QueryPresence answers q from the index by client type. It sorts the
 // type's URIs for each page: a driver for tests, not for 100,000 agents.
 func (s *Store) QueryPresence(ctx context.Context, q farm.PresenceQuery) (farm.PresencePage, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.PresencePage{}, fmt.Errorf("query presence: %w", err)
-	}
-	if err := q.Validate(); err != nil {
+	if err := farm.CheckQueryPresence(ctx, q); err != nil {
 		return farm.PresencePage{}, err
 	}
 	now := time.Now()

@@ -31,14 +31,8 @@ func (r *reportStore) overlay(n farm.Node) farm.Node {
 // RecordReport keeps sum as certname's latest report summary unless the
 // one kept is newer (farm.ErrConflict), and returns the one it replaced.
 func (s *Store) RecordReport(ctx context.Context, certname string, sum farm.ReportSummary) (*farm.ReportSummary, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("record report of %s: %w", certname, err)
-	}
-	if err := farm.ValidateCertname(certname); err != nil {
-		return nil, fmt.Errorf("record report: %w", err)
-	}
-	if err := sum.Validate(); err != nil {
-		return nil, fmt.Errorf("record report of %s: %w", certname, err)
+	if err := farm.CheckRecordReport(ctx, certname, sum); err != nil {
+		return nil, err
 	}
 	b, err := json.Marshal(sum)
 	if err != nil {

@@ -63,11 +63,8 @@ func New() *Store {
 
 // Put stores a copy of data in space and returns its digest.
 func (s *Store) Put(ctx context.Context, space farm.Space, data []byte) (farm.Digest, error) {
-	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("put content in %s: %w", space, err)
-	}
-	if err := space.Validate(); err != nil {
-		return "", fmt.Errorf("put content: %w", err)
+	if err := farm.CheckContentPut(ctx, space); err != nil {
+		return "", err
 	}
 	d := farm.DigestOf(data)
 	s.mu.Lock()
@@ -85,11 +82,8 @@ func (s *Store) Put(ctx context.Context, space farm.Space, data []byte) (farm.Di
 
 // Get returns a copy of the blob with digest d in space, verified against d.
 func (s *Store) Get(ctx context.Context, space farm.Space, d farm.Digest) ([]byte, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("get content %s/%s: %w", space, d, err)
-	}
-	if err := farm.ValidateAddress(space, d); err != nil {
-		return nil, fmt.Errorf("get content: %w", err)
+	if err := farm.CheckContentGet(ctx, space, d); err != nil {
+		return nil, err
 	}
 	s.mu.RLock()
 	b, ok := s.content[space][d]
@@ -108,11 +102,8 @@ func (s *Store) Get(ctx context.Context, space farm.Space, d farm.Digest) ([]byt
 
 // Has reports whether space holds a blob with digest d.
 func (s *Store) Has(ctx context.Context, space farm.Space, d farm.Digest) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("has content %s/%s: %w", space, d, err)
-	}
-	if err := farm.ValidateAddress(space, d); err != nil {
-		return false, fmt.Errorf("has content: %w", err)
+	if err := farm.CheckContentHas(ctx, space, d); err != nil {
+		return false, err
 	}
 	s.mu.RLock()
 	_, ok := s.content[space][d]
@@ -135,11 +126,8 @@ func decode[T any](b []byte) T {
 
 // GetNode returns the record of certname.
 func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.Node{}, fmt.Errorf("get node %s: %w", certname, err)
-	}
-	if err := farm.ValidateCertname(certname); err != nil {
-		return farm.Node{}, fmt.Errorf("get node: %w", err)
+	if err := farm.CheckGetNode(ctx, certname); err != nil {
+		return farm.Node{}, err
 	}
 	s.nodeMu.RLock()
 	b, ok := s.nodes[certname]
@@ -154,10 +142,7 @@ func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error)
 // sorts the entry's members for each page: a driver for tests, not for
 // 100,000 nodes.
 func (s *Store) QueryNodes(ctx context.Context, q farm.NodeQuery) (farm.NodePage, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.NodePage{}, fmt.Errorf("query nodes: %w", err)
-	}
-	if err := q.Validate(); err != nil {
+	if err := farm.CheckQueryNodes(ctx, q); err != nil {
 		return farm.NodePage{}, err
 	}
 	s.nodeMu.RLock()
@@ -203,11 +188,8 @@ func (s *Store) reindex(old, n *farm.Node) {
 // must not call back into the store. fn may not change the certname
 // (ErrInvalid).
 func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.Node) error) (farm.Node, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.Node{}, fmt.Errorf("update node %s: %w", certname, err)
-	}
-	if err := farm.ValidateCertname(certname); err != nil {
-		return farm.Node{}, fmt.Errorf("update node: %w", err)
+	if err := farm.CheckUpdateNode(ctx, certname); err != nil {
+		return farm.Node{}, err
 	}
 	s.nodeMu.Lock()
 	defer s.nodeMu.Unlock()
@@ -220,8 +202,8 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 	if err := fn(&n); err != nil {
 		return farm.Node{}, err
 	}
-	if n.Certname != certname {
-		return farm.Node{}, fmt.Errorf("update node %s: fn renamed it to %q: %w", certname, n.Certname, farm.ErrInvalid)
+	if err := farm.CheckUpdatedNode(certname, &n); err != nil {
+		return farm.Node{}, err
 	}
 	b, err := json.Marshal(n)
 	if err != nil {
@@ -234,11 +216,8 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 
 // GetEnvironment returns the record of environment name.
 func (s *Store) GetEnvironment(ctx context.Context, name string) (farm.Environment, error) {
-	if err := ctx.Err(); err != nil {
-		return farm.Environment{}, fmt.Errorf("get environment %s: %w", name, err)
-	}
-	if err := farm.ValidateEnvironment(name); err != nil {
-		return farm.Environment{}, fmt.Errorf("get environment: %w", err)
+	if err := farm.CheckGetEnvironment(ctx, name); err != nil {
+		return farm.Environment{}, err
 	}
 	s.envMu.RLock()
 	b, ok := s.envs[name]
@@ -251,8 +230,8 @@ func (s *Store) GetEnvironment(ctx context.Context, name string) (farm.Environme
 
 // ListEnvironments returns every environment record, sorted by name.
 func (s *Store) ListEnvironments(ctx context.Context) ([]farm.Environment, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list environments: %w", err)
+	if err := farm.CheckListEnvironments(ctx); err != nil {
+		return nil, err
 	}
 	s.envMu.RLock()
 	out := make([]farm.Environment, 0, len(s.envs))
@@ -266,11 +245,8 @@ func (s *Store) ListEnvironments(ctx context.Context) ([]farm.Environment, error
 
 // PutEnvironment replaces the record of env.Name.
 func (s *Store) PutEnvironment(ctx context.Context, env farm.Environment) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("put environment %s: %w", env.Name, err)
-	}
-	if err := farm.ValidateEnvironment(env.Name); err != nil {
-		return fmt.Errorf("put environment: %w", err)
+	if err := farm.CheckPutEnvironment(ctx, &env); err != nil {
+		return err
 	}
 	b, err := json.Marshal(env)
 	if err != nil {

@@ -34,11 +34,8 @@ func (s *Store) nameKey(space farm.Space, name string) string {
 // and PutName reads it to tell "the same digest" (success) from "another
 // digest". Names need s3:GetObject and s3:PutObject, as content does.
 func (s *Store) PutName(ctx context.Context, space farm.Space, name string, d farm.Digest) error {
-	if err := farm.ValidateAddress(space, d); err != nil {
-		return fmt.Errorf("put name: %w", err)
-	}
-	if err := farm.ValidateName(name); err != nil {
-		return fmt.Errorf("put name: %w", err)
+	if err := farm.CheckPutName(ctx, space, name, d); err != nil {
+		return err
 	}
 	key := s.nameKey(space, name)
 	where := fmt.Sprintf("put name s3://%s/%s", s.bucket, key)
@@ -63,8 +60,8 @@ func (s *Store) PutName(ctx context.Context, space farm.Space, name string, d fa
 
 // GetName returns the digest name in space points at.
 func (s *Store) GetName(ctx context.Context, space farm.Space, name string) (farm.Digest, error) {
-	if err := farm.ValidateNameAddress(space, name); err != nil {
-		return "", fmt.Errorf("get name: %w", err)
+	if err := farm.CheckGetName(ctx, space, name); err != nil {
+		return "", err
 	}
 	key := s.nameKey(space, name)
 	where := fmt.Sprintf("get name s3://%s/%s", s.bucket, key)

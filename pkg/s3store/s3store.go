@@ -134,8 +134,8 @@ func (s *Store) key(space farm.Space, d farm.Digest) string {
 // idempotent: when the object already exists (S3 answers 412 to
 // If-None-Match: *) it succeeds without writing.
 func (s *Store) Put(ctx context.Context, space farm.Space, data []byte) (farm.Digest, error) {
-	if err := space.Validate(); err != nil {
-		return "", fmt.Errorf("put content: %w", err)
+	if err := farm.CheckContentPut(ctx, space); err != nil {
+		return "", err
 	}
 	sum := sha256.Sum256(data)
 	d := farm.Digest(hex.EncodeToString(sum[:]))
@@ -192,8 +192,8 @@ func (s *Store) create(ctx context.Context, key string, body []byte, sum [sha256
 // An unknown digest is farm.ErrNotFound; an object whose bytes do not match
 // its key is an error naming the key and wrapping farm.ErrInvalid.
 func (s *Store) Get(ctx context.Context, space farm.Space, d farm.Digest) ([]byte, error) {
-	if err := farm.ValidateAddress(space, d); err != nil {
-		return nil, fmt.Errorf("get content: %w", err)
+	if err := farm.CheckContentGet(ctx, space, d); err != nil {
+		return nil, err
 	}
 	key := s.key(space, d)
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
@@ -227,8 +227,8 @@ func (s *Store) Get(ctx context.Context, space farm.Space, d farm.Digest) ([]byt
 // Has reports whether space holds the blob d (a HEAD request; it does not
 // read or verify the bytes, Get does).
 func (s *Store) Has(ctx context.Context, space farm.Space, d farm.Digest) (bool, error) {
-	if err := farm.ValidateAddress(space, d); err != nil {
-		return false, fmt.Errorf("has content: %w", err)
+	if err := farm.CheckContentHas(ctx, space, d); err != nil {
+		return false, err
 	}
 	key := s.key(space, d)
 	_, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{

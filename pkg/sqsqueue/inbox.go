@@ -116,19 +116,21 @@ func InboxQueueName(prefix, task string) string {
 	return prefix + safe + suffix
 }
 
-func (in *Inbox) check(op, task string) error {
+// checkPrefix checks the driver's own argument, the prefix of its queue
+// names; the contract's checks are farm's (farm.CheckInboxOpen, ...).
+func (in *Inbox) checkPrefix(op, task string) error {
 	if !inboxPrefixRE.MatchString(in.prefix) {
-		return fmt.Errorf("sqsqueue: %s: inbox prefix %q must be 1 to 60 letters, digits, '-' or '_': %w", op, in.prefix, farm.ErrInvalid)
-	}
-	if err := farm.ValidateInboxTask(task); err != nil {
-		return fmt.Errorf("sqsqueue: %s: %w", op, err)
+		return fmt.Errorf("sqsqueue: %s %s: inbox prefix %q must be 1 to 60 letters, digits, '-' or '_': %w", op, task, in.prefix, farm.ErrInvalid)
 	}
 	return nil
 }
 
 // Open creates task's queue unless it exists.
 func (in *Inbox) Open(ctx context.Context, task string) error {
-	if err := in.check("open inbox", task); err != nil {
+	if err := farm.CheckInboxOpen(ctx, task); err != nil {
+		return err
+	}
+	if err := in.checkPrefix("open inbox", task); err != nil {
 		return err
 	}
 	name := InboxQueueName(in.prefix, task)
@@ -180,11 +182,11 @@ func (in *Inbox) forget(task, u string) {
 
 // Post sends msg, base64 encoded, to task's queue.
 func (in *Inbox) Post(ctx context.Context, task string, msg []byte) error {
-	if err := in.check("post to inbox", task); err != nil {
+	if err := farm.CheckInboxPost(ctx, task, msg); err != nil {
 		return err
 	}
-	if err := farm.ValidateInboxMessage(msg); err != nil {
-		return fmt.Errorf("sqsqueue: post to inbox %s: %w", task, err)
+	if err := in.checkPrefix("post to inbox", task); err != nil {
+		return err
 	}
 	op := "post to inbox " + task
 	u, err := in.url(ctx, op, task)
@@ -213,13 +215,16 @@ type inboxPoll struct {
 // (the one on the wire, or a new one) until it brings messages or ctx
 // ends; see Inbox.
 func (in *Inbox) Receive(ctx context.Context, task string) ([][]byte, error) {
-	if err := in.check("receive from inbox", task); err != nil {
+	if err := farm.CheckInboxReceive(ctx, task); err != nil {
+		return nil, err
+	}
+	if err := in.checkPrefix("receive from inbox", task); err != nil {
 		return nil, err
 	}
 	op := "receive from inbox " + task
 	for {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("sqsqueue: %s: %w", op, err)
+		if err := farm.CheckInboxReceive(ctx, task); err != nil { // again after each wait
+			return nil, err
 		}
 		u, err := in.url(ctx, op, task)
 		if err != nil {
@@ -308,7 +313,10 @@ func (in *Inbox) receiveBatch(ctx context.Context, task, u string) ([][]byte, er
 // Close deletes task's queue and what is in it; a missing queue is no
 // error. What a call on the wire brings afterwards is dropped.
 func (in *Inbox) Close(ctx context.Context, task string) error {
-	if err := in.check("close inbox", task); err != nil {
+	if err := farm.CheckInboxClose(ctx, task); err != nil {
+		return err
+	}
+	if err := in.checkPrefix("close inbox", task); err != nil {
 		return err
 	}
 	op := "close inbox " + task

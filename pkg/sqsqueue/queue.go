@@ -127,11 +127,8 @@ func seconds(d time.Duration) int32 {
 // a job with an invalid certname or unknown lane is refused with
 // farm.ErrInvalid.
 func (q *Queue) Enqueue(ctx context.Context, job farm.Job) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("sqsqueue: enqueue job of %s: %w", job.Certname, err)
-	}
-	if err := job.Validate(); err != nil {
-		return fmt.Errorf("sqsqueue: enqueue job: %w", err)
+	if err := farm.CheckEnqueue(ctx, job); err != nil {
+		return err
 	}
 	if job.EnqueuedAt.IsZero() {
 		job.EnqueuedAt = time.Now().UTC()
@@ -160,7 +157,7 @@ type pollStep struct {
 func (q *Queue) Receive(ctx context.Context) (farm.Delivery, error) {
 	steps := [...]pollStep{{farm.LaneUrgent, 0}, {farm.LaneBulk, 0}, {farm.LaneUrgent, q.wait}}
 	for {
-		if err := ctx.Err(); err != nil {
+		if err := farm.CheckQueueReceive(ctx); err != nil {
 			return farm.Delivery{}, err
 		}
 		if d, ok := q.takeParked(); ok {
@@ -309,11 +306,10 @@ func (q *Queue) release(p *parkedDelivery) {
 // receipt handle is stale may succeed without effect (the message is then
 // delivered again); a malformed receipt handle gives farm.ErrNotFound.
 func (q *Queue) Ack(ctx context.Context, d farm.Delivery) error {
-	url, err := q.laneURL(d)
-	if err != nil {
+	if err := farm.CheckAck(ctx, d); err != nil {
 		return err
 	}
-	_, err = q.client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: aws.String(d.ID)})
+	_, err := q.client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(q.urls[d.Lane]), ReceiptHandle: aws.String(d.ID)})
 	return translate(fmt.Sprintf("ack job of %s", d.Certname), err, true)
 }
 
@@ -324,27 +320,15 @@ func (q *Queue) Ack(ctx context.Context, d farm.Delivery) error {
 // as in flight (see Stats). A delivery no longer in flight gives
 // farm.ErrNotFound.
 func (q *Queue) Retry(ctx context.Context, d farm.Delivery, after time.Duration) error {
-	url, err := q.laneURL(d)
-	if err != nil {
+	if err := farm.CheckRetry(ctx, d, after); err != nil {
 		return err
 	}
-	_, err = q.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
-		QueueUrl:          aws.String(url),
+	_, err := q.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl:          aws.String(q.urls[d.Lane]),
 		ReceiptHandle:     aws.String(d.ID),
 		VisibilityTimeout: seconds(min(after, maxVisibility)),
 	})
 	return translate(fmt.Sprintf("retry job of %s", d.Certname), err, true)
-}
-
-func (q *Queue) laneURL(d farm.Delivery) (string, error) {
-	if d.ID == "" {
-		return "", fmt.Errorf("sqsqueue: delivery of %s has no receipt handle: %w", d.Certname, farm.ErrInvalid)
-	}
-	url, ok := q.urls[d.Lane]
-	if !ok {
-		return "", fmt.Errorf("sqsqueue: delivery of %s has lane %q: %w", d.Certname, d.Lane, farm.ErrInvalid)
-	}
-	return url, nil
 }
 
 // Stats returns one entry per lane, urgent first, from the queues'
@@ -358,6 +342,9 @@ func (q *Queue) laneURL(d farm.Delivery) (string, error) {
 // metric ApproximateAgeOfOldestMessage, which the farm's scaling alarm
 // reads directly; reading messages to estimate it would count as receives.
 func (q *Queue) Stats(ctx context.Context) ([]farm.QueueStats, error) {
+	if err := farm.CheckQueueStats(ctx); err != nil {
+		return nil, err
+	}
 	var out []farm.QueueStats
 	for _, lane := range []farm.Lane{farm.LaneUrgent, farm.LaneBulk} {
 		res, err := q.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{

@@ -29,6 +29,12 @@ func TestCAStore(t *testing.T, open func(t *testing.T) farm.CAStore) {
 		if _, err := s.CACert(t.Context()); !errors.Is(err, farm.ErrNotFound) {
 			t.Fatalf("CACert of an empty store: err = %v, want ErrNotFound", err)
 		}
+		if _, err := s.CRL(t.Context()); !errors.Is(err, farm.ErrNotFound) {
+			t.Fatalf("CRL of an empty store: err = %v, want ErrNotFound", err)
+		}
+		if err := s.Check(t.Context()); !errors.Is(err, farm.ErrNotFound) {
+			t.Fatalf("Check of an empty store: err = %v, want ErrNotFound", err)
+		}
 	})
 
 	t.Run("CreateOnce", func(t *testing.T) {
@@ -113,6 +119,11 @@ func TestCAStore(t *testing.T, open func(t *testing.T) farm.CAStore) {
 		all, err := s.Requests(ctx)
 		if err != nil || len(all) != 2 || string(all["b.example.test"]) != string(csrB) {
 			t.Fatalf("Requests = %d entries, %v; want a and b", len(all), err)
+		}
+		csrA2, _ := NewCSR(t, "a.example.test")
+		caLocked(t, s, func(ctx context.Context) { noErr(t, s.PutRequest(ctx, "a.example.test", csrA2)) })
+		if got, err := s.Request(ctx, "a.example.test"); err != nil || string(got) != string(csrA2) {
+			t.Fatalf("Request after a second PutRequest = %.40q, %v; want the second request", got, err)
 		}
 		caLocked(t, s, func(ctx context.Context) {
 			noErr(t, s.DeleteRequest(ctx, "a.example.test"))
@@ -221,6 +232,118 @@ func TestCAStore(t *testing.T, open func(t *testing.T) farm.CAStore) {
 				t.Fatalf("CRL %d of %d bytes read back as %d bytes, %v", i+1, len(crl), len(got), err)
 			}
 		}
+	})
+	// Arguments no store can keep are ErrInvalid and change nothing: a
+	// certname that fails farm.ValidateCertname (a path, upper case), an
+	// empty PEM, a serial or CRL number that is missing, not positive, or
+	// not above the one it replaces.
+	t.Run("InvalidArgumentsAreInvalid", func(t *testing.T) {
+		s := open(t)
+		m := newMinter(t)
+		g := m.genesis(t)
+		caLocked(t, s, func(ctx context.Context) { noErr(t, s.Create(ctx, g)) })
+		ctx := t.Context()
+		cert := m.cert(t, 5, "a.example.test")
+		csr, _ := NewCSR(t, "a.example.test")
+		for _, name := range []string{"", "../a.example.test", "a/b", "A.example.test", ".."} {
+			caLocked(t, s, func(ctx context.Context) {
+				wantErrIs(t, fmt.Sprintf("PutRequest %q", name), s.PutRequest(ctx, name, csr), farm.ErrInvalid)
+				wantErrIs(t, fmt.Sprintf("DeleteRequest %q", name), s.DeleteRequest(ctx, name), farm.ErrInvalid)
+				wantErrIs(t, fmt.Sprintf("PutSigned %q", name), s.PutSigned(ctx, name, cert, nil), farm.ErrInvalid)
+				wantErrIs(t, fmt.Sprintf("DeleteSigned %q", name), s.DeleteSigned(ctx, name, big.NewInt(5)), farm.ErrInvalid)
+				wantErrIs(t, fmt.Sprintf("PutServerCert %q", name), s.PutServerCert(ctx, name, cert), farm.ErrInvalid)
+			})
+			_, err := s.Request(ctx, name)
+			wantErrIs(t, fmt.Sprintf("Request %q", name), err, farm.ErrInvalid)
+			_, err = s.Signed(ctx, name)
+			wantErrIs(t, fmt.Sprintf("Signed %q", name), err, farm.ErrInvalid)
+		}
+		caLocked(t, s, func(ctx context.Context) {
+			wantErrIs(t, "PutRequest of no PEM", s.PutRequest(ctx, "a.example.test", nil), farm.ErrInvalid)
+			wantErrIs(t, "PutSigned of no PEM", s.PutSigned(ctx, "a.example.test", nil, nil), farm.ErrInvalid)
+			wantErrIs(t, "PutSigned replacing serial 0", s.PutSigned(ctx, "a.example.test", cert, big.NewInt(0)), farm.ErrInvalid)
+			wantErrIs(t, "DeleteSigned of no serial", s.DeleteSigned(ctx, "a.example.test", nil), farm.ErrInvalid)
+			wantErrIs(t, "PutServerCert of no PEM", s.PutServerCert(ctx, "a.example.test", nil), farm.ErrInvalid)
+			wantErrIs(t, "RecordIssued without a serial", s.RecordIssued(ctx, farm.CertIssued{Certname: "a.example.test"}), farm.ErrInvalid)
+			wantErrIs(t, "RecordIssued without a certname", s.RecordIssued(ctx, farm.CertIssued{Serial: big.NewInt(5)}), farm.ErrInvalid)
+			wantErrIs(t, "PutCRL of no CRL", s.PutCRL(ctx, nil, big.NewInt(1), big.NewInt(0)), farm.ErrInvalid)
+			wantErrIs(t, "PutCRL without a previous number", s.PutCRL(ctx, m.crl(t, 1), big.NewInt(1), nil), farm.ErrInvalid)
+			wantErrIs(t, "PutCRL of a number not above the previous", s.PutCRL(ctx, m.crl(t, 0), big.NewInt(0), big.NewInt(0)), farm.ErrInvalid)
+			wantErrIs(t, "Create without a next serial", s.Create(ctx, farm.CAGenesis{CertPEM: cert, CRLPEM: m.crl(t, 0)}), farm.ErrInvalid)
+		})
+		if all, err := s.Requests(ctx); err != nil || len(all) != 0 {
+			t.Fatalf("Requests after refused puts = %d entries, %v; want none", len(all), err)
+		}
+		if all, err := s.SignedCerts(ctx); err != nil || len(all) != 0 {
+			t.Fatalf("SignedCerts after refused puts = %d entries, %v; want none", len(all), err)
+		}
+		if all, err := s.ServerCerts(ctx, ""); err != nil || len(all) != 0 {
+			t.Fatalf("ServerCerts after refused puts = %d, %v; want none", len(all), err)
+		}
+		if crl, err := s.CRL(ctx); err != nil || string(crl) != string(g.CRLPEM) {
+			t.Fatalf("CRL after refused puts is not the genesis CRL (%v)", err)
+		}
+	})
+
+	// A call whose context has ended returns its error and changes
+	// nothing; Lock holds nothing.
+	t.Run("EndedContextChangesNothing", func(t *testing.T) {
+		s := open(t)
+		m := newMinter(t)
+		g := m.genesis(t)
+		ended, cancel := context.WithCancel(t.Context())
+		cancel()
+		if unlock, err := s.Lock(ended); !errors.Is(err, context.Canceled) {
+			if unlock != nil {
+				unlock()
+			}
+			t.Fatalf("Lock with an ended context: err = %v, want context.Canceled", err)
+		}
+		wantErrIs(t, "Create with an ended context", s.Create(ended, g), context.Canceled)
+		if _, err := s.CACert(t.Context()); !errors.Is(err, farm.ErrNotFound) {
+			t.Fatalf("CACert after a Create with an ended context: err = %v, want ErrNotFound", err)
+		}
+		caLocked(t, s, func(ctx context.Context) { noErr(t, s.Create(ctx, g)) })
+		csr, _ := NewCSR(t, "a.example.test")
+		cert := m.cert(t, 2, "a.example.test")
+		wantErrIs(t, "PutRequest with an ended context", s.PutRequest(ended, "a.example.test", csr), context.Canceled)
+		wantErrIs(t, "PutSigned with an ended context", s.PutSigned(ended, "a.example.test", cert, nil), context.Canceled)
+		wantErrIs(t, "PutServerCert with an ended context", s.PutServerCert(ended, "a.example.test", cert), context.Canceled)
+		wantErrIs(t, "PutCRL with an ended context", s.PutCRL(ended, m.crl(t, 1), big.NewInt(1), big.NewInt(0)), context.Canceled)
+		wantErrIs(t, "RecordIssued with an ended context", s.RecordIssued(ended, farm.CertIssued{Certname: "a.example.test", Serial: big.NewInt(2)}), context.Canceled)
+		_, err := s.NextSerial(ended)
+		wantErrIs(t, "NextSerial with an ended context", err, context.Canceled)
+		for name, read := range map[string]func(context.Context) error{
+			"CACert":      func(ctx context.Context) error { _, err := s.CACert(ctx); return err },
+			"Check":       s.Check,
+			"CRL":         func(ctx context.Context) error { _, err := s.CRL(ctx); return err },
+			"Request":     func(ctx context.Context) error { _, err := s.Request(ctx, "a.example.test"); return err },
+			"Requests":    func(ctx context.Context) error { _, err := s.Requests(ctx); return err },
+			"Signed":      func(ctx context.Context) error { _, err := s.Signed(ctx, "a.example.test"); return err },
+			"SignedCerts": func(ctx context.Context) error { _, err := s.SignedCerts(ctx); return err },
+			"ServerCerts": func(ctx context.Context) error { _, err := s.ServerCerts(ctx, ""); return err },
+		} {
+			wantErrIs(t, name+" with an ended context", read(ended), context.Canceled)
+		}
+		ctx := t.Context()
+		if _, err := s.Request(ctx, "a.example.test"); !errors.Is(err, farm.ErrNotFound) {
+			t.Fatalf("Request after a PutRequest with an ended context: err = %v, want ErrNotFound", err)
+		}
+		if _, err := s.Signed(ctx, "a.example.test"); !errors.Is(err, farm.ErrNotFound) {
+			t.Fatalf("Signed after a PutSigned with an ended context: err = %v, want ErrNotFound", err)
+		}
+		if all, err := s.ServerCerts(ctx, ""); err != nil || len(all) != 0 {
+			t.Fatalf("ServerCerts after a PutServerCert with an ended context = %d, %v; want none", len(all), err)
+		}
+		if crl, err := s.CRL(ctx); err != nil || string(crl) != string(g.CRLPEM) {
+			t.Fatalf("CRL after a PutCRL with an ended context is not the genesis CRL (%v)", err)
+		}
+		caLocked(t, s, func(ctx context.Context) {
+			serial, err := s.NextSerial(ctx)
+			if err != nil || serial.Int64() != 2 {
+				t.Fatalf("NextSerial after one with an ended context = %v, %v; want 2", serial, err)
+			}
+		})
 	})
 }
 

@@ -2,6 +2,7 @@ package farmtest
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"fmt"
 	"strings"
@@ -26,6 +27,8 @@ func TestContentStore(t *testing.T, newStore func(t *testing.T) farm.ContentStor
 		{"EmptyAndLargeBlobs", contentSizes},
 		{"UnknownDigestIsNotFound", contentUnknown},
 		{"MalformedDigestIsInvalid", contentMalformed},
+		{"MalformedSpaceIsInvalid", contentBadSpace},
+		{"EndedContextChangesNothing", contentEndedContext},
 		{"SpacesAreSeparate", contentSpaces},
 		{"BlobsAreImmutable", contentImmutable},
 		{"ConcurrentPutsOfSameBytes", contentConcurrentSame},
@@ -142,10 +145,48 @@ func contentMalformed(t *testing.T, s farm.ContentStore) {
 	}
 }
 
-// contentSpaces: the contract says drivers "may keep them apart"; the suite
-// takes the stricter reading that a blob is visible only in the space it was
-// put in, which every driver can do and no caller can then rely on the
-// opposite.
+// contentBadSpace: a space that is not a plain lowercase name is
+// ErrInvalid in every method, and Put stores nothing.
+func contentBadSpace(t *testing.T, s farm.ContentStore) {
+	ctx := ctxFor(t, waitLong)
+	data := []byte("in a bad space")
+	d := farm.DigestOf(data)
+	for _, sp := range []farm.Space{"", "Content", "../content", "a/b", "content!"} {
+		_, err := s.Put(ctx, sp, data)
+		wantErrIs(t, fmt.Sprintf("put in space %q", sp), err, farm.ErrInvalid)
+		_, err = s.Get(ctx, sp, d)
+		wantErrIs(t, fmt.Sprintf("get from space %q", sp), err, farm.ErrInvalid)
+		_, err = s.Has(ctx, sp, d)
+		wantErrIs(t, fmt.Sprintf("has in space %q", sp), err, farm.ErrInvalid)
+	}
+	for _, sp := range allSpaces {
+		if ok, err := s.Has(ctx, sp, d); err != nil || ok {
+			t.Fatalf("has in %s after puts in bad spaces = %v, %v; want false", sp, ok, err)
+		}
+	}
+}
+
+// contentEndedContext: a call whose context has ended returns its error,
+// and Put stores nothing.
+func contentEndedContext(t *testing.T, s farm.ContentStore) {
+	ctx := ctxFor(t, waitLong)
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	data := []byte("put with an ended context")
+	d := farm.DigestOf(data)
+	_, err := s.Put(ended, farm.SpaceContent, data)
+	wantErrIs(t, "put with an ended context", err, context.Canceled)
+	_, err = s.Get(ended, farm.SpaceContent, d)
+	wantErrIs(t, "get with an ended context", err, context.Canceled)
+	_, err = s.Has(ended, farm.SpaceContent, d)
+	wantErrIs(t, "has with an ended context", err, context.Canceled)
+	if ok, err := s.Has(ctx, farm.SpaceContent, d); err != nil || ok {
+		t.Fatalf("has after a put with an ended context = %v, %v; want false", ok, err)
+	}
+}
+
+// contentSpaces: a blob is visible only in the space it was put in, and the
+// same bytes may live in two spaces independently.
 func contentSpaces(t *testing.T, s farm.ContentStore) {
 	ctx := ctxFor(t, waitLong)
 	for i, put := range allSpaces {

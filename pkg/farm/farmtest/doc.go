@@ -8,6 +8,8 @@
 //
 // Each property of a contract is a subtest, so a failing driver shows which
 // promise it breaks. The suites check what the contract docs in package farm
-// promise, read strictly, plus a few behaviours the farm relies on that the
-// docs leave implicit (each subtest's comment says which).
+// promise, read strictly; a subtest checking what a doc does not state is a
+// gap in that doc, since a driver author learns the promises from the doc,
+// not from the suite. Promises only some drivers make are selected by
+// capability flags (QueueCaps).
 package farmtest

@@ -1,6 +1,7 @@
 package farmtest
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"sort"
@@ -26,6 +27,7 @@ func TestEnvironmentStore(t *testing.T, newStore func(t *testing.T) farm.Environ
 		{"ListEnvironments", envList},
 		{"InvalidNameIsInvalid", envInvalid},
 		{"ConcurrentPuts", envConcurrent},
+		{"EndedContextChangesNothing", envEndedContext},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, newStore(t)) })
@@ -109,9 +111,8 @@ func envList(t *testing.T, s farm.EnvironmentStore) {
 	}
 }
 
-// envInvalid: the contract is silent; the suite requires names that are not
-// Puppet environment names (farm.ValidateEnvironment) to be refused with
-// ErrInvalid.
+// envInvalid: names that are not Puppet environment names
+// (farm.ValidateEnvironment) are refused with ErrInvalid.
 func envInvalid(t *testing.T, s farm.EnvironmentStore) {
 	ctx := ctxFor(t, waitLong)
 	for _, name := range []string{"", "Production", "../x", "a-b", "a/b"} {
@@ -148,4 +149,17 @@ func envConcurrent(t *testing.T, s farm.EnvironmentStore) {
 		must(t, "get", err)
 		wantEnv(t, "last put wins", got, env(fmt.Sprintf("env_%d", i), "4", base))
 	}
+}
+
+// envEndedContext: a call whose context has ended returns its error, and
+// PutEnvironment writes nothing.
+func envEndedContext(t *testing.T, s farm.EnvironmentStore) {
+	ended, cancel := context.WithCancel(ctxFor(t, waitLong))
+	cancel()
+	wantErrIs(t, "put with an ended context", s.PutEnvironment(ended, env("production", "v1", base)), context.Canceled)
+	_, err := s.GetEnvironment(ended, "production")
+	wantErrIs(t, "get with an ended context", err, context.Canceled)
+	_, err = s.ListEnvironments(ended)
+	wantErrIs(t, "list with an ended context", err, context.Canceled)
+	listEnvs(t, s, "after a put with an ended context", 0)
 }

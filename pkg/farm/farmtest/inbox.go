@@ -33,6 +33,7 @@ func TestInbox(t *testing.T, newInbox func(t *testing.T) farm.Inbox) {
 		{"CloseDropsInbox", inboxClose},
 		{"ConcurrentPosters", inboxConcurrent},
 		{"InvalidTask", inboxInvalidTask},
+		{"EndedContextChangesNothing", inboxEndedContext},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, newInbox(t)) })
@@ -295,4 +296,20 @@ func inboxInvalidTask(t *testing.T, in farm.Inbox) {
 		got := receiveAll(t, in, task, 1)
 		wantMessages(t, "received by "+task, got, []byte("for "+task))
 	}
+}
+
+// inboxEndedContext: a call whose context has ended returns its error, and
+// Open, Post and Close change nothing.
+func inboxEndedContext(t *testing.T, in farm.Inbox) {
+	ended, cancel := context.WithCancel(ctxFor(t, waitLong))
+	cancel()
+	wantErrIs(t, "open with an ended context", in.Open(ended, "ended-a"), context.Canceled)
+	wantErrIs(t, "post to an unopened inbox after an open with an ended context", in.Post(ctxFor(t, waitLong), "ended-a", []byte("x")), farm.ErrNotFound)
+	openInbox(t, in, "ended-b")
+	wantErrIs(t, "post with an ended context", in.Post(ended, "ended-b", []byte("lost")), context.Canceled)
+	wantErrIs(t, "close with an ended context", in.Close(ended, "ended-b"), context.Canceled)
+	_, err := in.Receive(ended, "ended-b")
+	wantErrIs(t, "receive with an ended context", err, context.Canceled)
+	post(t, in, "ended-b", []byte("kept"))
+	wantMessages(t, "received after calls with an ended context", receiveAll(t, in, "ended-b", 1), []byte("kept"))
 }

@@ -1,6 +1,7 @@
 package farmtest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -26,6 +27,7 @@ func TestNameStore(t *testing.T, newStore func(t *testing.T) farm.NameStore) {
 		{"SpacesAreSeparate", nameSpaces},
 		{"NamesAreExact", nameExact},
 		{"ConcurrentPutsOfOneName", nameConcurrent},
+		{"EndedContextChangesNothing", nameEndedContext},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, newStore(t)) })
@@ -139,6 +141,19 @@ func nameExact(t *testing.T, s farm.NameStore) {
 	}
 	_, err := s.GetName(ctx, farm.SpaceFilebucket, "md5/a")
 	wantErrIs(t, "get a prefix of a name", err, farm.ErrNotFound)
+}
+
+// nameEndedContext: a call whose context has ended returns its error, and
+// PutName writes nothing.
+func nameEndedContext(t *testing.T, s farm.NameStore) {
+	ctx := ctxFor(t, waitLong)
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	wantErrIs(t, "put with an ended context", s.PutName(ended, farm.SpaceFilebucket, "md5/ended", digestOf("x")), context.Canceled)
+	_, err := s.GetName(ended, farm.SpaceFilebucket, "md5/ended")
+	wantErrIs(t, "get with an ended context", err, context.Canceled)
+	_, err = s.GetName(ctx, farm.SpaceFilebucket, "md5/ended")
+	wantErrIs(t, "get after a put with an ended context", err, farm.ErrNotFound)
 }
 
 // nameConcurrent: of concurrent PutNames of one new name with two digests,

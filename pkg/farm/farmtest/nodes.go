@@ -1,6 +1,7 @@
 package farmtest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,6 +40,7 @@ func TestNodeStore(t *testing.T, newStore func(t *testing.T) farm.NodeStore) {
 		{"QueryInvalid", nodeQueryInvalid},
 		{"InvalidCertnameIsInvalid", nodeInvalidCertname},
 		{"FnCannotRenameNode", nodeRename},
+		{"EndedContextChangesNothing", nodeEndedContext},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, newStore(t)) })
@@ -397,9 +399,9 @@ func nodeList(t *testing.T, s farm.NodeStore) {
 	}
 }
 
-// nodeInvalidCertname: the contract is silent; the suite requires drivers to
-// refuse names that cannot be Puppet certnames (farm.ValidateCertname) with
-// ErrInvalid, so no driver stores a key another could not.
+// nodeInvalidCertname: names that cannot be Puppet certnames
+// (farm.ValidateCertname) are ErrInvalid, so no driver stores a key another
+// could not, and UpdateNode does not call fn.
 func nodeInvalidCertname(t *testing.T, s farm.NodeStore) {
 	ctx := ctxFor(t, waitLong)
 	for _, c := range []string{"", "Upper.example.com", "../etc", "a/b", ".hidden"} {
@@ -415,8 +417,8 @@ func nodeInvalidCertname(t *testing.T, s farm.NodeStore) {
 	listNodes(t, s, "after invalid certnames", 0)
 }
 
-// nodeRename: the contract is silent; a record is keyed by its certname, so
-// fn changing n.Certname is refused with ErrInvalid and nothing is written.
+// nodeRename: a record is keyed by its certname, so fn changing n.Certname
+// is refused with ErrInvalid and nothing is written.
 func nodeRename(t *testing.T, s farm.NodeStore) {
 	ctx := ctxFor(t, waitLong)
 	want := fullNode("stay.example.com")
@@ -432,4 +434,31 @@ func nodeRename(t *testing.T, s farm.NodeStore) {
 	wantNode(t, "stored after refused rename", got, want)
 	_, err = s.GetNode(ctx, "moved.example.com")
 	wantErrIs(t, "get rename target", err, farm.ErrNotFound)
+}
+
+// nodeEndedContext: a call whose context has ended returns its error, and
+// UpdateNode neither calls fn nor writes.
+func nodeEndedContext(t *testing.T, s farm.NodeStore) {
+	ctx := ctxFor(t, waitLong)
+	want := fullNode("ended.example.com")
+	putNode(t, s, want)
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err := s.GetNode(ended, want.Certname)
+	wantErrIs(t, "get with an ended context", err, context.Canceled)
+	_, err = s.QueryNodes(ended, farm.NodeQuery{Environment: want.Environment})
+	wantErrIs(t, "query with an ended context", err, context.Canceled)
+	called := false
+	_, err = s.UpdateNode(ended, want.Certname, func(n *farm.Node) error { called = true; n.RequestSeq++; return nil })
+	wantErrIs(t, "update with an ended context", err, context.Canceled)
+	if called {
+		t.Fatal("update with an ended context called fn")
+	}
+	_, err = s.UpdateNode(ended, "new.example.com", func(n *farm.Node) error { n.Environment = "production"; return nil })
+	wantErrIs(t, "update of a new node with an ended context", err, context.Canceled)
+	got, err := s.GetNode(ctx, want.Certname)
+	must(t, "get", err)
+	wantNode(t, "record after an update with an ended context", got, want)
+	_, err = s.GetNode(ctx, "new.example.com")
+	wantErrIs(t, "get the node an update with an ended context would have made", err, farm.ErrNotFound)
 }

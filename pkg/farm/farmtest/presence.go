@@ -1,6 +1,7 @@
 package farmtest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -35,6 +36,7 @@ func TestPresenceStore(t *testing.T, newStore func(t *testing.T) farm.PresenceSt
 		{"QueryFollowsClear", presenceQueryFollows},
 		{"ConcurrentSets", presenceConcurrent},
 		{"InvalidInput", presenceInvalid},
+		{"EndedContextChangesNothing", presenceEndedContext},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, newStore(t)) })
@@ -357,4 +359,22 @@ func presenceInvalid(t *testing.T, s farm.PresenceStore) {
 		_, err := s.QueryPresence(ctx, q)
 		wantErrIs(t, fmt.Sprintf("query %+v", q), err, farm.ErrInvalid)
 	}
+}
+
+// presenceEndedContext: a call whose context has ended returns its error,
+// and SetPresence and ClearPresence change nothing.
+func presenceEndedContext(t *testing.T, s farm.PresenceStore) {
+	kept := farm.Presence{URI: agentURI("kept.example.com"), Task: "task-a", Expires: live()}
+	setPresence(t, s, kept)
+	ended, cancel := context.WithCancel(ctxFor(t, waitLong))
+	cancel()
+	other := farm.Presence{URI: agentURI("other.example.com"), Task: "task-a", Expires: live()}
+	wantErrIs(t, "set presence with an ended context", s.SetPresence(ended, other), context.Canceled)
+	wantErrIs(t, "clear presence with an ended context", s.ClearPresence(ended, kept.URI, kept.Task), context.Canceled)
+	_, err := s.LookupPresence(ended, kept.URI)
+	wantErrIs(t, "look up with an ended context", err, context.Canceled)
+	_, err = s.QueryPresence(ended, farm.PresenceQuery{ClientType: "agent"})
+	wantErrIs(t, "query with an ended context", err, context.Canceled)
+	wantPresence(t, s, kept)
+	wantNoPresence(t, s, other.URI)
 }

@@ -48,6 +48,8 @@ func TestQueue(t *testing.T, newQueue func(t *testing.T) farm.Queue, caps QueueC
 		{"EnqueueReceiveAck", queueBasic},
 		{"EnqueueStampsMissingTime", queueStampsTime},
 		{"InvalidJobIsInvalid", queueInvalid},
+		{"MalformedDeliveryIsInvalid", queueMalformedDelivery},
+		{"EndedContextChangesNothing", queueEndedContext},
 		{"RetryRedeliversAfterDelay", func(t *testing.T, q farm.Queue) { queueRetryDelay(t, q, caps) }},
 		{"RetryWithoutDelay", queueRetryNow},
 		{"UrgentBeforeBulk", queueUrgentFirst},
@@ -184,6 +186,9 @@ func stats(t *testing.T, q farm.Queue) laneStats {
 	t.Helper()
 	st, err := q.Stats(ctxFor(t, waitLong))
 	must(t, "stats", err)
+	if len(st) > 0 && st[0].Lane != farm.LaneUrgent {
+		t.Fatalf("stats begin with lane %q, want the urgent lane first: %+v", st[0].Lane, st)
+	}
 	m := laneStats{}
 	for _, s := range st {
 		if _, dup := m[s.Lane]; dup {
@@ -229,8 +234,8 @@ func queueBasic(t *testing.T, q farm.Queue) {
 	receiveNothing(t, q, "after ack")
 }
 
-// queueStampsTime: the contract is silent; a job enqueued without
-// EnqueuedAt gets the enqueue time, so queue age means something.
+// queueStampsTime: a job enqueued without EnqueuedAt gets the enqueue
+// time, so queue age means something.
 func queueStampsTime(t *testing.T, q farm.Queue) {
 	j := NewJob("web01.example.com", 1, farm.LaneBulk, time.Time{})
 	before := time.Now()
@@ -244,8 +249,8 @@ func queueStampsTime(t *testing.T, q farm.Queue) {
 	ack(t, q, d)
 }
 
-// queueInvalid: the contract is silent; a job that cannot be compiled or
-// routed (bad certname, unknown lane) is refused with ErrInvalid.
+// queueInvalid: a job that cannot be compiled or routed (bad certname,
+// unknown lane) is refused with ErrInvalid, and nothing is enqueued.
 func queueInvalid(t *testing.T, q farm.Queue) {
 	ctx := ctxFor(t, waitLong)
 	for _, tc := range []struct {
@@ -261,6 +266,43 @@ func queueInvalid(t *testing.T, q farm.Queue) {
 		wantErrIs(t, "enqueue job with "+tc.name, err, farm.ErrInvalid)
 	}
 	wantCounts(t, q, "after refused jobs", 0, 0, 0, 0)
+}
+
+// queueMalformedDelivery: Ack and Retry of a delivery Receive cannot have
+// returned (no ID, a lane other than the two) are ErrInvalid and leave
+// the real delivery in flight.
+func queueMalformedDelivery(t *testing.T, q farm.Queue) {
+	ctx := ctxFor(t, waitLong)
+	enqueue(t, q, NewJob("malformed.example.com", 1, farm.LaneUrgent, base))
+	d := receive(t, q)
+	noID, noLane := d, d
+	noID.ID = ""
+	noLane.Lane = "whenever"
+	for name, bad := range map[string]farm.Delivery{"without an ID": noID, "with an unknown lane": noLane} {
+		wantErrIs(t, "ack a delivery "+name, q.Ack(ctx, bad), farm.ErrInvalid)
+		wantErrIs(t, "retry a delivery "+name, q.Retry(ctx, bad, 0), farm.ErrInvalid)
+	}
+	wantCounts(t, q, "after refused acks and retries", 0, 1, 0, 0)
+	ack(t, q, d)
+	wantCounts(t, q, "after ack", 0, 0, 0, 0)
+}
+
+// queueEndedContext: a call whose context has ended returns its error,
+// and Enqueue, Ack and Retry change nothing.
+func queueEndedContext(t *testing.T, q farm.Queue) {
+	enqueue(t, q, NewJob("ctx.example.com", 1, farm.LaneUrgent, base))
+	d := receive(t, q)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	wantErrIs(t, "enqueue with an ended context", q.Enqueue(ended, NewJob("other.example.com", 1, farm.LaneBulk, base)), context.Canceled)
+	wantErrIs(t, "ack with an ended context", q.Ack(ended, d), context.Canceled)
+	wantErrIs(t, "retry with an ended context", q.Retry(ended, d, 0), context.Canceled)
+	_, err := q.Stats(ended)
+	wantErrIs(t, "stats with an ended context", err, context.Canceled)
+	wantCounts(t, q, "after calls with an ended context", 0, 1, 0, 0)
+	receiveNothing(t, q, "the delivery is still in flight and nothing else was enqueued")
+	ack(t, q, d)
+	wantCounts(t, q, "after ack", 0, 0, 0, 0)
 }
 
 func queueRetryDelay(t *testing.T, q farm.Queue, caps QueueCaps) {
@@ -477,7 +519,7 @@ func queueFinishedNotFound(t *testing.T, q farm.Queue) {
 	for name, err := range map[string]error{
 		"ack again":       q.Ack(ctx, d),
 		"retry after ack": q.Retry(ctx, d, 0),
-		"ack unknown":     q.Ack(ctx, farm.Delivery{ID: "nope"}),
+		"ack unknown":     q.Ack(ctx, farm.Delivery{Job: farm.Job{Certname: "a.example.com", Lane: farm.LaneUrgent}, ID: "nope"}),
 	} {
 		if !errors.Is(err, farm.ErrNotFound) {
 			t.Errorf("%s: %v, want ErrNotFound", name, err)

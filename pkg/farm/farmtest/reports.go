@@ -1,6 +1,7 @@
 package farmtest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -28,6 +29,7 @@ func TestNodeReports(t *testing.T, newStore func(t *testing.T) farm.NodeStore) {
 		{"ConcurrentWithUpdateNode", reportConcurrentWithUpdate},
 		{"ReturnedSummariesAreCopies", reportCopies},
 		{"InvalidIsInvalid", reportInvalid},
+		{"EndedContextChangesNothing", reportEndedContext},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, newStore(t)) })
@@ -241,4 +243,16 @@ func reportInvalid(t *testing.T, s farm.NodeStore) {
 	_, err := s.RecordReport(ctx, c, farm.ReportSummary{Status: "unchanged"})
 	wantErrIs(t, "record a report without a time", err, farm.ErrInvalid)
 	wantSummary(t, "report after refused records", getReport(t, s, c), nil)
+}
+
+// reportEndedContext: a RecordReport whose context has ended returns its
+// error and keeps nothing.
+func reportEndedContext(t *testing.T, s farm.NodeStore) {
+	const c = "ended.example.com"
+	putNode(t, s, farm.Node{Certname: c, Environment: "production"})
+	ended, cancel := context.WithCancel(ctxFor(t, waitLong))
+	cancel()
+	_, err := s.RecordReport(ended, c, summaryAt(0))
+	wantErrIs(t, "record a report with an ended context", err, context.Canceled)
+	wantSummary(t, "report after a record with an ended context", getReport(t, s, c), nil)
 }

@@ -1,6 +1,7 @@
 package farmtest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +39,7 @@ func TestRunJobStore(t *testing.T, newStore func(t *testing.T) farm.RunJobStore)
 		{"ListJobsNewestFirstInPages", jobListPages},
 		{"ListJobNodesInCertnameOrder", jobNodePages},
 		{"InvalidInput", jobInvalid},
+		{"EndedContextChangesNothing", jobEndedContext},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, newStore(t)) })
@@ -685,4 +687,42 @@ func jobInvalid(t *testing.T, s farm.RunJobStore) {
 		wantErrIs(t, fmt.Sprintf("list job nodes limit %d", limit), err, farm.ErrInvalid)
 	}
 	wantJobList(t, s, farm.RunJobQuery{}, "good")
+}
+
+// jobEndedContext: a call whose context has ended returns its error, and
+// CreateJob, UpdateJob and UpdateJobNode change nothing (nor call fn).
+func jobEndedContext(t *testing.T, s farm.RunJobStore) {
+	ctx := ctxFor(t, waitLong)
+	job := newRunJob("ended", base, 1)
+	node := jobNodeNames(1)[0]
+	must(t, "create", s.CreateJob(ctx, job, []string{node}))
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	wantErrIs(t, "create with an ended context", s.CreateJob(ended, newRunJob("ended-too", base, 0), nil), context.Canceled)
+	_, err := s.GetJob(ended, job.ID)
+	wantErrIs(t, "get with an ended context", err, context.Canceled)
+	called := false
+	_, err = s.UpdateJob(ended, job.ID, func(j *farm.RunJob) error { called = true; j.State = farm.JobFinished; return nil })
+	wantErrIs(t, "update job with an ended context", err, context.Canceled)
+	_, err = s.UpdateJobNode(ended, job.ID, node, func(n *farm.RunJobNode) error { called = true; n.State = farm.JobNodeFinished; return nil })
+	wantErrIs(t, "update job node with an ended context", err, context.Canceled)
+	if called {
+		t.Fatal("an update with an ended context called fn")
+	}
+	_, err = s.ListJobs(ended, farm.RunJobQuery{})
+	wantErrIs(t, "list jobs with an ended context", err, context.Canceled)
+	_, err = s.ListJobNodes(ended, farm.RunJobNodeQuery{Job: job.ID})
+	wantErrIs(t, "list job nodes with an ended context", err, context.Canceled)
+	got, err := s.GetJob(ctx, job.ID)
+	must(t, "get", err)
+	if got.State != farm.JobRunning {
+		t.Fatalf("job state %q after an update with an ended context, want %q", got.State, farm.JobRunning)
+	}
+	_, err = s.GetJob(ctx, "ended-too")
+	wantErrIs(t, "get the job a create with an ended context would have made", err, farm.ErrNotFound)
+	page, err := s.ListJobNodes(ctx, farm.RunJobNodeQuery{Job: job.ID})
+	must(t, "list job nodes", err)
+	if len(page.Nodes) != 1 || page.Nodes[0].State != farm.JobNodeQueued {
+		t.Fatalf("job nodes after an update with an ended context: %+v, want one queued", page.Nodes)
+	}
 }

@@ -34,7 +34,7 @@ func openEmbedded(ctx context.Context, dir string, log *slog.Logger) (backend, f
 
 // startAWS starts the S3, DynamoDB and SQS emulators on loopback and
 // returns the AWS drivers on them (the tables, bucket and queues made as
-// test/aws_harness_test.go makes them), every client counted by one
+// test/e2e/aws.go makes them), every client counted by one
 // awscalls.Counter. stop ends the emulators.
 func startAWS(ctx context.Context, dir string, log *slog.Logger) (b backend, stop func(), err error) {
 	var procs []*emulator.Process

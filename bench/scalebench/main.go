@@ -156,10 +156,10 @@ func (c *config) resolve() error {
 		return err
 	}
 	if c.environments == "" {
-		c.environments = filepath.Join(root, "scripts", "bench", "environments")
+		c.environments = filepath.Join(root, "bench", "environments")
 	}
 	if c.exportsEnvs == "" {
-		c.exportsEnvs = filepath.Join(root, "scripts", "scalebench", "testdata", "environments")
+		c.exportsEnvs = filepath.Join(root, "bench", "scalebench", "testdata", "environments")
 	}
 	if c.facts == "" {
 		c.facts = filepath.Join(root, "testdata", "puppet-protocol", "facts-agent1.json")

@@ -7,8 +7,15 @@
 
 module CompileFarm
   module Reads
-    # FactHash is extended into each recording copy of a fact hash. Its
-    # state is @__cf = [path, {key => child path}, detached].
+    # FactMeta is the state of a recording copy of a fact hash (its
+    # @__cf_meta): path is its key path; children maps each String key to
+    # that key's path (the very objects the recorder keys reads by, made
+    # when the facts were wrapped); detached is true once this copy has
+    # been changed, and no longer records.
+    FactMeta = Struct.new(:path, :children, :detached)
+
+    # FactHash is extended into each recording copy of a fact hash, whose
+    # FactMeta is @__cf_meta.
     module FactHash
       # noting defines each of names to note a read of kind (a constant's
       # name) of the whole hash, unless it is detached, then do what Hash
@@ -17,8 +24,8 @@ module CompileFarm
         names.each do |name|
           module_eval <<~RUBY, __FILE__, __LINE__ + 1
             def #{name}(...)
-              if (r = $cf_reads) && !(m = @__cf)[2]
-                r.note(m[0], #{kind})
+              if (r = $cf_reads) && !(m = @__cf_meta).detached
+                r.note(m.path, #{kind})
               end
               super
             end
@@ -28,14 +35,14 @@ module CompileFarm
 
       def [](k)
         v = super
-        if (r = $cf_reads) && !(m = @__cf)[2]
+        if (r = $cf_reads) && !(m = @__cf_meta).detached
           r.child(m, k, FactHash === v ? HASH : VALUE)
         end
         v
       end
 
       def fetch(k, *rest, &blk)
-        if (r = $cf_reads) && !(m = @__cf)[2]
+        if (r = $cf_reads) && !(m = @__cf_meta).detached
           r.child(m, k, H_KEYP.bind_call(self, k) && FactHash === H_AREF.bind_call(self, k) ? HASH : VALUE)
         end
         super
@@ -52,7 +59,7 @@ module CompileFarm
       %i[key? has_key? include? member?].each do |name|
         module_eval <<~RUBY, __FILE__, __LINE__ + 1
           def #{name}(k)
-            if (r = $cf_reads) && !(m = @__cf)[2]
+            if (r = $cf_reads) && !(m = @__cf_meta).detached
               r.child(m, k, PRESENT)
             end
             super
@@ -63,7 +70,7 @@ module CompileFarm
       %i[values_at fetch_values slice].each do |name|
         module_eval <<~RUBY, __FILE__, __LINE__ + 1
           def #{name}(*ks, &blk)
-            if (r = $cf_reads) && !(m = @__cf)[2]
+            if (r = $cf_reads) && !(m = @__cf_meta).detached
               ks.each { |k| r.child(m, k, H_KEYP.bind_call(self, k) && FactHash === H_AREF.bind_call(self, k) ? HASH : VALUE) }
             end
             super
@@ -72,7 +79,7 @@ module CompileFarm
       end
 
       def assoc(k)
-        if (r = $cf_reads) && !(m = @__cf)[2]
+        if (r = $cf_reads) && !(m = @__cf_meta).detached
           r.child(m, k, H_KEYP.bind_call(self, k) && FactHash === H_AREF.bind_call(self, k) ? HASH : VALUE)
         end
         super
@@ -83,8 +90,8 @@ module CompileFarm
       %i[count any?].each do |name|
         module_eval <<~RUBY, __FILE__, __LINE__ + 1
           def #{name}(*args, &blk)
-            if (r = $cf_reads) && !(m = @__cf)[2]
-              args.empty? && blk.nil? ? r.note(m[0], KEYS) : r.shallow(self, m)
+            if (r = $cf_reads) && !(m = @__cf_meta).detached
+              args.empty? && blk.nil? ? r.note(m.path, KEYS) : r.shallow(self, m)
             end
             super
           end
@@ -92,7 +99,7 @@ module CompileFarm
       end
 
       def to_h(&blk)
-        if blk && (r = $cf_reads) && !(m = @__cf)[2]
+        if blk && (r = $cf_reads) && !(m = @__cf_meta).detached
           r.shallow(self, m)
         end
         super
@@ -112,7 +119,7 @@ module CompileFarm
       SHALLOW.each do |name|
         module_eval <<~RUBY, __FILE__, __LINE__ + 1
           def #{name}(...)
-            if (r = $cf_reads) && !(m = @__cf)[2]
+            if (r = $cf_reads) && !(m = @__cf_meta).detached
               r.shallow(self, m)
             end
             super
@@ -135,14 +142,12 @@ module CompileFarm
       end
 
       def dup
-        m = @__cf
-        CompileFarm::Reads.fact_hash(super, [m[0], m[1], m[2]])
+        CompileFarm::Reads.fact_hash(super, @__cf_meta.dup)
       end
 
       def clone(...)
         c = super
-        m = @__cf
-        c.instance_variable_set(:@__cf, [m[0], m[1], m[2]]) unless c.frozen?
+        c.instance_variable_set(:@__cf_meta, @__cf_meta.dup) unless c.frozen?
         c
       end
 
@@ -155,11 +160,11 @@ module CompileFarm
         module_eval <<~RUBY, __FILE__, __LINE__ + 1
           def #{name}(...)
             unless frozen?
-              m = @__cf
-              if (r = $cf_reads) && !m[2]
-                r.note(m[0], VALUE)
+              m = @__cf_meta
+              if (r = $cf_reads) && !m.detached
+                r.note(m.path, VALUE)
               end
-              m[2] = true
+              m.detached = true
             end
             super
           end
@@ -184,11 +189,12 @@ module CompileFarm
     # several times faster than extending a fresh hash.
     FACT_TEMPLATE = {}.extend(FactHash)
 
-    # fact_hash returns a recording hash with plain's contents and meta.
+    # fact_hash returns a recording hash with plain's contents and FactMeta
+    # meta.
     def self.fact_hash(plain, meta)
       h = K_CLONE.bind_call(FACT_TEMPLATE)
       H_REPLACE.bind_call(h, plain)
-      h.instance_variable_set(:@__cf, meta)
+      h.instance_variable_set(:@__cf_meta, meta)
       h
     end
 
@@ -197,13 +203,13 @@ module CompileFarm
     # original (same path).
     module ConvertHook
       def convert_Hash(o, scope, undef_value)
-        m = FactHash === o && $cf_reads&.convert_on && o.instance_variable_get(:@__cf)
-        return super unless m && !m[2]
+        m = FactHash === o && $cf_reads&.convert_on && o.instance_variable_get(:@__cf_meta)
+        return super unless m && !m.detached
 
         result = {}
         ic = @inner_converter
         H_EACH_PAIR.bind_call(o) { |k, v| result[ic.convert(k, scope, undef_value)] = ic.convert(v, scope, undef_value) }
-        CompileFarm::Reads.fact_hash(result, [m[0], m[1], false])
+        CompileFarm::Reads.fact_hash(result, FactMeta.new(m.path, m.children, false))
       end
     end
 
@@ -213,9 +219,9 @@ module CompileFarm
     module HashTypeHook
       def instance?(o, guard = nil)
         if FactHash === o && (r = $cf_reads)&.facts_on && @value_type.instance_of?(Puppet::Pops::Types::PAnyType)
-          m = o.instance_variable_get(:@__cf)
-          unless m[2]
-            r.note(m[0], KEYS)
+          m = o.instance_variable_get(:@__cf_meta)
+          unless m.detached
+            r.note(m.path, KEYS)
             return r.suspend { super }
           end
         end

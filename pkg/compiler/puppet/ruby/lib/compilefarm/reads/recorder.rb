@@ -54,11 +54,11 @@ module CompileFarm
         r[path] = old ? (old | bit) : bit
       end
 
-      # child notes a read of key k of the recording hash whose meta is m.
+      # child notes a read of key k of the recording hash whose FactMeta is m.
       def child(m, k, bit)
         return unless k.is_a?(String) # fact keys are strings: any other key is never found
 
-        note(m[1][k] || intern(m[0] + [k]), bit)
+        note(m.children[k] || intern(m.path + [k]), bit)
       end
 
       # intern returns the one path object for a path that is not a fact's.
@@ -67,8 +67,8 @@ module CompileFarm
       end
 
       def whole(o)
-        m = o.instance_variable_get(:@__cf)
-        note(m[0], VALUE) if m && !m[2]
+        m = o.instance_variable_get(:@__cf_meta)
+        note(m.path, VALUE) if m && !m.detached
       end
 
       # top notes a read of the top-scope variable name; bit nil means "its
@@ -80,20 +80,20 @@ module CompileFarm
         note(path, bit || (@top_hash[name] ? HASH : VALUE))
       end
 
-      # shallow notes what iterating the recording hash h (meta m) reveals:
+      # shallow notes what iterating the recording hash h (FactMeta m) reveals:
       # its key set, each value that is not a hash, and that each hash value
       # is a hash (that value is a recording hash, whose own reads record
       # what is done with it).
       def shallow(h, m)
         return if @suspended > 0 || !@iterate_on
 
-        path = m[0]
-        kp = m[1]
+        path = m.path
+        children = m.children
         note(path, KEYS)
         H_EACH_PAIR.bind_call(h) do |k, v|
           next unless k.is_a?(String)
 
-          note(kp[k] || intern(path + [k]), FactHash === v ? HASH : VALUE)
+          note(children[k] || intern(path + [k]), FactHash === v ? HASH : VALUE)
         end
       end
 
@@ -117,22 +117,21 @@ module CompileFarm
       # wrap returns a recording copy of the plain fact hash h at path.
       def wrap(h, path)
         out = {}
-        kp = {}
+        children = {}
         h.each_pair do |k, v|
           if k.is_a?(String)
             cp = (path + [k.frozen? ? k : k.dup.freeze]).freeze
-            kp[k] = cp
+            children[k] = cp
             v = wrap(v, cp) if v.instance_of?(Hash)
           end
           out[k] = v
         end
-        CompileFarm::Reads.fact_hash(out, [path, kp.freeze, false])
+        CompileFarm::Reads.fact_hash(out, FactMeta.new(path, children.freeze, false))
       end
 
       def wrap_root(values)
         root = wrap(values, EMPTY_PATH)
-        kp = root.instance_variable_get(:@__cf)[1]
-        @top_paths = kp
+        @top_paths = root.instance_variable_get(:@__cf_meta).children
         H_EACH_PAIR.bind_call(root) { |k, v| @top_hash[k] = true if FactHash === v }
         root
       end

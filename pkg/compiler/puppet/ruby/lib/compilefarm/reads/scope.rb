@@ -104,13 +104,13 @@ module CompileFarm
     end
 
     # ScopeHash is extended into each hash ToHashHook returns. Its state is
-    # @__cfs, the top scope's variable table, or nil once the hash has
-    # been changed (it then counted as read whole).
+    # @__cf_top, the top scope's own variable table (name => value), or nil
+    # once the hash has been changed (it then counted as read whole).
     module ScopeHash
       # __cf_var notes a read of variable k through this hash: bit nil for
       # its value, PRESENT for whether it is there.
       def __cf_var(k, bit)
-        top = @__cfs
+        top = @__cf_top
         return unless top && (r = $cf_reads) && k.is_a?(String)
         # A key held by a local variable of another value reads nothing.
         return if H_KEYP.bind_call(self, k) && !(top.key?(k) && H_AREF.bind_call(self, k).equal?(top[k]))
@@ -160,7 +160,7 @@ module CompileFarm
         names.each do |name|
           module_eval <<~RUBY, __FILE__, __LINE__ + 1
             def #{name}(...)
-              if @__cfs && (r = $cf_reads)
+              if @__cf_top && (r = $cf_reads)
                 r.note(EMPTY_PATH, #{kind})
               end
               super
@@ -172,12 +172,12 @@ module CompileFarm
       noting(%i[size length empty? keys each_key], :KEYS)
 
       def dup
-        CompileFarm::Reads.scope_hash(super, @__cfs)
+        CompileFarm::Reads.scope_hash(super, @__cf_top)
       end
 
       def clone(...)
         c = super
-        c.instance_variable_set(:@__cfs, @__cfs) unless c.frozen?
+        c.instance_variable_set(:@__cf_top, @__cf_top) unless c.frozen?
         c
       end
 
@@ -185,10 +185,10 @@ module CompileFarm
         module_eval <<~RUBY, __FILE__, __LINE__ + 1
           def #{name}(...)
             unless frozen?
-              if @__cfs && (r = $cf_reads)
+              if @__cf_top && (r = $cf_reads)
                 r.note(EMPTY_PATH, VALUE)
               end
-              @__cfs = nil
+              @__cf_top = nil
             end
             super
           end
@@ -204,7 +204,7 @@ module CompileFarm
     def self.scope_hash(h, top)
       out = K_CLONE.bind_call(SCOPE_TEMPLATE)
       H_REPLACE.bind_call(out, h)
-      out.instance_variable_set(:@__cfs, top)
+      out.instance_variable_set(:@__cf_top, top)
       out
     end
 

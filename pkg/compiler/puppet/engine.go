@@ -1,7 +1,8 @@
 // Package puppet is the compile engine that runs real Ruby Puppet.
 //
-// Each worker is one long-lived Ruby process running the embedded worker.rb:
-// Puppet is loaded once, then the process compiles one catalog at a time,
+// Each worker is one long-lived Ruby process running the embedded Ruby
+// worker (ruby/worker.rb and the files it loads from ruby/lib): Puppet is
+// loaded once, then the process compiles one catalog at a time,
 // the way Puppet Server's catalog endpoint does, and answers with the
 // catalog exactly as Puppet Server sends it to an agent that accepts
 // application/vnd.puppet.rich+json (Puppet::Resource::Catalog#to_data_hash
@@ -14,7 +15,7 @@
 // one snapshot reuse its parsed code and a new snapshot is always read
 // fresh.
 //
-// Every compile records which facts it read (Result.Reads): worker.rb
+// Every compile records which facts it read (Result.Reads): the worker
 // instruments Puppet where facts enter the compiler (the fact hashes, the
 // top scope's variables, templates, 3.x function arguments, Ruby's C-level
 // Hash methods) and reports each read by key path with what it observed;
@@ -50,7 +51,6 @@ package puppet
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,13 +63,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
-
-//go:embed worker.rb
-var workerScript []byte
 
 // Defaults for Options.
 const (
@@ -93,9 +89,11 @@ type Options struct {
 	Workers int
 	// Ruby is the ruby executable. Default "ruby".
 	Ruby string
-	// WorkDir holds worker.rb and one directory per worker with its Puppet
-	// confdir, vardir and codedir. Required; Puppet's system directories
-	// (/etc/puppet, /var/lib/puppet) are never used.
+	// WorkDir holds the worker's Ruby files (in a directory named after
+	// their content, so engines may share a WorkDir) and one directory per
+	// worker with its Puppet confdir, vardir and codedir. Required;
+	// Puppet's system directories (/etc/puppet, /var/lib/puppet) are never
+	// used.
 	WorkDir string
 	// Timeout bounds one compile. Default 2 minutes.
 	Timeout time.Duration
@@ -150,7 +148,7 @@ var _ compiler.Engine = (*Engine)(nil)
 // errClosed is returned by Compile after Close.
 var errClosed = fmt.Errorf("puppet engine is closed: %w", farm.ErrTransient)
 
-// New writes worker.rb to opts.WorkDir and starts opts.Workers workers,
+// New writes the worker's Ruby files to opts.WorkDir and starts opts.Workers workers,
 // returning once all have loaded Puppet. ctx bounds the start-up only.
 func New(ctx context.Context, opts Options) (*Engine, error) {
 	if opts.Workers <= 0 {
@@ -190,9 +188,9 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if err := os.MkdirAll(workDir, 0o750); err != nil {
 		return nil, fmt.Errorf("puppet engine: create WorkDir: %w", err)
 	}
-	script := filepath.Join(workDir, "worker.rb")
-	if err := atomicfile.Write(script, workerScript, 0o644); err != nil {
-		return nil, fmt.Errorf("puppet engine: write worker script: %w", err)
+	script, err := writeWorker(workDir)
+	if err != nil {
+		return nil, fmt.Errorf("puppet engine: write worker files: %w", err)
 	}
 
 	life, stop := context.WithCancel(context.Background())

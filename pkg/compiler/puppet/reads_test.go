@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -409,8 +408,8 @@ func TestWorkerReadValues(t *testing.T) {
 		t.Skip("runs Ruby Puppet; skipped with -short")
 	}
 	dir := t.TempDir()
-	script := filepath.Join(dir, "worker.rb")
-	if err := os.WriteFile(script, workerScript, 0o644); err != nil {
+	script, err := writeWorker(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
 	p, err := startProcess(t.Context(), DefaultRuby, script, dir, nil, startTimeout, testLogger())

@@ -225,6 +225,13 @@ if [ "$scale_run" = 1 ] && [ -n "$SCALE_AWS_SIZES" ]; then
   done
 fi
 
+# The measurement commands' own tests, end-to-end ones included (a herd
+# against a real broker, a small PCP run, scalebench on the emulators):
+# make test runs them with -short only, so they run here, before anything
+# is measured with the commands they check.
+say "testing the measurement commands (go test ./bench/...)"
+go test -count=1 ./bench/... >&2 || { say "go test ./bench/... failed (above): fix the measurement commands before measuring with them"; exit 1; }
+
 waited=0
 busy=$(busy_cores)
 while awk -v b="$busy" 'BEGIN { exit !(b > 0.3) }' && [ "$waited" -lt "$QUIET_WAIT" ]; do

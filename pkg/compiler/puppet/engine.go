@@ -64,6 +64,7 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/internal/atomicfile"
+	"github.com/compilefarm/compilefarm/internal/backoff"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
@@ -459,9 +460,7 @@ func (e *Engine) restart(w *worker) {
 				return
 			}
 			e.log.Error("restart puppet worker", "worker", w.n, "attempt", attempt, "err", err)
-			select {
-			case <-time.After(restartBackoff):
-			case <-e.life.Done():
+			if backoff.Sleep(e.life, restartBackoff) != nil {
 				return
 			}
 		}

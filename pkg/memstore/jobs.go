@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -206,12 +205,8 @@ func (s *Store) ListJobNodes(ctx context.Context, q farm.RunJobNodeQuery) (farm.
 			names = append(names, c)
 		}
 	}
-	sort.Strings(names)
 	var page farm.RunJobNodePage
-	if len(names) > q.PageSize() {
-		names = names[:q.PageSize()]
-		page.Next = names[len(names)-1]
-	}
+	names, page.Next = sortedPage(names, q.PageSize())
 	for _, c := range names {
 		page.Nodes = append(page.Nodes, decode[farm.RunJobNode](js.nodes[q.Job][c]))
 	}

@@ -124,6 +124,17 @@ func decode[T any](b []byte) T {
 	return v
 }
 
+// sortedPage sorts keys and keeps the first size of them: one page of a
+// listing by key, and the cursor of the next page ("" after the last).
+func sortedPage(keys []string, size int) ([]string, string) {
+	sort.Strings(keys)
+	if len(keys) <= size {
+		return keys, ""
+	}
+	keys = keys[:size]
+	return keys, keys[size-1]
+}
+
 // GetNode returns the record of certname.
 func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error) {
 	if err := farm.CheckGetNode(ctx, certname); err != nil {
@@ -153,12 +164,8 @@ func (s *Store) QueryNodes(ctx context.Context, q farm.NodeQuery) (farm.NodePage
 			names = append(names, c)
 		}
 	}
-	sort.Strings(names)
 	var page farm.NodePage
-	if len(names) > q.PageSize() {
-		names = names[:q.PageSize()]
-		page.Next = names[len(names)-1]
-	}
+	names, page.Next = sortedPage(names, q.PageSize())
 	page.Nodes = make([]farm.Node, 0, len(names))
 	for _, c := range names {
 		page.Nodes = append(page.Nodes, s.reports.overlay(decode[farm.Node](s.nodes[c])))

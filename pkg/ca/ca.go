@@ -223,9 +223,7 @@ func start(ctx context.Context, store farm.CAStore, keys farm.CAKeySource, opts 
 }
 
 func (c *CA) init(ctx context.Context, create bool) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	unlock, err := c.store.Lock(ctx)
+	unlock, err := c.lock(ctx)
 	if err != nil {
 		return err
 	}
@@ -367,9 +365,7 @@ func (c *CA) locked(ctx context.Context, fn func() error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	unlock, err := c.store.Lock(ctx)
+	unlock, err := c.lock(ctx)
 	if err != nil {
 		return err
 	}
@@ -378,6 +374,21 @@ func (c *CA) locked(ctx context.Context, fn func() error) error {
 		return err
 	}
 	return fn()
+}
+
+// lock takes the in-process mutex, then the store's lock; the func it
+// returns releases both.
+func (c *CA) lock(ctx context.Context) (func(), error) {
+	c.mu.Lock()
+	unlock, err := c.store.Lock(ctx)
+	if err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	return func() {
+		unlock()
+		c.mu.Unlock()
+	}, nil
 }
 
 // CACertificate returns the CA certificate (PEM).

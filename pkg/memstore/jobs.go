@@ -92,13 +92,11 @@ func (s *Store) GetJob(ctx context.Context, id string) (farm.RunJob, error) {
 		return farm.RunJob{}, err
 	}
 	js := &s.jobs
-	js.mu.RLock()
-	b, ok := js.jobs[id]
-	js.mu.RUnlock()
+	j, ok := lookup[farm.RunJob](&js.mu, js.jobs, id)
 	if !ok {
 		return farm.RunJob{}, fmt.Errorf("get job %s: %w", id, farm.ErrNotFound)
 	}
-	return decode[farm.RunJob](b), nil
+	return j, nil
 }
 
 // UpdateJob runs fn on a copy of job id's record under the store's lock

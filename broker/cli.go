@@ -68,11 +68,7 @@ func runCA(ctx context.Context, args []string) error {
 		"pp_cli_auth (an operator certificate) included; the CA refuses them otherwise")
 	operator := fs.Bool("operator", false, "generate: an operator certificate (pp_cli_auth), for the front door's operator API")
 	out := fs.String("out", ".", "generate: directory for NAME.key.pem, NAME.cert.pem and ca.pem")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	c, done, err := op.client(ctx)
+	pos, c, done, err := op.connect(ctx, fs, args)
 	if err != nil {
 		return err
 	}
@@ -121,11 +117,7 @@ func runCode(ctx context.Context, args []string) error {
 	all := fs.Bool("all", false, "deploy every environment under the broker's --environments, as after a change in its --basemodulepath (global modules): "+
 		"the environments that use the change get new code and recompiles, the others stay as they are")
 	detach := fs.Bool("detach", false, "return once the recompiles are queued instead of following them")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	c, done, err := op.client(ctx)
+	pos, c, done, err := op.connect(ctx, fs, args)
 	if err != nil {
 		return err
 	}

@@ -83,16 +83,7 @@ func runDev(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("dev: unexpected arguments %q", fs.Args())
 	}
-	if err := c.pcp.validate(); err != nil {
-		return fmt.Errorf("dev: %w", err)
-	}
-	if err := c.admission.validate(); err != nil {
-		return fmt.Errorf("dev: %w", err)
-	}
-	if err := c.emf.validate(); err != nil {
-		return fmt.Errorf("dev: %w", err)
-	}
-	if err := checkAdminListen(c.adminListen); err != nil {
+	if err := checkSharedFlags(&c.pcp, &c.admission, &c.emf, c.adminListen); err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
 	log, err := newLogger(c.logLevel)
@@ -100,6 +91,21 @@ func runDev(ctx context.Context, args []string) error {
 		return err
 	}
 	return dev(ctx, c, log)
+}
+
+// checkSharedFlags checks the flags dev and serve share: PCP, admission,
+// EMF and --admin-listen, in that order.
+func checkSharedFlags(pcp *pcpFlags, admission *admissionFlags, emf *emfFlags, adminListen string) error {
+	if err := pcp.validate(); err != nil {
+		return err
+	}
+	if err := admission.validate(); err != nil {
+		return err
+	}
+	if err := emf.validate(); err != nil {
+		return err
+	}
+	return checkAdminListen(adminListen)
 }
 
 func dev(ctx context.Context, c devConfig, log *slog.Logger) error {

@@ -86,6 +86,21 @@ func (o *operatorFlags) with(ctx context.Context, fn func(c *admin.Client) error
 	return fn(c)
 }
 
+// connect parses args as parseInterspersed does and returns the
+// positional arguments, the operator API's client and what to call when
+// done with it.
+func (o *operatorFlags) connect(ctx context.Context, fs *flag.FlagSet, args []string) ([]string, *admin.Client, func(), error) {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, done, err := o.client(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return pos, c, done, nil
+}
+
 // client returns the operator API's client and what to call when done.
 func (o *operatorFlags) client(ctx context.Context) (*admin.Client, func(), error) {
 	switch o.backend {

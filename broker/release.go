@@ -35,11 +35,7 @@ and prints the release status: a canary release in one command.`, false)
 		"every node the release has reached; --all, --no-hold: every node of ENV) and follow the runs")
 	runConcurrency := fs.Int("run-concurrency", jobs.DefaultConcurrency, "with --run: nodes running Puppet at once")
 	runTimeout := fs.Duration("run-timeout", jobs.DefaultTimeout, "with --run: how long one node's run may take")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	c, done, err := op.client(ctx)
+	pos, c, done, err := op.connect(ctx, fs, args)
 	if err != nil {
 		return err
 	}

@@ -83,16 +83,7 @@ func runServe(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := c.pcp.validate(); err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	if err := c.admission.validate(); err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	if err := c.emf.validate(); err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	if err := checkAdminListen(c.adminListen); err != nil {
+	if err := checkSharedFlags(&c.pcp, &c.admission, &c.emf, c.adminListen); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	if c.backend != "aws" {

@@ -59,28 +59,21 @@ type handler struct {
 }
 
 func setup(ctx context.Context, env func(string) string, log *slog.Logger) (*handler, error) {
-	need := func(k string) (string, error) {
-		if v := env(k); v != "" {
-			return v, nil
+	var bucket, nodesTable, indexTable, envTable string
+	for _, v := range []struct {
+		name string
+		into *string
+	}{
+		{"COMPILEFARM_BUCKET", &bucket},
+		{"COMPILEFARM_NODES_TABLE", &nodesTable},
+		{"COMPILEFARM_NODE_INDEX_TABLE", &indexTable},
+		{"COMPILEFARM_ENVIRONMENTS_TABLE", &envTable},
+	} {
+		if *v.into = env(v.name); *v.into == "" {
+			return nil, fmt.Errorf("%s is not set", v.name)
 		}
-		return "", fmt.Errorf("%s is not set", k)
 	}
-	bucket, err := need("COMPILEFARM_BUCKET")
-	if err != nil {
-		return nil, err
-	}
-	nodesTable, err := need("COMPILEFARM_NODES_TABLE")
-	if err != nil {
-		return nil, err
-	}
-	indexTable, err := need("COMPILEFARM_NODE_INDEX_TABLE")
-	if err != nil {
-		return nil, err
-	}
-	envTable, err := need("COMPILEFARM_ENVIRONMENTS_TABLE")
-	if err != nil {
-		return nil, err
-	}
+	var err error
 	maxReceives := 3
 	if v := env("COMPILEFARM_MAX_RECEIVES"); v != "" {
 		if maxReceives, err = strconv.Atoi(v); err != nil || maxReceives < 1 {

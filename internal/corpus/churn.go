@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"strconv"
 	"strings"
@@ -337,12 +338,13 @@ func dig(values map[string]any, path ...string) (map[string]any, bool) {
 	return cur, true
 }
 
+// shallow copies m's top level, into a new map even when m is nil (to
+// which Churn and With then add).
 func shallow(m map[string]any) map[string]any {
-	c := make(map[string]any, len(m))
-	for k, v := range m {
-		c[k] = v
+	if m == nil {
+		return map[string]any{}
 	}
-	return c
+	return maps.Clone(m)
 }
 
 // With returns a copy of values with the fact at path set to value,

@@ -119,29 +119,31 @@ func owner(r *http.Request) string {
 	return "loopback"
 }
 
-// limitParam reads ?limit= (0 when absent).
-func limitParam(r *http.Request) (int, error) {
-	v := r.URL.Query().Get("limit")
-	if v == "" {
-		return 0, nil
+// pageParams reads the page a listing of jobs asks for: ?after= and
+// ?limit= (0 when absent). ok is false when it answered already: the
+// server cannot run jobs, or the limit is not 1 to farm.MaxNodePage.
+func (s *Server) pageParams(w http.ResponseWriter, r *http.Request) (after string, limit int, ok bool) {
+	if s.noBroker(w, nil) {
+		return "", 0, false
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > farm.MaxNodePage {
-		return 0, fmt.Errorf("limit %q: give 1 to %d: %w", v, farm.MaxNodePage, farm.ErrInvalid)
+	q := r.URL.Query()
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > farm.MaxNodePage {
+			reply(w, nil, fmt.Errorf("limit %q: give 1 to %d: %w", v, farm.MaxNodePage, farm.ErrInvalid))
+			return "", 0, false
+		}
+		limit = n
 	}
-	return n, nil
+	return q.Get("after"), limit, true
 }
 
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
-	if s.noBroker(w, nil) {
+	after, limit, ok := s.pageParams(w, r)
+	if !ok {
 		return
 	}
-	limit, err := limitParam(r)
-	if err != nil {
-		reply(w, nil, err)
-		return
-	}
-	page, err := s.Jobs.List(r.Context(), r.URL.Query().Get("after"), limit)
+	page, err := s.Jobs.List(r.Context(), after, limit)
 	if err != nil {
 		reply(w, nil, err)
 		return
@@ -153,15 +155,11 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
-	if s.noBroker(w, nil) {
+	after, limit, ok := s.pageParams(w, r)
+	if !ok {
 		return
 	}
-	limit, err := limitParam(r)
-	if err != nil {
-		reply(w, nil, err)
-		return
-	}
-	job, page, err := s.Jobs.Get(r.Context(), r.PathValue("id"), r.URL.Query().Get("after"), limit)
+	job, page, err := s.Jobs.Get(r.Context(), r.PathValue("id"), after, limit)
 	if err != nil {
 		reply(w, nil, err)
 		return

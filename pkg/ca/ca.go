@@ -37,6 +37,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"math/big"
@@ -222,9 +223,7 @@ func start(ctx context.Context, store farm.CAStore, keys farm.CAKeySource, opts 
 }
 
 func (c *CA) init(ctx context.Context, create bool) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	unlock, err := c.store.Lock(ctx)
+	unlock, err := c.lock(ctx)
 	if err != nil {
 		return err
 	}
@@ -366,9 +365,7 @@ func (c *CA) locked(ctx context.Context, fn func() error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	unlock, err := c.store.Lock(ctx)
+	unlock, err := c.lock(ctx)
 	if err != nil {
 		return err
 	}
@@ -377,6 +374,21 @@ func (c *CA) locked(ctx context.Context, fn func() error) error {
 		return err
 	}
 	return fn()
+}
+
+// lock takes the in-process mutex, then the store's lock; the func it
+// returns releases both.
+func (c *CA) lock(ctx context.Context) (func(), error) {
+	c.mu.Lock()
+	unlock, err := c.store.Lock(ctx)
+	if err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	return func() {
+		unlock()
+		c.mu.Unlock()
+	}, nil
 }
 
 // CACertificate returns the CA certificate (PEM).
@@ -689,12 +701,7 @@ func (c *CA) statuses(ctx context.Context) (map[string]farm.CertStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	for name, data := range signed {
-		cert, err := parseCertPEM(data)
-		if err != nil {
-			c.log.Warn("unreadable certificate in the CA's store", "certname", name, "err", err)
-			continue
-		}
+	for name, cert := range readable(c.log, "certificate", signed, parseCertPEM) {
 		byName[name] = certStatus(name, cert)
 	}
 	servers, err := c.serverCerts(ctx, "")
@@ -717,12 +724,7 @@ func (c *CA) statuses(ctx context.Context) (map[string]farm.CertStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	for name, data := range requests {
-		csr, err := parseCSR(data)
-		if err != nil {
-			c.log.Warn("unreadable certificate request in the CA's store", "certname", name, "err", err)
-			continue
-		}
+	for name, csr := range readable(c.log, "certificate request", requests, parseCSR) {
 		if prev, ok := byName[name]; ok && prev.State == farm.CertSigned {
 			continue // a request left behind by a crash between signing and cleanup
 		}
@@ -734,6 +736,24 @@ func (c *CA) statuses(ctx context.Context) (map[string]farm.CertStatus, error) {
 		}
 	}
 	return byName, nil
+}
+
+// readable yields the entries of a CA store's listing (PEM by certname)
+// that parse reads; the others it logs as unreadable (what names their
+// kind) and skips.
+func readable[T any](log *slog.Logger, what string, entries map[string][]byte, parse func([]byte) (T, error)) iter.Seq2[string, T] {
+	return func(yield func(string, T) bool) {
+		for name, data := range entries {
+			v, err := parse(data)
+			if err != nil {
+				log.Warn("unreadable "+what+" in the CA's store", "certname", name, "err", err)
+				continue
+			}
+			if !yield(name, v) {
+				return
+			}
+		}
+	}
 }
 
 // readCert reads and parses certname's certificate; ErrNotFound when absent.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/internal/atomicfile"
+	"github.com/compilefarm/compilefarm/internal/backoff"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -96,11 +97,9 @@ func (d *DirStore) Lock(ctx context.Context) (func(), error) {
 				d.mu.Unlock()
 			}, nil
 		}
-		select {
-		case <-ctx.Done():
+		if err := backoff.Sleep(ctx, 5*time.Millisecond); err != nil {
 			d.mu.Unlock()
-			return nil, fmt.Errorf("lock CA directory %s (held by another process): %w", d.dir, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
+			return nil, fmt.Errorf("lock CA directory %s (held by another process): %w", d.dir, err)
 		}
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"log/slog"
 	"net"
 	"net/http"
@@ -277,16 +278,8 @@ func (c *CA) bootstrap(ctx context.Context) error {
 func (c *CA) setCA(data []byte) error {
 	var certs []*x509.Certificate
 	var norm []byte
-	for rest := data; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		cert, err := x509.ParseCertificate(block.Bytes)
+	for der := range pemBlocks(data, "CERTIFICATE") {
+		cert, err := x509.ParseCertificate(der)
 		if err != nil {
 			return fmt.Errorf("parse certificate: %w", err)
 		}
@@ -305,6 +298,23 @@ func (c *CA) setCA(data []byte) error {
 	}
 	c.caCerts, c.caPEM, c.pool = certs, norm, pool
 	return nil
+}
+
+// pemBlocks yields the bytes of each PEM block of type typ in data, in
+// order; blocks of other types and text around blocks are skipped.
+func pemBlocks(data []byte, typ string) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		for rest := data; ; {
+			var block *pem.Block
+			block, rest = pem.Decode(rest)
+			if block == nil {
+				return
+			}
+			if block.Type == typ && !yield(block.Bytes) {
+				return
+			}
+		}
+	}
 }
 
 func (c *CA) newClient(conf *tls.Config) *http.Client {

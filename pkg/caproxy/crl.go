@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/big"
@@ -51,16 +50,8 @@ func (st *crlState) conditions() http.Header {
 // signed by a CA certificate this proxy trusts.
 func (c *CA) parseCRL(data []byte) (*crlState, error) {
 	st := &crlState{pem: bytes.Clone(data), numbers: map[string]*big.Int{}, revoked: map[string]struct{}{}}
-	for rest := data; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "X509 CRL" {
-			continue
-		}
-		rl, err := x509.ParseRevocationList(block.Bytes)
+	for der := range pemBlocks(data, "X509 CRL") {
+		rl, err := x509.ParseRevocationList(der)
 		if err != nil {
 			return nil, fmt.Errorf("parse CRL: %w", err)
 		}

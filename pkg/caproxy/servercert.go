@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/internal/atomicfile"
+	"github.com/compilefarm/compilefarm/internal/backoff"
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
@@ -150,13 +151,9 @@ func (c *CA) serverCert(ctx context.Context, certname string, dnsNames []string,
 			c.log.Warn(hint, "certname", certname, "waited", time.Since(started).Round(time.Second))
 			lastRemind = time.Now()
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if err := backoff.Sleep(ctx, delay); err != nil {
 			return tls.Certificate{}, fmt.Errorf("the upstream CA %s has not signed the request (on the CA run: puppetserver ca sign --certname %s): %w",
-				c.upstream, certname, ctx.Err())
-		case <-t.C:
+				c.upstream, certname, err)
 		}
 		delay = min(delay*2, pollMax)
 	}

@@ -303,9 +303,10 @@ func (w *objectWriter) bytes() ([]byte, error) {
 	return w.buf.Bytes(), nil
 }
 
-func nonNil(s []string) []string {
+// nonNil is s, or an empty slice when s is nil: [] in JSON, not null.
+func nonNil[T any](s []T) []T {
 	if s == nil {
-		return []string{}
+		return []T{}
 	}
 	return s
 }
@@ -328,16 +329,8 @@ func (c Catalog) MarshalJSON() ([]byte, error) {
 		w.field("catalog_format", c.Format)
 	}
 	w.field("environment", c.Environment)
-	res := c.Resources
-	if res == nil {
-		res = []Resource{}
-	}
-	w.field("resources", res)
-	edges := c.Edges
-	if edges == nil {
-		edges = []Edge{}
-	}
-	w.field("edges", edges)
+	w.field("resources", nonNil(c.Resources))
+	w.field("edges", nonNil(c.Edges))
 	w.field("classes", nonNil(c.Classes))
 	if len(c.Metadata) > 0 {
 		w.field("metadata", c.Metadata)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+
+	"github.com/compilefarm/compilefarm/internal/canonjson"
 )
 
 // Change kinds in a Diff.
@@ -140,7 +142,7 @@ func paramChanges(a, b map[string]json.RawMessage) map[string][2]json.RawMessage
 		vb, ok := b[k]
 		if !ok {
 			out[k] = [2]json.RawMessage{va, null}
-		} else if !bytes.Equal(canonical(va), canonical(vb)) {
+		} else if !bytes.Equal(canonjson.Of(va), canonjson.Of(vb)) {
 			out[k] = [2]json.RawMessage{va, vb}
 		}
 	}
@@ -149,18 +151,5 @@ func paramChanges(a, b map[string]json.RawMessage) map[string][2]json.RawMessage
 			out[k] = [2]json.RawMessage{null, vb}
 		}
 	}
-	return out
-}
-
-// canonical re-encodes JSON so that key order does not matter; numbers
-// stay as written (1 and 1.0 differ, as they do to Puppet).
-func canonical(b json.RawMessage) []byte {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return b
-	}
-	out, _ := json.Marshal(v)
 	return out
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/compilefarm/compilefarm/internal/backoff"
 	"github.com/compilefarm/compilefarm/pkg/catalog"
 	"github.com/compilefarm/compilefarm/pkg/digestcache"
 	"github.com/compilefarm/compilefarm/pkg/facts"
@@ -97,10 +98,8 @@ func (p *Pool) Run(ctx context.Context, workers int) {
 						return
 					}
 					p.log().Error("receive compile job", "err", err)
-					select {
-					case <-ctx.Done():
+					if backoff.Sleep(ctx, time.Second) != nil {
 						return
-					case <-time.After(time.Second):
 					}
 					continue
 				}

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/compilefarm/compilefarm/pkg/awserr"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -27,9 +25,9 @@ func translate(err error, table string) error {
 			return errLost
 		case "ResourceNotFoundException":
 			return fmt.Errorf("dynamodb table %q does not exist or is not active (the infra stack creates it; EnsureTables in development): %s", table, api.ErrorMessage())
-		case "ProvisionedThroughputExceededException", "RequestLimitExceeded", "ThrottlingException",
-			"Throttling", "LimitExceededException", "InternalServerError", "InternalFailure",
-			"ServiceUnavailable", "ServiceUnavailableException", "TransactionInProgressException":
+		case "ProvisionedThroughputExceededException", "LimitExceededException", "TransactionInProgressException":
+			// DynamoDB's own "try again later"; awserr.Transient has the
+			// codes common to AWS services.
 			return fmt.Errorf("dynamodb: %s: %w", msg, farm.ErrTransient)
 		case "ValidationException", "ItemCollectionSizeLimitExceededException", "SerializationException":
 			return fmt.Errorf("dynamodb refused the request: %s: %w", msg, farm.ErrInvalid)
@@ -40,16 +38,7 @@ func translate(err error, table string) error {
 			return fmt.Errorf("dynamodb: %s: %w", msg, c)
 		}
 	}
-	var status interface{ HTTPStatusCode() int }
-	if errors.As(err, &status) && status.HTTPStatusCode() >= 500 {
-		return fmt.Errorf("dynamodb: %s: %w", msg, farm.ErrTransient)
-	}
-	var (
-		maxAttempts *retry.MaxAttemptsError
-		send        *smithyhttp.RequestSendError
-		netErr      net.Error
-	)
-	if errors.As(err, &maxAttempts) || errors.As(err, &send) || errors.As(err, &netErr) {
+	if awserr.Transient(err) {
 		return fmt.Errorf("dynamodb: %s: %w", msg, farm.ErrTransient)
 	}
 	return fmt.Errorf("dynamodb: %s", msg)

@@ -68,6 +68,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/compilefarm/compilefarm/internal/backoff"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -340,14 +341,7 @@ func (s *Store) pause(ctx context.Context, attempt int, took time.Duration) erro
 			bound = b
 		}
 	}
-	t := time.NewTimer(rand.N(bound) + 1)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return backoff.Sleep(ctx, rand.N(bound)+1)
 }
 
 func envKey(name string) map[string]types.AttributeValue {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"strings"
 
@@ -435,7 +436,7 @@ func without(m map[string]any, path []string) (map[string]any, bool) {
 		if _, ok := m[key]; !ok {
 			return m, false
 		}
-		c := copyMap(m)
+		c := maps.Clone(m)
 		delete(c, key)
 		return c, true
 	}
@@ -450,7 +451,7 @@ func without(m map[string]any, path []string) (map[string]any, bool) {
 			return
 		}
 		if c == nil {
-			c = copyMap(m)
+			c = maps.Clone(m)
 		}
 		c[k] = nsub
 	}
@@ -465,14 +466,6 @@ func without(m map[string]any, path []string) (map[string]any, bool) {
 		return m, false
 	}
 	return c, true
-}
-
-func copyMap(m map[string]any) map[string]any {
-	c := make(map[string]any, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
 }
 
 // Canonical returns deterministic JSON for fact values: keys sorted at every

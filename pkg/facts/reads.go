@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/compilefarm/compilefarm/internal/canonjson"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -124,7 +125,7 @@ func Changes(reads []Read, values map[string]any, limit int) ([]Change, error) {
 		if now.Missing == r.Missing && bytes.Equal(r.Value, now.Value) {
 			continue // the same JSON (as CanonicalReads makes it): no need to re-encode
 		}
-		was, is := canonicalJSON(r.Value), canonicalJSON(now.Value)
+		was, is := canonjson.Of(r.Value), canonjson.Of(now.Value)
 		if now.Missing == r.Missing && bytes.Equal(was, is) {
 			continue
 		}
@@ -147,7 +148,7 @@ func Changes(reads []Read, values map[string]any, limit int) ([]Change, error) {
 // compared with every upload.
 func CanonicalReads(reads []Read) {
 	for i := range reads {
-		reads[i].Value = canonicalJSON(reads[i].Value)
+		reads[i].Value = canonjson.Of(reads[i].Value)
 	}
 }
 
@@ -163,25 +164,6 @@ func boundJSON(b []byte, missing bool) json.RawMessage {
 	}
 	marker, _ := json.Marshal(fmt.Sprintf("(%d bytes of JSON, sha256 %s)", len(b), farm.DigestOf(b)[:12]))
 	return marker
-}
-
-// canonicalJSON re-encodes JSON with sorted keys so that equal values
-// compare equal whatever produced them (Ruby's or Go's encoder).
-func canonicalJSON(b json.RawMessage) []byte {
-	if len(b) == 0 {
-		return nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return b
-	}
-	out, err := json.Marshal(v)
-	if err != nil {
-		return b
-	}
-	return out
 }
 
 // Projection is a digest of what the reads would observe in values (their

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -93,13 +92,11 @@ func (s *Store) GetJob(ctx context.Context, id string) (farm.RunJob, error) {
 		return farm.RunJob{}, err
 	}
 	js := &s.jobs
-	js.mu.RLock()
-	b, ok := js.jobs[id]
-	js.mu.RUnlock()
+	j, ok := lookup[farm.RunJob](&js.mu, js.jobs, id)
 	if !ok {
 		return farm.RunJob{}, fmt.Errorf("get job %s: %w", id, farm.ErrNotFound)
 	}
-	return decode[farm.RunJob](b), nil
+	return j, nil
 }
 
 // UpdateJob runs fn on a copy of job id's record under the store's lock
@@ -206,12 +203,8 @@ func (s *Store) ListJobNodes(ctx context.Context, q farm.RunJobNodeQuery) (farm.
 			names = append(names, c)
 		}
 	}
-	sort.Strings(names)
 	var page farm.RunJobNodePage
-	if len(names) > q.PageSize() {
-		names = names[:q.PageSize()]
-		page.Next = names[len(names)-1]
-	}
+	names, page.Next = sortedPage(names, q.PageSize())
 	for _, c := range names {
 		page.Nodes = append(page.Nodes, decode[farm.RunJobNode](js.nodes[q.Job][c]))
 	}

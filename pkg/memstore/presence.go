@@ -3,7 +3,6 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -93,12 +92,8 @@ func (s *Store) QueryPresence(ctx context.Context, q farm.PresenceQuery) (farm.P
 			uris = append(uris, uri)
 		}
 	}
-	sort.Strings(uris)
 	var page farm.PresencePage
-	if len(uris) > q.PageSize() {
-		uris = uris[:q.PageSize()]
-		page.Next = uris[len(uris)-1]
-	}
+	uris, page.Next = sortedPage(uris, q.PageSize())
 	for _, uri := range uris {
 		page.Records = append(page.Records, ps.byURI[uri])
 	}

@@ -124,18 +124,40 @@ func decode[T any](b []byte) T {
 	return v
 }
 
+// lookup decodes the record at key in m, read under mu; false when m has
+// none.
+func lookup[T any](mu *sync.RWMutex, m map[string][]byte, key string) (T, bool) {
+	mu.RLock()
+	b, ok := m[key]
+	mu.RUnlock()
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	return decode[T](b), true
+}
+
+// sortedPage sorts keys and keeps the first size of them: one page of a
+// listing by key, and the cursor of the next page ("" after the last).
+func sortedPage(keys []string, size int) ([]string, string) {
+	sort.Strings(keys)
+	if len(keys) <= size {
+		return keys, ""
+	}
+	keys = keys[:size]
+	return keys, keys[size-1]
+}
+
 // GetNode returns the record of certname.
 func (s *Store) GetNode(ctx context.Context, certname string) (farm.Node, error) {
 	if err := farm.CheckGetNode(ctx, certname); err != nil {
 		return farm.Node{}, err
 	}
-	s.nodeMu.RLock()
-	b, ok := s.nodes[certname]
-	s.nodeMu.RUnlock()
+	n, ok := lookup[farm.Node](&s.nodeMu, s.nodes, certname)
 	if !ok {
 		return farm.Node{}, fmt.Errorf("get node %s: %w", certname, farm.ErrNotFound)
 	}
-	return s.reports.overlay(decode[farm.Node](b)), nil
+	return s.reports.overlay(n), nil
 }
 
 // QueryNodes answers q from the store's index of entries to certnames. It
@@ -153,12 +175,8 @@ func (s *Store) QueryNodes(ctx context.Context, q farm.NodeQuery) (farm.NodePage
 			names = append(names, c)
 		}
 	}
-	sort.Strings(names)
 	var page farm.NodePage
-	if len(names) > q.PageSize() {
-		names = names[:q.PageSize()]
-		page.Next = names[len(names)-1]
-	}
+	names, page.Next = sortedPage(names, q.PageSize())
 	page.Nodes = make([]farm.Node, 0, len(names))
 	for _, c := range names {
 		page.Nodes = append(page.Nodes, s.reports.overlay(decode[farm.Node](s.nodes[c])))
@@ -219,13 +237,11 @@ func (s *Store) GetEnvironment(ctx context.Context, name string) (farm.Environme
 	if err := farm.CheckGetEnvironment(ctx, name); err != nil {
 		return farm.Environment{}, err
 	}
-	s.envMu.RLock()
-	b, ok := s.envs[name]
-	s.envMu.RUnlock()
+	env, ok := lookup[farm.Environment](&s.envMu, s.envs, name)
 	if !ok {
 		return farm.Environment{}, fmt.Errorf("get environment %s: %w", name, farm.ErrNotFound)
 	}
-	return decode[farm.Environment](b), nil
+	return env, nil
 }
 
 // ListEnvironments returns every environment record, sorted by name.

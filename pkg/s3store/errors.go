@@ -4,32 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/compilefarm/compilefarm/pkg/awserr"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
-// Error codes S3 (or an S3-compatible store) answers with when retrying
-// later may succeed, besides any 5xx or 429 status.
+// transientCodes are the error codes of S3's own (or an S3-compatible
+// store's) that mean retrying later may succeed; awserr.Transient has the
+// ones common to AWS services (SlowDown among them), 5xx and 429 answers
+// and transport failures.
 var transientCodes = map[string]bool{
-	"SlowDown":                   true,
-	"Throttling":                 true,
-	"ThrottlingException":        true,
-	"RequestThrottled":           true,
-	"TooManyRequestsException":   true,
-	"RequestLimitExceeded":       true,
-	"BandwidthLimitExceeded":     true,
-	"RequestTimeout":             true,
-	"RequestTimeoutException":    true,
-	"InternalError":              true,
-	"ServiceUnavailable":         true,
 	"OperationAborted":           true,
 	"ConditionalRequestConflict": true,
 	// The body did not match the checksum or content hash sent with it: the
@@ -92,33 +80,13 @@ func translateAt(where, bucket string, err error) error {
 		return fmt.Errorf("%s: %w: %w", where, farm.ErrTransient, context.DeadlineExceeded)
 	}
 	code := errorCode(err)
-	status := httpStatus(err)
 	switch {
 	case notFoundCodes[code]:
 		return fmt.Errorf("%s: %w", where, farm.ErrNotFound)
 	case code == "NoSuchBucket":
 		return fmt.Errorf("%s: bucket %q does not exist: %s", where, bucket, msg)
-	case transientCodes[code], status >= 500, status == http.StatusTooManyRequests:
-		return fmt.Errorf("%s: %s: %w", where, msg, farm.ErrTransient)
-	case code == "" && isTransportError(err):
+	case transientCodes[code], awserr.Transient(err):
 		return fmt.Errorf("%s: %s: %w", where, msg, farm.ErrTransient)
 	}
 	return fmt.Errorf("%s: %s", where, msg)
-}
-
-// isTransportError reports whether err is a failure to reach the service or
-// to get its whole answer (connection refused or reset, timeouts, a body cut
-// short): the SDK's own list of retryable errors, after it gave up retrying.
-func isTransportError(err error) bool {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		return true // the connection ended in the middle of a body
-	}
-	if retry.IsErrorRetryables(retry.DefaultRetryables).IsErrorRetryable(err) == aws.TrueTernary {
-		return true
-	}
-	return retry.IsErrorTimeouts(retry.DefaultTimeouts).IsErrorTimeout(err) == aws.TrueTernary
 }

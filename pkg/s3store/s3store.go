@@ -66,6 +66,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
+	"github.com/compilefarm/compilefarm/internal/backoff"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -178,7 +179,7 @@ func (s *Store) create(ctx context.Context, key string, body []byte, sum [sha256
 			return true, nil
 		case "ConditionalRequestConflict":
 			if attempt < s.retries {
-				if err := sleep(ctx, time.Duration(attempt+1)*50*time.Millisecond); err != nil {
+				if err := backoff.Sleep(ctx, time.Duration(attempt+1)*50*time.Millisecond); err != nil {
 					return false, err
 				}
 				continue
@@ -243,15 +244,4 @@ func (s *Store) Has(ctx context.Context, space farm.Space, d farm.Digest) (bool,
 		return false, nil
 	}
 	return false, err
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
 
+	"github.com/compilefarm/compilefarm/pkg/awserr"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
@@ -37,7 +36,8 @@ func translate(op string, err error, receipt bool) error {
 func classify(err error, receipt bool) error {
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
-		switch apiCode(ae) {
+		code := apiCode(ae)
+		switch code {
 		case "ReceiptHandleIsInvalid", "MessageNotInflight":
 			return farm.ErrNotFound
 		case "InvalidParameterValue":
@@ -49,22 +49,16 @@ func classify(err error, receipt bool) error {
 			return farm.ErrNotFound
 		case "InvalidMessageContents", "MissingParameter", "InvalidAttributeValue", "InvalidAttributeName", "InvalidIdFormat", "InvalidAddress":
 			return farm.ErrInvalid
-		case "RequestThrottled", "ThrottlingException", "Throttling", "KmsThrottled", "OverLimit",
-			"ServiceUnavailable", "InternalError", "InternalFailure", "RequestTimeout", "RequestTimeoutException":
+		case "KmsThrottled", "OverLimit":
+			// SQS's own "try again later"; awserr has the codes common to
+			// AWS services.
 			return farm.ErrTransient
 		}
-		if ae.ErrorFault() == smithy.FaultServer {
-			return farm.ErrTransient
-		}
-	}
-	var re *awshttp.ResponseError
-	if errors.As(err, &re) {
-		if s := re.HTTPStatusCode(); s >= 500 || s == 429 {
-			return farm.ErrTransient
+		if awserr.TransientCode(code) {
+			return farm.ErrTransient // one with the AWS.SimpleQueueService. prefix
 		}
 	}
-	var ne net.Error
-	if errors.As(err, &ne) {
+	if awserr.Transient(err) {
 		return farm.ErrTransient
 	}
 	return nil

@@ -63,6 +63,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/compilefarm/compilefarm/internal/backoff"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
@@ -457,9 +458,7 @@ func (e *Engine) restart(w *worker) {
 				return
 			}
 			e.log.Error("restart puppet worker", "worker", w.n, "attempt", attempt, "err", err)
-			select {
-			case <-time.After(restartBackoff):
-			case <-e.life.Done():
+			if backoff.Sleep(e.life, restartBackoff) != nil {
 				return
 			}
 		}

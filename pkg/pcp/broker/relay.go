@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/compilefarm/compilefarm/internal/backoff"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/pcp/message"
 )
@@ -66,10 +67,7 @@ func (b *Broker) receiveInbox(ctx context.Context) {
 			}
 			b.st.errors.Add(1)
 			b.log.Warn("pcp: receiving from this task's inbox failed; retrying in 1s", "task", b.o.Name, "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+			_ = backoff.Sleep(ctx, time.Second) // the loop ends with ctx
 			continue
 		}
 		for _, raw := range msgs {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/compilefarm/compilefarm/internal/backoff"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/pcp/message"
 )
@@ -427,12 +428,8 @@ func (r *Runner) reportLink(ctx context.Context, log *slog.Logger, node, uuid st
 		if try >= r.reportTries {
 			break
 		}
-		t := time.NewTimer(r.reportPause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if backoff.Sleep(ctx, r.reportPause) != nil {
 			return ""
-		case <-t.C:
 		}
 	}
 	if lastErr != nil {

@@ -145,14 +145,8 @@ func decodeEnvelopeV1(text []byte) (*Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Message{}
-	if m.ID, err = o.str("id", true); err != nil {
-		return nil, err
-	}
-	if m.ID == "" {
-		return nil, o.errorf("the field \"id\" is empty")
-	}
-	if m.MessageType, err = o.str("message_type", true); err != nil {
+	m, err := decodeCommon(o)
+	if err != nil {
 		return nil, err
 	}
 	if m.Targets, err = o.uris("targets"); err != nil {
@@ -238,6 +232,23 @@ func (c Codec) AppendV1(dst []byte, m *Message) ([]byte, error) {
 		return nil, err
 	}
 	return dst, nil
+}
+
+// decodeCommon reads the fields both versions have first: id, a string
+// that is not empty, and message_type, a string.
+func decodeCommon(o object) (*Message, error) {
+	m := &Message{}
+	var err error
+	if m.ID, err = o.str("id", true); err != nil {
+		return nil, err
+	}
+	if m.ID == "" {
+		return nil, o.errorf("the field \"id\" is empty")
+	}
+	if m.MessageType, err = o.str("message_type", true); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // checkCommon refuses what both versions' decoders refuse.

@@ -25,14 +25,8 @@ func (c Codec) DecodeV2(b []byte) (*Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Message{}
-	if m.ID, err = o.str("id", true); err != nil {
-		return nil, err
-	}
-	if m.ID == "" {
-		return nil, o.errorf("the field \"id\" is empty")
-	}
-	if m.MessageType, err = o.str("message_type", true); err != nil {
+	m, err := decodeCommon(o)
+	if err != nil {
 		return nil, err
 	}
 	_, hasTarget := o.fields["target"]

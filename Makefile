@@ -37,11 +37,12 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
 # The whole suite: unit tests, contract suites, and the end-to-end tests in
-# test/ that drive a real puppet agent against a real broker; then the CDK
-# app's tests and a synth (infra/; these need node, and fail without it).
+# test/ that drive a real puppet agent against a real broker; then the fuzz
+# targets, the CDK app's tests and a synth (infra/; these need node, and fail
+# without it). scripts/test.sh runs them and ends with the ten slowest
+# packages; TEST_P test binaries run at a time (default 6).
 test: deps emulators pcp-clients fmt-check vet
-	$(GO) test -count=1 -timeout 20m ./...
-	$(MAKE) fuzz infra-test synth
+	scripts/test.sh
 
 # A bounded run of each fuzz target (the seed corpus in testdata runs in
 # every `go test`): the PCP decoders face bytes from any client.
@@ -98,10 +99,10 @@ localstack-down: ; localstack/run.sh down
 unit:
 	$(GO) test -short ./...
 
-e2e: deps
-	$(GO) test -count=1 -timeout 20m -v ./test/...
+e2e: deps emulators pcp-clients
+	$(GO) test -count=1 -timeout 20m -p 6 -v ./test/...
 
-bench: deps build
+bench: deps emulators build
 	bench/run.sh
 
 clean:

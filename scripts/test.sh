@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# `make test`'s runner, once the installs, gofmt and go vet have passed:
+#
+#  1. go test -count=1 over every package, with the end-to-end packages
+#     (test/...) first so that they start at once and run side by side with
+#     the rest (TEST_P test binaries at a time, default 6: they mostly wait
+#     on Ruby, agents and emulators, not on the CPU). bench/ runs with -short:
+#     the measurement commands' own end-to-end runs (a herd against a real
+#     broker, a PCP run, scalebench on the emulators) are part of
+#     `make bench`, which runs them before it measures;
+#  2. make fuzz, infra-test and synth.
+#
+# It stops at the first phase that fails, and always ends with the ten
+# slowest packages of step 1 and the time of each phase, so that a slow
+# newcomer shows at once. TEST_LOG (default .tools/test.log) keeps step 1's
+# output, and TEST_LOG.cpu each package's CPU seconds; TEST_TIMEOUT
+# (default 20m) is go test's -timeout.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+P=${TEST_P:-6}
+TIMEOUT=${TEST_TIMEOUT:-20m}
+LOG=${TEST_LOG:-.tools/test.log}
+case $LOG in /*) ;; *) LOG=$PWD/$LOG ;; esac
+CPU_LOG=$LOG.cpu
+mkdir -p "$(dirname "$LOG")"
+: >"$LOG"
+: >"$CPU_LOG"
+export TEST_CPU_LOG=$CPU_LOG
+phases=()
+
+# table prints the ten slowest packages of step 1 (wall time, and the CPU
+# time of the test binary and its children: scripts/testexec.sh) and the
+# phases' times.
+table() {
+	echo
+	echo "make test: the ten slowest packages (go test; CPU: the test binary and what it started)"
+	awk -F'\t' -v root="$PWD/" -v mod="$($GO list -m)/" '
+		FILENAME == ARGV[1] { d = $1; sub(root, "", d); cpu[mod d] = $2; next }
+		($1 ~ /^(ok|FAIL) *$/) && $3 ~ /^[0-9.]+s$/ {
+			sub(/s$/, "", $3); printf "%8.1f s wall %8s s CPU  %-4s %s\n", $3, (($2 in cpu) ? cpu[$2] : "?"), $1, $2 }' "$CPU_LOG" "$LOG" |
+		sort -rn | head -10
+	awk -F'\t' '{ s += $2 } END { printf "all test binaries: %.0f s of CPU\n", s }' "$CPU_LOG"
+	echo "make test: phases"
+	for p in "${phases[@]}"; do echo "  $p"; done
+}
+trap table EXIT
+
+# phase runs a phase and records its time; a failing phase ends the run.
+phase() {
+	local name=$1 start rc
+	shift
+	start=$(date +%s)
+	"$@"
+	rc=$?
+	phases+=("$(printf '%6d s  %s%s' $(($(date +%s) - start)) "$name" "$([ $rc -eq 0 ] || echo "  FAILED (exit $rc)")")")
+	if [ $rc -ne 0 ]; then
+		echo "make test: $name failed (exit $rc); its output is above (go test's is also in $LOG)" >&2
+		exit $rc
+	fi
+}
+
+gotest() {
+	local pkgs
+	pkgs=$($GO list ./... | grep -v -e '/bench/' -e '/bench$') || return 1
+	# test/... first: the longest packages start at once.
+	# shellcheck disable=SC2046 # one word per package
+	{
+		$GO test -count=1 -p "$P" -timeout "$TIMEOUT" -exec "$PWD/scripts/testexec.sh" \
+			$(echo "$pkgs" | grep '/test/') $(echo "$pkgs" | grep -v '/test/') &&
+			$GO test -count=1 -short -exec "$PWD/scripts/testexec.sh" ./bench/...
+	} 2>&1 | tee -a "$LOG"
+}
+
+phase "go test ./... (bench/ -short)" gotest
+phase "make fuzz" make --no-print-directory fuzz
+phase "make infra-test" make --no-print-directory infra-test
+phase "make synth" make --no-print-directory synth

@@ -7,47 +7,17 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"syscall"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/compilefarm/compilefarm/pkg/awserr"
+	"github.com/compilefarm/compilefarm/pkg/awserr/awserrtest"
 )
-
-// answer builds the error an SDK client returns for an HTTP answer with
-// status whose body said api (nil: no error code).
-func answer(status int, api error) error {
-	if api == nil {
-		api = errors.New("http error")
-	}
-	return &smithy.OperationError{
-		ServiceID:     "DynamoDB",
-		OperationName: "GetItem",
-		Err: &awshttp.ResponseError{
-			ResponseError: &smithyhttp.ResponseError{
-				Response: &smithyhttp.Response{Response: &http.Response{StatusCode: status}},
-				Err:      api,
-			},
-			RequestID: "req-1",
-		},
-	}
-}
-
-func code(c string) error {
-	return &smithy.GenericAPIError{Code: c, Message: c + " message"}
-}
-
-// notSent is the error of a request the SDK could not send.
-func notSent(err error) error {
-	return &smithy.OperationError{ServiceID: "SQS", OperationName: "SendMessage", Err: &smithyhttp.RequestSendError{Err: err}}
-}
 
 func TestTransient(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: &net.OpError{Op: "connect", Err: syscall.ECONNREFUSED}}
@@ -57,46 +27,46 @@ func TestTransient(t *testing.T) {
 		want bool
 	}{
 		// Codes common to AWS services, whatever the status.
-		{"Throttling", answer(400, code("Throttling")), true},
-		{"ThrottlingException", answer(400, code("ThrottlingException")), true},
-		{"RequestThrottled", answer(403, code("RequestThrottled")), true},
-		{"TooManyRequestsException", answer(400, code("TooManyRequestsException")), true},
-		{"RequestLimitExceeded", answer(400, code("RequestLimitExceeded")), true},
-		{"BandwidthLimitExceeded", answer(400, code("BandwidthLimitExceeded")), true},
-		{"SlowDown", answer(503, code("SlowDown")), true},
-		{"RequestTimeout", answer(400, code("RequestTimeout")), true},
-		{"RequestTimeoutException", answer(400, code("RequestTimeoutException")), true},
-		{"InternalError", answer(500, code("InternalError")), true},
-		{"InternalFailure", answer(500, code("InternalFailure")), true},
-		{"InternalServerError", answer(500, code("InternalServerError")), true},
-		{"ServiceUnavailable", answer(503, code("ServiceUnavailable")), true},
-		{"ServiceUnavailableException", answer(503, code("ServiceUnavailableException")), true},
+		{"Throttling", awserrtest.Answer(400, awserrtest.Code("Throttling")), true},
+		{"ThrottlingException", awserrtest.Answer(400, awserrtest.Code("ThrottlingException")), true},
+		{"RequestThrottled", awserrtest.Answer(403, awserrtest.Code("RequestThrottled")), true},
+		{"TooManyRequestsException", awserrtest.Answer(400, awserrtest.Code("TooManyRequestsException")), true},
+		{"RequestLimitExceeded", awserrtest.Answer(400, awserrtest.Code("RequestLimitExceeded")), true},
+		{"BandwidthLimitExceeded", awserrtest.Answer(400, awserrtest.Code("BandwidthLimitExceeded")), true},
+		{"SlowDown", awserrtest.Answer(503, awserrtest.Code("SlowDown")), true},
+		{"RequestTimeout", awserrtest.Answer(400, awserrtest.Code("RequestTimeout")), true},
+		{"RequestTimeoutException", awserrtest.Answer(400, awserrtest.Code("RequestTimeoutException")), true},
+		{"InternalError", awserrtest.Answer(500, awserrtest.Code("InternalError")), true},
+		{"InternalFailure", awserrtest.Answer(500, awserrtest.Code("InternalFailure")), true},
+		{"InternalServerError", awserrtest.Answer(500, awserrtest.Code("InternalServerError")), true},
+		{"ServiceUnavailable", awserrtest.Answer(503, awserrtest.Code("ServiceUnavailable")), true},
+		{"ServiceUnavailableException", awserrtest.Answer(503, awserrtest.Code("ServiceUnavailableException")), true},
 		// A service's own codes are its driver's to list.
-		{"DynamoDB's ProvisionedThroughputExceededException", answer(400, code("ProvisionedThroughputExceededException")), false},
-		{"SQS's KmsThrottled", answer(400, code("KmsThrottled")), false},
-		{"S3's BadDigest", answer(400, code("BadDigest")), false},
+		{"DynamoDB's ProvisionedThroughputExceededException", awserrtest.Answer(400, awserrtest.Code("ProvisionedThroughputExceededException")), false},
+		{"SQS's KmsThrottled", awserrtest.Answer(400, awserrtest.Code("KmsThrottled")), false},
+		{"S3's BadDigest", awserrtest.Answer(400, awserrtest.Code("BadDigest")), false},
 		// Answers that retrying does not change.
-		{"AccessDenied", answer(403, code("AccessDenied")), false},
-		{"ValidationException", answer(400, code("ValidationException")), false},
-		{"bare 404", answer(404, nil), false},
-		{"bare 400", answer(400, nil), false},
+		{"AccessDenied", awserrtest.Answer(403, awserrtest.Code("AccessDenied")), false},
+		{"ValidationException", awserrtest.Answer(400, awserrtest.Code("ValidationException")), false},
+		{"bare 404", awserrtest.Answer(404, nil), false},
+		{"bare 400", awserrtest.Answer(400, nil), false},
 		// The service says the fault is its own.
-		{"server fault", answer(400, &smithy.GenericAPIError{Code: "SomethingNew", Fault: smithy.FaultServer}), true},
-		{"client fault", answer(400, &smithy.GenericAPIError{Code: "SomethingNew", Fault: smithy.FaultClient}), false},
+		{"server fault", awserrtest.Answer(400, &smithy.GenericAPIError{Code: "SomethingNew", Fault: smithy.FaultServer}), true},
+		{"client fault", awserrtest.Answer(400, &smithy.GenericAPIError{Code: "SomethingNew", Fault: smithy.FaultClient}), false},
 		// The status alone.
-		{"bare 500", answer(500, nil), true},
-		{"bare 502", answer(502, nil), true},
-		{"bare 503", answer(503, nil), true},
-		{"429", answer(429, nil), true},
-		{"5xx with an unknown code", answer(500, code("SomethingNew")), true},
+		{"bare 500", awserrtest.Answer(500, nil), true},
+		{"bare 502", awserrtest.Answer(502, nil), true},
+		{"bare 503", awserrtest.Answer(503, nil), true},
+		{"429", awserrtest.Answer(429, nil), true},
+		{"5xx with an unknown code", awserrtest.Answer(500, awserrtest.Code("SomethingNew")), true},
 		// The SDK retried and gave up.
-		{"retries exhausted", &retry.MaxAttemptsError{Attempt: 3, Err: answer(400, code("PriorRequestNotComplete"))}, true},
+		{"retries exhausted", &retry.MaxAttemptsError{Attempt: 3, Err: awserrtest.Answer(400, awserrtest.Code("PriorRequestNotComplete"))}, true},
 		// Transport: the request never got a whole answer.
-		{"connection refused", notSent(refused), true},
-		{"certificate not trusted", notSent(&url.Error{Op: "Post", URL: "https://127.0.0.1:1", Err: x509.UnknownAuthorityError{}}), true},
+		{"connection refused", awserrtest.NotSent(refused), true},
+		{"certificate not trusted", awserrtest.NotSent(&url.Error{Op: "Post", URL: "https://127.0.0.1:1", Err: x509.UnknownAuthorityError{}}), true},
 		{"network error", refused, true},
 		{"connection reset", fmt.Errorf("read: %w", syscall.ECONNRESET), true},
-		{"body cut short", answer(200, &smithy.DeserializationError{Err: fmt.Errorf("read body: %w", io.ErrUnexpectedEOF)}), true},
+		{"body cut short", awserrtest.Answer(200, &smithy.DeserializationError{Err: fmt.Errorf("read body: %w", io.ErrUnexpectedEOF)}), true},
 		{"deadline (a timeout)", fmt.Errorf("op: %w", context.DeadlineExceeded), true},
 		// Neither.
 		{"canceled", &aws.RequestCanceledError{Err: context.Canceled}, false},

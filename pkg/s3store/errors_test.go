@@ -6,43 +6,19 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/compilefarm/compilefarm/pkg/awserr/awserrtest"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
-
-// sdkError builds the error the S3 client returns for an HTTP answer with
-// status and (optionally) an S3 error code.
-func sdkError(status int, api error) error {
-	if api == nil {
-		api = errors.New("http error")
-	}
-	return &smithy.OperationError{
-		ServiceID:     "S3",
-		OperationName: "GetObject",
-		Err: &awshttp.ResponseError{
-			ResponseError: &smithyhttp.ResponseError{
-				Response: &smithyhttp.Response{Response: &http.Response{StatusCode: status}},
-				Err:      api,
-			},
-			RequestID: "req-1",
-		},
-	}
-}
-
-func apiErr(code string) error {
-	return &smithy.GenericAPIError{Code: code, Message: code + " message"}
-}
 
 func TestTranslate(t *testing.T) {
 	var none error // no domain kind
@@ -52,23 +28,23 @@ func TestTranslate(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"NoSuchKey", sdkError(404, &types.NoSuchKey{Message: aws.String("gone")}), farm.ErrNotFound},
-		{"HEAD 404 without body", sdkError(404, &types.NotFound{}), farm.ErrNotFound},
-		{"bare 404", sdkError(404, nil), farm.ErrNotFound},
-		{"NoSuchBucket", sdkError(404, apiErr("NoSuchBucket")), none},
-		{"AccessDenied", sdkError(403, apiErr("AccessDenied")), none},
-		{"SlowDown", sdkError(503, apiErr("SlowDown")), farm.ErrTransient},
-		{"InternalError", sdkError(500, apiErr("InternalError")), farm.ErrTransient},
-		{"bare 502", sdkError(502, nil), farm.ErrTransient},
-		{"429", sdkError(429, nil), farm.ErrTransient},
-		{"RequestTimeout", sdkError(400, apiErr("RequestTimeout")), farm.ErrTransient},
-		{"BadDigest", sdkError(400, apiErr("BadDigest")), farm.ErrTransient},
-		{"retries exhausted on throttling", &retry.MaxAttemptsError{Attempt: 3, Err: sdkError(503, apiErr("SlowDown"))}, farm.ErrTransient},
+		{"NoSuchKey", awserrtest.Answer(404, &types.NoSuchKey{Message: aws.String("gone")}), farm.ErrNotFound},
+		{"HEAD 404 without body", awserrtest.Answer(404, &types.NotFound{}), farm.ErrNotFound},
+		{"bare 404", awserrtest.Answer(404, nil), farm.ErrNotFound},
+		{"NoSuchBucket", awserrtest.Answer(404, awserrtest.Code("NoSuchBucket")), none},
+		{"AccessDenied", awserrtest.Answer(403, awserrtest.Code("AccessDenied")), none},
+		{"SlowDown", awserrtest.Answer(503, awserrtest.Code("SlowDown")), farm.ErrTransient},
+		{"InternalError", awserrtest.Answer(500, awserrtest.Code("InternalError")), farm.ErrTransient},
+		{"bare 502", awserrtest.Answer(502, nil), farm.ErrTransient},
+		{"429", awserrtest.Answer(429, nil), farm.ErrTransient},
+		{"RequestTimeout", awserrtest.Answer(400, awserrtest.Code("RequestTimeout")), farm.ErrTransient},
+		{"BadDigest", awserrtest.Answer(400, awserrtest.Code("BadDigest")), farm.ErrTransient},
+		{"retries exhausted on throttling", &retry.MaxAttemptsError{Attempt: 3, Err: awserrtest.Answer(503, awserrtest.Code("SlowDown"))}, farm.ErrTransient},
 		{"connection refused", &smithy.OperationError{ServiceID: "S3", OperationName: "PutObject", Err: &smithyhttp.RequestSendError{Err: connRefused}}, farm.ErrTransient},
 		{"body cut short", fmt.Errorf("read body: %w", io.ErrUnexpectedEOF), farm.ErrTransient},
 		{"deadline", fmt.Errorf("op: %w", context.DeadlineExceeded), farm.ErrTransient},
 		{"canceled", &aws.RequestCanceledError{Err: context.Canceled}, context.Canceled},
-		{"InvalidBucketName", sdkError(400, apiErr("InvalidBucketName")), none},
+		{"InvalidBucketName", awserrtest.Answer(400, awserrtest.Code("InvalidBucketName")), none},
 	}
 	kinds := []error{farm.ErrNotFound, farm.ErrTransient, farm.ErrInvalid, farm.ErrConflict, context.Canceled}
 	for _, tt := range tests {

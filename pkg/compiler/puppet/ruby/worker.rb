@@ -386,27 +386,21 @@ module CompileFarm
   end
 end
 
+# setup_step runs one step of the worker's set-up. When it fails the worker
+# logs what failed and why (with where, unless the error is an operator's to
+# act on: a wrong eyaml key says all there is to say) and exits 4, before it
+# ever says ready.
+def setup_step(what, backtrace: true)
+  yield
+rescue Exception => e # rubocop:disable Lint/RescueException
+  log_json(:err, "puppet worker: #{what}: #{e.class}: #{e.message}", backtrace ? { 'backtrace' => e.backtrace&.first(10) } : {})
+  exit 4
+end
+
 worker = CompileFarm::Worker.new(workdir)
-begin
-  worker.setup
-rescue Exception => e # rubocop:disable Lint/RescueException
-  log_json(:err, "puppet worker setup failed: #{e.class}: #{e.message}", 'backtrace' => e.backtrace&.first(10))
-  exit 4
-end
-
-begin
-  CompileFarm::Reads.install(disabled_hooks)
-rescue Exception => e # rubocop:disable Lint/RescueException
-  log_json(:err, "puppet worker: cannot install fact-read recording: #{e.class}: #{e.message}", 'backtrace' => e.backtrace&.first(10))
-  exit 4
-end
-
-begin
-  CompileFarm::Eyaml.install(eyaml_keys)
-rescue Exception => e # rubocop:disable Lint/RescueException
-  log_json(:err, "puppet worker: cannot set up encrypted Hiera data: #{e.class}: #{e.message}")
-  exit 4
-end
+setup_step('setup failed') { worker.setup }
+setup_step('cannot install fact-read recording') { CompileFarm::Reads.install(disabled_hooks) }
+setup_step('cannot set up encrypted Hiera data', backtrace: false) { CompileFarm::Eyaml.install(eyaml_keys) }
 
 emit({ 'ready' => true, 'puppet_version' => Puppet.version.to_s, 'ruby_version' => RUBY_VERSION, 'pid' => Process.pid,
        'recording' => CompileFarm::Reads.recording?, 'hooks' => CompileFarm::Reads.enabled })

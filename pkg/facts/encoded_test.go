@@ -268,7 +268,7 @@ func FuzzDecodeOnlyEncoded(f *testing.F) {
 // BenchmarkDecodeOnlyEncoded: the recorded facts, from their encoded form
 // to the facts the benchmark environment's catalog reads.
 func BenchmarkDecodeOnlyEncoded(b *testing.B) {
-	raw, ok := RawFormParam(recordedForm(b), "facts")
+	raw, ok := rawFormParam(recordedForm(b), "facts")
 	if !ok {
 		b.Fatal("no facts in the recorded form")
 	}

@@ -188,10 +188,25 @@ type CatalogRequest struct {
 	StaticCatalog   bool
 }
 
-// RawFormParam returns the still-encoded value of the first key parameter
-// of a form body (such as the catalog request's "environment", to
-// url.QueryUnescape) without parsing the rest of the form.
-func RawFormParam(body []byte, key string) ([]byte, bool) {
+// FormValue returns the value of the first key parameter of a form body
+// (such as a catalog request's "environment"), unescaped, without parsing
+// the rest of the form: "" when it has none or its value is not
+// URL-encoded.
+func FormValue(body []byte, key string) string {
+	raw, ok := rawFormParam(body, key)
+	if !ok {
+		return ""
+	}
+	v, err := url.QueryUnescape(string(raw))
+	if err != nil {
+		return ""
+	}
+	return v
+}
+
+// rawFormParam returns the still-encoded value of the first key parameter
+// of a form body.
+func rawFormParam(body []byte, key string) ([]byte, bool) {
 	start, end, ok := formParam(body, key)
 	return body[start:end], ok
 }

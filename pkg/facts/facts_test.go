@@ -45,12 +45,12 @@ func TestParseCatalogFormGolden(t *testing.T) {
 	if !reflect.DeepEqual(g, w) {
 		t.Errorf("decoded facts differ from the recorded decoded.json")
 	}
-	rawParam, ok := RawFormParam(body, "facts")
+	rawParam, ok := rawFormParam(body, "facts")
 	if !ok || len(rawParam) == 0 {
-		t.Fatalf("RawFormParam(facts) found nothing")
+		t.Fatalf("rawFormParam(facts) found nothing")
 	}
-	if env, ok := RawFormParam(body, "environment"); !ok || string(env) != "production" {
-		t.Errorf("RawFormParam(environment) = %q, %v", env, ok)
+	if env, ok := rawFormParam(body, "environment"); !ok || string(env) != "production" {
+		t.Errorf("rawFormParam(environment) = %q, %v", env, ok)
 	}
 }
 
@@ -149,7 +149,7 @@ func BenchmarkRawDigest(b *testing.B) {
 	body, _ := os.ReadFile("../../testdata/puppet-protocol/catalog-request-agent1.form-urlencoded.txt")
 	b.SetBytes(int64(len(body)))
 	for i := 0; i < b.N; i++ {
-		raw, _ := RawFormParam(body, "facts")
+		raw, _ := rawFormParam(body, "facts")
 		farm.DigestOf(raw)
 	}
 }
@@ -162,5 +162,22 @@ func BenchmarkFullDecode(b *testing.B) {
 		req, _ := ParseCatalogForm(body)
 		doc, _ := Decode("agent1.example.test", req.Facts)
 		f.RelevantDigest(doc.Values)
+	}
+}
+
+func TestFormValue(t *testing.T) {
+	for _, c := range []struct {
+		body, key, want string
+	}{
+		{"environment=production&facts=x", "environment", "production"},
+		{"facts=x&environment=dev%2Dtest", "environment", "dev-test"},
+		{"facts=x", "environment", ""},
+		{"environments=a&environment=b", "environment", "b"},
+		{"environment=%zz", "environment", ""},
+		{"", "environment", ""},
+	} {
+		if got := FormValue([]byte(c.body), c.key); got != c.want {
+			t.Errorf("FormValue(%q, %q) = %q, want %q", c.body, c.key, got, c.want)
+		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -30,7 +29,7 @@ func (s *Server) postCatalog(w http.ResponseWriter, r *http.Request) {
 	defer recycleBody(buf, body)
 	env := r.URL.Query().Get("environment")
 	if env == "" {
-		env = formValue(body, "environment")
+		env = facts.FormValue(body, "environment")
 	}
 	up, ok := facts.CatalogForm(body)
 	if !ok {
@@ -72,19 +71,6 @@ func (s *Server) serveStored(w http.ResponseWriter, r *http.Request, name, env s
 		return
 	}
 	s.serveCatalog(w, r, n)
-}
-
-// formValue returns one parameter of a form body without parsing the rest.
-func formValue(body []byte, key string) string {
-	raw, ok := facts.RawFormParam(body, key)
-	if !ok {
-		return ""
-	}
-	v, err := url.QueryUnescape(string(raw))
-	if err != nil {
-		return ""
-	}
-	return v
 }
 
 // serveCatalog applies the serving rule: a current catalog at once; a

@@ -70,14 +70,6 @@ func TestRunSmall(t *testing.T) {
 	}
 }
 
-func TestThousands(t *testing.T) {
-	for in, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 10000: "10,000", 1234567: "1,234,567", -1500: "-1,500"} {
-		if got := thousands(in); got != want {
-			t.Errorf("thousands(%d) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestEchoResponse(t *testing.T) {
 	req := newEchoRequestForTest(t)
 	resp, err := echoResponse(req, "pcp://agent-1.test/agent")

@@ -5,15 +5,16 @@ import (
 	"io"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
+
+	"github.com/compilefarm/compilefarm/bench/internal/numfmt"
 )
 
 // writeMarkdown writes the run as docs/benchmarks.md's section "PCP
 // broker: N connections".
 func (r *result) writeMarkdown(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
-	p("## PCP broker: %s connections", thousands(int64(r.Conns)))
+	p("## PCP broker: %s connections", numfmt.Int(int64(r.Conns)))
 	p("")
 	tlsv := r.TLSVersion
 	if tlsv == "" || strings.HasPrefix(tlsv, "0x") {
@@ -34,7 +35,7 @@ func (r *result) writeMarkdown(w io.Writer) {
 		"so a round trip is two messages the broker routes. Then the broker gets %s a new one starts on the "+
 		"same address; the agents reconnect with pxp-agent's backoff (200 ms after the close, then 2 s, 4 s, "+
 		"… 32 s between tries, ±0.5 s; each try bounded by pxp-agent's 5 s connection and 15 s association "+
-		"timeouts).", thousands(int64(r.Conns)), tlsv, r.DialAtOnce, r.Controllers, r.Inflight, r.Duration, restart)
+		"timeouts).", numfmt.Int(int64(r.Conns)), tlsv, r.DialAtOnce, r.Controllers, r.Inflight, r.Duration, restart)
 	para("Memory is the broker's VmRSS, its Go heap in use after a collection and its goroutine stacks; " +
 		"CPU is user + system time from /proc. The driver's agents share the machine's CPUs with the broker, " +
 		"and their side of each TLS handshake costs about as much as the broker's: real agents bring their " +
@@ -46,12 +47,12 @@ func (r *result) writeMarkdown(w io.Writer) {
 	n := float64(r.Conns)
 	p("| | |")
 	p("|:--|--:|")
-	p("| connections, each with its own certificate | %s |", thousands(int64(r.Conns)))
+	p("| connections, each with its own certificate | %s |", numfmt.Int(int64(r.Conns)))
 	if r.Associated >= r.Conns {
 		p("| time to associate all | %s (%s tries, %s failed) |", secs(r.Associate.Wall.Seconds()),
-			thousands(r.AssocAttempts), thousands(r.AssocFailures))
+			numfmt.Int(r.AssocAttempts), numfmt.Int(r.AssocFailures))
 	} else {
-		p("| time to associate all | not reached: %s of %s |", thousands(int64(r.Associated)), thousands(int64(r.Conns)))
+		p("| time to associate all | not reached: %s of %s |", numfmt.Int(int64(r.Associated)), numfmt.Int(int64(r.Conns)))
 	}
 	if r.After.RSS > 0 {
 		p("| broker RSS, before → with all connections | %s → %s |", mib(r.Before.RSS), mib(r.After.RSS))
@@ -59,20 +60,20 @@ func (r *result) writeMarkdown(w io.Writer) {
 			kib(float64(r.After.RSS-r.Before.RSS)/n), kib((float64(r.After.Heap)-float64(r.Before.Heap))/n),
 			kib((float64(r.After.Stacks)-float64(r.Before.Stacks))/n))
 		p("| broker goroutines, before → with all connections (per connection) | %s → %s (%.2f) |",
-			thousands(int64(r.Before.Goroutines)), thousands(int64(r.After.Goroutines)), float64(r.After.Goroutines-r.Before.Goroutines)/n)
-		p("| broker open descriptors with all connections | %s |", thousands(int64(r.After.FDs)))
+			numfmt.Int(int64(r.Before.Goroutines)), numfmt.Int(int64(r.After.Goroutines)), float64(r.After.Goroutines-r.Before.Goroutines)/n)
+		p("| broker open descriptors with all connections | %s |", numfmt.Int(int64(r.After.FDs)))
 	}
 	if r.Routing.Wall > 0 {
 		routed := 2 * float64(r.RoundTrips) / r.Routing.Wall.Seconds()
-		cell := fmt.Sprintf("%s", thousands(int64(routed+0.5)))
+		cell := fmt.Sprintf("%s", numfmt.Int(int64(routed+0.5)))
 		if r.BrokerRouted >= 0 {
-			cell += fmt.Sprintf(" (the broker's count: %s)", thousands(int64(r.BrokerRouted/r.Routing.Wall.Seconds()+0.5)))
+			cell += fmt.Sprintf(" (the broker's count: %s)", numfmt.Int(int64(r.BrokerRouted/r.Routing.Wall.Seconds()+0.5)))
 		}
 		p("| messages routed per second (2 per echo round trip) | %s |", cell)
-		p("| echo round trips per second | %s |", thousands(int64(float64(r.RoundTrips)/r.Routing.Wall.Seconds()+0.5)))
+		p("| echo round trips per second | %s |", numfmt.Int(int64(float64(r.RoundTrips)/r.Routing.Wall.Seconds()+0.5)))
 		p("| round trip p50 / p99 / max | %.2f / %.2f / %.1f ms |", r.RTT.P50, r.RTT.P99, r.RTT.Max)
 		p("| requests sent / unanswered after %s / broker error replies | %s / %s / %s |", requestTTL,
-			thousands(r.RouteSent), thousands(r.RouteLost), errorTypes(r.RouteErrors))
+			numfmt.Int(r.RouteSent), numfmt.Int(r.RouteLost), errorTypes(r.RouteErrors))
 	}
 	if r.Shutdown > 0 {
 		sig := r.RestartSignal
@@ -83,8 +84,8 @@ func (r *result) writeMarkdown(w io.Writer) {
 		if r.Reassociated >= r.Conns {
 			p("| re-association after a restart: all associated again | %s after %s |", secs(r.Restart.Wall.Seconds()), sig)
 		} else {
-			p("| re-association after a restart | not reached: %s of %s after %s |", thousands(int64(r.Reassociated)),
-				thousands(int64(r.Conns)), secs(r.Restart.Wall.Seconds()))
+			p("| re-association after a restart | not reached: %s of %s after %s |", numfmt.Int(int64(r.Reassociated)),
+				numfmt.Int(int64(r.Conns)), secs(r.Restart.Wall.Seconds()))
 		}
 		var curve []string
 		for _, d := range r.ReassocCurve {
@@ -96,7 +97,7 @@ func (r *result) writeMarkdown(w io.Writer) {
 		}
 		p("| 50%% / 90%% / 99%% / all associated again, after %s | %s |", sig, strings.Join(curve, " / "))
 		p("| the old broker %s / the new one listening, after %s | %s / %s |", stop, sig, secs(r.Shutdown.Seconds()), secs(r.Listening.Seconds()))
-		p("| re-association tries / failed | %s / %s |", thousands(r.ReassocAttempts), thousands(r.ReassocFailures))
+		p("| re-association tries / failed | %s / %s |", numfmt.Int(r.ReassocAttempts), numfmt.Int(r.ReassocFailures))
 	}
 	if r.AfterRestart.RSS > 0 {
 		p("| new broker RSS with all connections again | %s |", mib(r.AfterRestart.RSS))
@@ -109,7 +110,7 @@ func (r *result) writeMarkdown(w io.Writer) {
 			p("| %s | %s | %s | %s | %s |", name, secs(c.Wall.Seconds()), secs(c.Broker), secs(c.Driver), secs(c.Others))
 		}
 	}
-	row(fmt.Sprintf("associate %s", thousands(int64(r.Conns))), r.Associate)
+	row(fmt.Sprintf("associate %s", numfmt.Int(int64(r.Conns))), r.Associate)
 	row("routing", r.Routing)
 	row("restart and re-associate (old broker's shutdown + new broker)", r.Restart)
 	if r.Associate.Wall > 0 && r.Associated > 0 {
@@ -156,7 +157,7 @@ func (r *result) writeMarkdown(w io.Writer) {
 // writeText is the summary run prints on stderr at the end.
 func (r *result) writeText(w io.Writer) {
 	fmt.Fprintf(w, "pcpbench: %s connections associated in %s; RSS %s → %s (%s per connection); %d round trips in %s, p50 %.2f ms p99 %.2f ms; re-associated in %s after %s\n",
-		thousands(int64(r.Associated)), secs(r.Associate.Wall.Seconds()), mib(r.Before.RSS), mib(r.After.RSS),
+		numfmt.Int(int64(r.Associated)), secs(r.Associate.Wall.Seconds()), mib(r.Before.RSS), mib(r.After.RSS),
 		kib(float64(r.After.RSS-r.Before.RSS)/float64(max(1, r.Conns))), r.RoundTrips, secs(r.Routing.Wall.Seconds()),
 		r.RTT.P50, r.RTT.P99, secs(r.Restart.Wall.Seconds()), r.RestartSignal)
 }
@@ -167,7 +168,7 @@ func brokerCounters(st map[string]any) string {
 	var parts []string
 	for _, k := range []string{"undeliverable", "expired", "unauthorized", "rejected", "errors", "idle_closed", "revoked_closed"} {
 		if v, ok := st[k].(float64); ok && v != 0 {
-			parts = append(parts, fmt.Sprintf("%s %s", k, thousands(int64(v))))
+			parts = append(parts, fmt.Sprintf("%s %s", k, numfmt.Int(int64(v))))
 		}
 	}
 	return strings.Join(parts, ", ")
@@ -186,7 +187,7 @@ func errorTypes(m map[string]int64) string {
 	}
 	var parts []string
 	for k, v := range m {
-		parts = append(parts, fmt.Sprintf("%s %s", thousands(v), strings.TrimPrefix(k, "http://puppetlabs.com/")))
+		parts = append(parts, fmt.Sprintf("%s %s", numfmt.Int(v), strings.TrimPrefix(k, "http://puppetlabs.com/")))
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ", ")
@@ -217,24 +218,6 @@ func wrap(text string, width int) string {
 		}
 		b.WriteString(w)
 		n += len(w)
-	}
-	return b.String()
-}
-
-// thousands formats n with commas: 10000 → 10,000.
-func thousands(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
 	}
 	return b.String()
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 
+	"github.com/compilefarm/compilefarm/bench/internal/numfmt"
 	"github.com/compilefarm/compilefarm/pkg/code"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
 )
@@ -81,15 +82,15 @@ func benchExports(ctx context.Context, cfg exportsConfig, n int, engine compiler
 	if _, err := r.deployer.Deploy(ctx, exportsEnvironment, ""); err != nil {
 		return res, fmt.Errorf("deploy %s: %w", exportsEnvironment, err)
 	}
-	p.printf("%s nodes: warming up the %d compile workers", fmtInt(int64(n)), cfg.workers)
+	p.printf("%s nodes: warming up the %d compile workers", numfmt.Int(int64(n)), cfg.workers)
 	if err := warmUp(ctx, r, fl, exportsEnvironment, cfg.workers); err != nil {
 		return res, err
 	}
-	p.printf("%s nodes: creating them through the intake", fmtInt(int64(n)))
+	p.printf("%s nodes: creating them through the intake", numfmt.Int(int64(n)))
 	if _, err := fl.create(ctx, r.intake, exportsEnvironment, 0, n, cfg.concurrency, p); err != nil {
 		return res, err
 	}
-	p.printf("%s nodes: first compile of each (real engine, %d workers)", fmtInt(int64(n)), cfg.workers)
+	p.printf("%s nodes: first compile of each (real engine, %d workers)", numfmt.Int(int64(n)), cfg.workers)
 	collectors := r.worker.Collectors
 	r.worker.Collectors = nil
 	s := r.snap()
@@ -102,7 +103,7 @@ func benchExports(ctx context.Context, cfg exportsConfig, n int, engine compiler
 	if d.outcomes.compiled() != n {
 		return res, fmt.Errorf("first compiles: %d of %d stored a catalog (%v)", d.outcomes.compiled(), n, d.outcomes)
 	}
-	p.printf("%s first compiles in %.0fs (%.2f s each)", fmtInt(int64(n)), d.elapsed.Seconds(), d.elapsed.Seconds()/float64(n))
+	p.printf("%s first compiles in %.0fs (%.2f s each)", numfmt.Int(int64(n)), d.elapsed.Seconds(), d.elapsed.Seconds()/float64(n))
 
 	// One exporter's address changes: its next check-in queues its
 	// compile, which changes its export and queues the collectors.
@@ -122,7 +123,7 @@ func benchExports(ctx context.Context, cfg exportsConfig, n int, engine compiler
 	d = r.since(s)
 	res.Exporter = sampleStep{Nodes: n, Jobs: 1, Outcomes: d.outcomes, Seconds: d.elapsed.Seconds(), Pool: d.pool, Code: d.lib}
 	res.CollectorsQueued, res.QueueCollectors = d.pool.Collectors, d.ctl
-	p.printf("the exporter's compile queued %s collectors", fmtInt(res.CollectorsQueued))
+	p.printf("the exporter's compile queued %s collectors", numfmt.Int(res.CollectorsQueued))
 	if res.CollectorsQueued != int64(n-1) {
 		return res, fmt.Errorf("the changed export queued %d collectors, want %d", res.CollectorsQueued, n-1)
 	}
@@ -144,7 +145,7 @@ func benchExports(ctx context.Context, cfg exportsConfig, n int, engine compiler
 	if cfg.sample > 0 {
 		k = min(k, cfg.sample)
 	}
-	p.printf("compiling %s of the %s queued collectors", fmtInt(int64(k)), fmtInt(res.CollectorsQueued))
+	p.printf("compiling %s of the %s queued collectors", numfmt.Int(int64(k)), numfmt.Int(res.CollectorsQueued))
 	s = r.snap()
 	if _, err := runJobs(ctx, r.worker, b.queue, k, cfg.workers, p); err != nil {
 		return res, fmt.Errorf("compile the collectors: %w", err)

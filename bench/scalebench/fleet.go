@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/compilefarm/compilefarm/bench/internal/numfmt"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/intake"
 )
@@ -179,7 +180,7 @@ func (f *fleet) create(ctx context.Context, in *intake.Intake, environment strin
 	}
 	stop := p.every(5*time.Second, func(elapsed time.Duration) {
 		n := done.Load()
-		p.printf("created %s of %s nodes (%s/s)", fmtInt(int64(from)+n), fmtInt(int64(to)), fmtRate(float64(n), elapsed))
+		p.printf("created %s of %s nodes (%s/s)", numfmt.Int(int64(from)+n), numfmt.Int(int64(to)), fmtRate(float64(n), elapsed))
 	})
 	wg.Wait()
 	stop()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compilefarm/compilefarm/bench/internal/numfmt"
 	"github.com/compilefarm/compilefarm/pkg/awscalls"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
@@ -195,9 +196,9 @@ func TestTable(t *testing.T) {
 
 func TestNumbers(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
-		{fmtInt(0), "0"}, {fmtInt(999), "999"}, {fmtInt(1000), "1,000"}, {fmtInt(100000), "100,000"},
-		{fmtInt(-1234567), "-1,234,567"},
-		{fmtFloat(1234.5, 1), "1,234.5"}, {fmtFloat(0.25, 2), "0.25"}, {fmtFloat(-2.5, 1), "-2.5"}, {fmtFloat(-0.001, 1), "0.0"},
+		{numfmt.Int(0), "0"}, {numfmt.Int(999), "999"}, {numfmt.Int(1000), "1,000"}, {numfmt.Int(100000), "100,000"},
+		{numfmt.Int(-1234567), "-1,234,567"},
+		{numfmt.Float(1234.5, 1), "1,234.5"}, {numfmt.Float(0.25, 2), "0.25"}, {numfmt.Float(-2.5, 1), "-2.5"}, {numfmt.Float(-0.001, 1), "0.0"},
 		{fmtPer(10, 4), "2.50"}, {fmtPer(8, 4), "2"}, {fmtPer(100000, 1), "100,000"}, {fmtPer(1, 0), "–"},
 		{fmtPer(801, 800), "1.0012"}, {fmtPer(100001, 100000), "1.0000"}, {fmtPer(1, 3), "0.33"},
 		{fmtRate(500, 2*time.Second), "250"},

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/compilefarm/compilefarm/bench/internal/numfmt"
 	"github.com/compilefarm/compilefarm/bench/internal/procstat"
 )
 
@@ -76,7 +77,7 @@ func (p *progress) watch(what string, c *counter) (stop func()) {
 	return p.every(5*time.Second, func(el time.Duration) {
 		d := c.Snapshot().Sub(before)
 		p.printf("%s: %s so far: %s node records read (%s index pages), %s updated, %s jobs queued", what, el.Round(time.Second),
-			fmtInt(d.QueryNodes), fmtInt(d.QueryPages), fmtInt(d.UpdateNode), fmtInt(d.Enqueued))
+			numfmt.Int(d.QueryNodes), numfmt.Int(d.QueryPages), numfmt.Int(d.UpdateNode), numfmt.Int(d.Enqueued))
 	})
 }
 

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/compilefarm/compilefarm/bench/internal/numfmt"
 )
 
 // report is everything one run measured.
@@ -62,6 +64,14 @@ func (r *report) write(c config, stdout io.Writer) error {
 	return nil
 }
 
+// fmtRate is n per second over d, rounded.
+func fmtRate(n float64, d time.Duration) string {
+	if d <= 0 {
+		return "–"
+	}
+	return numfmt.Int(int64(math.Round(n / d.Seconds())))
+}
+
 // fmtPer is n/d: whole numbers as such, others with two decimals, or
 // with up to four when two would show a whole number that it is not
 // (1.001, not 1.00).
@@ -71,12 +81,12 @@ func fmtPer(n int64, d int) string {
 	}
 	v := float64(n) / float64(d)
 	if v == math.Trunc(v) {
-		return fmtInt(int64(v))
+		return numfmt.Int(int64(v))
 	}
-	if s := fmtFloat(v, 2); !strings.HasSuffix(s, ".00") {
+	if s := numfmt.Float(v, 2); !strings.HasSuffix(s, ".00") {
 		return s
 	}
-	s := fmtFloat(v, 4)
+	s := numfmt.Float(v, 4)
 	if t := strings.TrimRight(s, "0"); !strings.HasSuffix(t, ".") {
 		return t
 	}
@@ -98,7 +108,7 @@ func (r *report) largest() int {
 func (r *report) markdown(w io.Writer) error {
 	var b strings.Builder
 	m := r.Machine
-	fmt.Fprintf(&b, "## Scale: %s nodes\n\n", fmtInt(int64(r.largest())))
+	fmt.Fprintf(&b, "## Scale: %s nodes\n\n", numfmt.Int(int64(r.largest())))
 	b.WriteString("How to read this: every node is created as an agent creates it, by a facts upload through the\n" +
 		"intake (`Intake.Submit`); nothing is written to the stores directly. Decorators between each of the\n" +
 		"farm's components and the stores it is given count the store calls. *Store reads per compile* (node\n" +
@@ -112,12 +122,12 @@ func (r *report) markdown(w io.Writer) error {
 	fmt.Fprintf(&b, "- Machine: %s, %d cores, %.1f GiB; %s; Go %s; Puppet %s; load average before the run %s.\n",
 		m.CPU, m.Cores, m.MemoryGB, m.OS, strings.TrimPrefix(m.Go, "go"), orUnknown(m.Puppet), m.LoadAvg)
 	st := m.Storage
-	fmt.Fprintf(&b, "- The stores wrote to %s (a synced 4 KB write: %s ms)", st.WorkFS, fmtFloat(st.WorkSyncMS, 2))
+	fmt.Fprintf(&b, "- The stores wrote to %s (a synced 4 KB write: %s ms)", st.WorkFS, numfmt.Float(st.WorkSyncMS, 2))
 	if st.DiskDir != "" {
 		fmt.Fprintf(&b, "; on this machine's disk (%s, %s) one takes %s ms. The\n"+
 			"  embedded store makes each new node durable with two synced bbolt transactions (its record, its\n"+
 			"  compile job) and a synced content file, and a deploy each node with two transactions: on a disk,\n"+
-			"  node creation and deploys also wait for those syncs", st.DiskDir, st.DiskFS, fmtFloat(st.DiskSyncMS, 2))
+			"  node creation and deploys also wait for those syncs", st.DiskDir, st.DiskFS, numfmt.Float(st.DiskSyncMS, 2))
 	}
 	b.WriteString(".\n")
 	b.WriteString("- One process, loopback only. The components are wired as `broker dev` wires them (embedded\n" +
@@ -162,33 +172,33 @@ func orUnknown(s string) string {
 }
 
 func (s *storeResult) markdown(b *strings.Builder) error {
-	fmt.Fprintf(b, "\n### %s, %s nodes\n\n", s.Backend, fmtInt(int64(s.Nodes)))
+	fmt.Fprintf(b, "\n### %s, %s nodes\n\n", s.Backend, numfmt.Int(int64(s.Nodes)))
 	b.WriteString("Creating the nodes (the intake's store calls per node, its environment reads included):\n\n")
 	t := newTable("nodes", "seconds>", "nodes/s>", "GetNode>", "UpdateNode>", "content Put>", "environment reads>", "compiles queued>")
 	for _, c := range s.Creates {
 		n := c.To - c.From
-		t.add(fmtInt(int64(c.From))+" → "+fmtInt(int64(c.To)), fmtFloat(c.Seconds, 1), fmtFloat(c.PerSecond, 0),
-			fmtPer(c.Calls.GetNode, n), fmtPer(c.Calls.UpdateNode, n), fmtPer(c.Calls.ContentPut, n), fmtPer(c.Calls.EnvGet, n), fmtInt(int64(c.Queued)))
+		t.add(numfmt.Int(int64(c.From))+" → "+numfmt.Int(int64(c.To)), numfmt.Float(c.Seconds, 1), numfmt.Float(c.PerSecond, 0),
+			fmtPer(c.Calls.GetNode, n), fmtPer(c.Calls.UpdateNode, n), fmtPer(c.Calls.ContentPut, n), fmtPer(c.Calls.EnvGet, n), numfmt.Int(int64(c.Queued)))
 	}
 	if err := t.markdown(b); err != nil {
 		return err
 	}
 	if len(s.Ops) > 0 {
-		fmt.Fprintf(b, "\nOperations over all %s nodes (store calls in total; the check-in row per check-in):\n\n", fmtInt(int64(s.Nodes)))
+		fmt.Fprintf(b, "\nOperations over all %s nodes (store calls in total; the check-in row per check-in):\n\n", numfmt.Int(int64(s.Nodes)))
 		t = newTable("operation", "seconds>", "peak Go heap MB>", "peak RSS MB>", "jobs enqueued>", "index pages>", "records read>", "GetNode>", "UpdateNode>", "answer")
 		for _, o := range s.Ops {
 			heap, rss := "", ""
 			if o.Mem != nil {
-				heap, rss = fmtFloat(o.Mem.PeakHeapMB, 0), fmtFloat(o.Mem.PeakRSSMB, 0)
+				heap, rss = numfmt.Float(o.Mem.PeakHeapMB, 0), numfmt.Float(o.Mem.PeakRSSMB, 0)
 			}
 			if o.Count > 1 {
-				t.add(fmt.Sprintf("%s (%s, per check-in)", o.Name, fmtInt(int64(o.Count))), fmtFloat(o.Seconds/float64(o.Count), 4), heap, rss,
+				t.add(fmt.Sprintf("%s (%s, per check-in)", o.Name, numfmt.Int(int64(o.Count))), numfmt.Float(o.Seconds/float64(o.Count), 4), heap, rss,
 					fmtPer(o.Enqueued, o.Count), fmtPer(o.Calls.QueryPages, o.Count), fmtPer(o.Calls.QueryNodes, o.Count),
 					fmtPer(o.Calls.GetNode, o.Count), fmtPer(o.Calls.UpdateNode, o.Count), o.Answer)
 				continue
 			}
-			t.add(o.Name, fmtFloat(o.Seconds, 2), heap, rss, fmtInt(o.Enqueued), fmtInt(o.Calls.QueryPages), fmtInt(o.Calls.QueryNodes),
-				fmtInt(o.Calls.GetNode), fmtInt(o.Calls.UpdateNode), o.Answer)
+			t.add(o.Name, numfmt.Float(o.Seconds, 2), heap, rss, numfmt.Int(o.Enqueued), numfmt.Int(o.Calls.QueryPages), numfmt.Int(o.Calls.QueryNodes),
+				numfmt.Int(o.Calls.GetNode), numfmt.Int(o.Calls.UpdateNode), o.Answer)
 		}
 		if err := t.markdown(b); err != nil {
 			return err
@@ -197,13 +207,13 @@ func (s *storeResult) markdown(b *strings.Builder) error {
 			if o.Mem != nil {
 				fmt.Fprintf(b, "\n%s: the process's Go heap was %s MB and its RSS %s MB before it (after a GC); the peaks\n"+
 					"are sampled every 50 ms during it.\n",
-					strings.ToUpper(o.Name[:1])+o.Name[1:], fmtFloat(o.Mem.HeapBeforeMB, 0), fmtFloat(o.Mem.RSSBeforeMB, 0))
+					strings.ToUpper(o.Name[:1])+o.Name[1:], numfmt.Float(o.Mem.HeapBeforeMB, 0), numfmt.Float(o.Mem.RSSBeforeMB, 0))
 			}
 		}
 	}
 	if len(s.Samples) > 0 {
 		fmt.Fprintf(b, "\nStore calls per compile by the number of nodes in the store (the compile worker's; its code\n"+
-			"library checked the code out once before, with %s reads, warming up the workers):\n\n", fmtInt(s.CheckoutReads))
+			"library checked the code out once before, with %s reads, warming up the workers):\n\n", numfmt.Int(s.CheckoutReads))
 		if err := samplesTable(s.Samples, "nodes in the store").markdown(b); err != nil {
 			return err
 		}
@@ -215,7 +225,7 @@ func (s *storeResult) markdown(b *strings.Builder) error {
 			return err
 		}
 		fmt.Fprintf(b, "\nDynamoDB Scan calls on the compile and request paths (node creation, compiles, check-ins, deploy,\n"+
-			"code status, release status): **%s**.\n", fmtInt(s.scans()))
+			"code status, release status): **%s**.\n", numfmt.Int(s.scans()))
 	}
 	return nil
 }
@@ -225,7 +235,7 @@ func samplesTable(steps []sampleStep, first string) *table {
 	t := newTable(first+">", "compiles>", "s per compile>", "GetNode>", "index pages>", "records read>", "content Get>",
 		"UpdateNode>", "content Put>", "store reads per compile>", "outcomes")
 	for _, s := range steps {
-		t.add(fmtInt(int64(s.Nodes)), fmtInt(int64(s.Jobs)), fmtFloat(s.Seconds/float64(max(s.Jobs, 1)), 2),
+		t.add(numfmt.Int(int64(s.Nodes)), numfmt.Int(int64(s.Jobs)), numfmt.Float(s.Seconds/float64(max(s.Jobs, 1)), 2),
 			fmtPer(s.Pool.GetNode, s.Jobs), fmtPer(s.Pool.QueryPages, s.Jobs), fmtPer(s.Pool.QueryNodes, s.Jobs),
 			fmtPer(s.Pool.ContentGet+s.Pool.ContentHas, s.Jobs), fmtPer(s.Pool.UpdateNode, s.Jobs), fmtPer(s.Pool.ContentPut, s.Jobs),
 			"**"+fmtPer(s.Pool.Reads(), s.Jobs)+"**", s.Outcomes.String())
@@ -252,10 +262,10 @@ type awsRow struct {
 func (s *storeResult) awsRows() []awsRow {
 	var rows []awsRow
 	for _, c := range s.Creates {
-		rows = append(rows, awsRow{fmt.Sprintf("create nodes %s → %s", fmtInt(int64(c.From)), fmtInt(int64(c.To))), "node", c.To - c.From, c.AWS})
+		rows = append(rows, awsRow{fmt.Sprintf("create nodes %s → %s", numfmt.Int(int64(c.From)), numfmt.Int(int64(c.To))), "node", c.To - c.From, c.AWS})
 	}
 	for _, c := range s.Samples {
-		rows = append(rows, awsRow{fmt.Sprintf("compile at %s nodes", fmtInt(int64(c.Nodes))), "compile", c.Jobs, c.AWS})
+		rows = append(rows, awsRow{fmt.Sprintf("compile at %s nodes", numfmt.Int(int64(c.Nodes))), "compile", c.Jobs, c.AWS})
 	}
 	for _, o := range s.Ops {
 		if o.Count > 1 {
@@ -322,9 +332,9 @@ func exportsMarkdown(b *strings.Builder, res []*exportsResult, sample int) error
 		if r == nil {
 			continue
 		}
-		t.add(fmtInt(int64(r.Nodes)), fmtFloat(r.SetupSeconds/float64(max(r.SetupJobs, 1)), 2), fmtInt(r.Exporter.Pool.Reads()),
-			"**"+fmtInt(r.CollectorsQueued)+"**", fmtFloat(r.Exporter.Seconds, 2), fmtInt(r.QueueCollectors.QueryPages),
-			fmtInt(r.QueueCollectors.QueryNodes), fmtInt(r.QueueCollectors.UpdateNode), fmtInt(r.QueueCollectors.Enqueued))
+		t.add(numfmt.Int(int64(r.Nodes)), numfmt.Float(r.SetupSeconds/float64(max(r.SetupJobs, 1)), 2), numfmt.Int(r.Exporter.Pool.Reads()),
+			"**"+numfmt.Int(r.CollectorsQueued)+"**", numfmt.Float(r.Exporter.Seconds, 2), numfmt.Int(r.QueueCollectors.QueryPages),
+			numfmt.Int(r.QueueCollectors.QueryNodes), numfmt.Int(r.QueueCollectors.UpdateNode), numfmt.Int(r.QueueCollectors.Enqueued))
 	}
 	if err := t.markdown(b); err != nil {
 		return err
@@ -347,12 +357,12 @@ func exportsMarkdown(b *strings.Builder, res []*exportsResult, sample int) error
 		for _, s := range []struct {
 			name string
 			st   sampleStep
-		}{{fmtInt(int64(r.Nodes)), r.Warm}, {fmtInt(int64(r.Nodes)) + " (fresh worker)", r.Cold}} {
+		}{{numfmt.Int(int64(r.Nodes)), r.Warm}, {numfmt.Int(int64(r.Nodes)) + " (fresh worker)", r.Cold}} {
 			st := s.st
 			if st.Jobs == 0 {
 				continue
 			}
-			t.add(s.name, fmtInt(int64(st.Jobs)), fmtFloat(st.Seconds/float64(st.Jobs), 2), fmtPer(st.Pool.GetNode, st.Jobs),
+			t.add(s.name, numfmt.Int(int64(st.Jobs)), numfmt.Float(st.Seconds/float64(st.Jobs), 2), fmtPer(st.Pool.GetNode, st.Jobs),
 				fmtPer(st.Pool.QueryPages, st.Jobs), fmtPer(st.Pool.QueryNodes, st.Jobs), fmtPer(st.Pool.ContentGet+st.Pool.ContentHas, st.Jobs),
 				"**"+fmtPer(st.Pool.Reads(), st.Jobs)+"**", fmtPer(st.Pool.EngineCompiles, st.Jobs), fmtPer(st.Pool.ExportedGiven, st.Jobs),
 				st.Outcomes.String())

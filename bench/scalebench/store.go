@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/compilefarm/compilefarm/bench/internal/numfmt"
 	"github.com/compilefarm/compilefarm/pkg/awscalls"
 	"github.com/compilefarm/compilefarm/pkg/code"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
@@ -209,7 +210,7 @@ func benchStore(ctx context.Context, cfg storeConfig, r *rig, fl *fleet, envCopy
 	res.WarmupSeconds, res.CheckoutReads = d.elapsed.Seconds(), d.lib.Reads()
 	created, waiting := 0, 0 // nodes created; their compile jobs not sampled yet
 	for _, size := range cfg.sizes {
-		p.printf("creating nodes %s to %s through the intake (%d uploads at once)", fmtInt(int64(created)), fmtInt(int64(size)), cfg.concurrency)
+		p.printf("creating nodes %s to %s through the intake (%d uploads at once)", numfmt.Int(int64(created)), numfmt.Int(int64(size)), cfg.concurrency)
 		s := r.snap()
 		cr, err := fl.create(ctx, r.intake, cfg.environment, created, size, cfg.concurrency, p)
 		if err != nil {
@@ -221,12 +222,12 @@ func benchStore(ctx context.Context, cfg storeConfig, r *rig, fl *fleet, envCopy
 		res.Creates = append(res.Creates, step)
 		created = size
 		res.Nodes = size
-		p.printf("%s nodes created in %.1fs (%s/s); %d compiles queued", fmtInt(int64(cr.Nodes)), step.Seconds, fmtRate(float64(cr.Nodes), d.elapsed), cr.Queued)
+		p.printf("%s nodes created in %.1fs (%s/s); %d compiles queued", numfmt.Int(int64(cr.Nodes)), step.Seconds, fmtRate(float64(cr.Nodes), d.elapsed), cr.Queued)
 
 		waiting += cr.Queued
 		n := min(cfg.samples, waiting)
 		waiting -= n
-		p.printf("%d sample compiles at %s nodes (real Puppet engine, %d workers)", n, fmtInt(int64(size)), cfg.workers)
+		p.printf("%d sample compiles at %s nodes (real Puppet engine, %d workers)", n, numfmt.Int(int64(size)), cfg.workers)
 		s = r.snap()
 		if _, err := runJobs(ctx, r.worker, r.b.queue, n, cfg.workers, p); err != nil {
 			return res, fmt.Errorf("sample compiles at %d nodes: %w", size, err)
@@ -237,7 +238,7 @@ func benchStore(ctx context.Context, cfg storeConfig, r *rig, fl *fleet, envCopy
 		if ss.Outcomes.compiled() != n {
 			return res, fmt.Errorf("sample compiles at %d nodes: %d of %d stored a catalog (%v): the sample must be real compiles (a \"stale\" one is a delivery handed out again: see the log for \"ack compile job\")", size, ss.Outcomes.compiled(), n, ss.Outcomes)
 		}
-		p.printf("at %s nodes: %.1f store reads per compile (%v)", fmtInt(int64(size)), ss.ReadsPerCompile(), ss.Outcomes)
+		p.printf("at %s nodes: %.1f store reads per compile (%v)", numfmt.Int(int64(size)), ss.ReadsPerCompile(), ss.Outcomes)
 	}
 
 	// The code deploy: a changed file in the environment, deployed as
@@ -245,7 +246,7 @@ func benchStore(ctx context.Context, cfg storeConfig, r *rig, fl *fleet, envCopy
 	if err := touchCode(envCopy, cfg.environment); err != nil {
 		return res, err
 	}
-	p.printf("code deploy of %s (%s nodes)", cfg.environment, fmtInt(int64(created)))
+	p.printf("code deploy of %s (%s nodes)", cfg.environment, numfmt.Int(int64(created)))
 	stopMem := sampleMemory(50 * time.Millisecond)
 	stop := p.watch("code deploy", r.ctl)
 	s = r.snap()
@@ -259,8 +260,8 @@ func benchStore(ctx context.Context, cfg storeConfig, r *rig, fl *fleet, envCopy
 	res.Deploy = &dep
 	res.Ops = append(res.Ops, opResult{Name: "code deploy", Nodes: created, Count: 1, Seconds: d.elapsed.Seconds(), Mem: &mem,
 		Enqueued: d.ctl.Enqueued, Calls: d.ctl, AWS: d.aws,
-		Answer: fmt.Sprintf("changed %v, queued %s (bulk lane: %s jobs)", dep.Changed, fmtInt(int64(dep.Queued)), fmtInt(d.ctl.EnqueuedBulk))})
-	p.printf("deployed in %.1fs: %s queued, peak heap %.0f MB, peak RSS %.0f MB", d.elapsed.Seconds(), fmtInt(int64(dep.Queued)), mem.PeakHeapMB, mem.PeakRSSMB)
+		Answer: fmt.Sprintf("changed %v, queued %s (bulk lane: %s jobs)", dep.Changed, numfmt.Int(int64(dep.Queued)), numfmt.Int(d.ctl.EnqueuedBulk))})
+	p.printf("deployed in %.1fs: %s queued, peak heap %.0f MB, peak RSS %.0f MB", d.elapsed.Seconds(), numfmt.Int(int64(dep.Queued)), mem.PeakHeapMB, mem.PeakRSSMB)
 
 	p.printf("code status of %s", cfg.environment)
 	stop = p.watch("code status", r.ctl)
@@ -273,7 +274,7 @@ func benchStore(ctx context.Context, cfg storeConfig, r *rig, fl *fleet, envCopy
 	}
 	res.Status = st
 	res.Ops = append(res.Ops, opResult{Name: "code status", Nodes: st.Nodes, Count: 1, Seconds: d.elapsed.Seconds(), Calls: d.ctl, AWS: d.aws,
-		Answer: fmt.Sprintf("nodes %s, queued %s, compiled %s, other %s", fmtInt(int64(st.Nodes)), fmtInt(int64(st.Queued)), fmtInt(int64(st.Compiled)), fmtInt(int64(st.Other)))})
+		Answer: fmt.Sprintf("nodes %s, queued %s, compiled %s, other %s", numfmt.Int(int64(st.Nodes)), numfmt.Int(int64(st.Queued)), numfmt.Int(int64(st.Compiled)), numfmt.Int(int64(st.Other)))})
 	p.printf("code status in %.2fs: %s", d.elapsed.Seconds(), res.Ops[len(res.Ops)-1].Answer)
 
 	p.printf("release status of %s", cfg.environment)
@@ -286,9 +287,9 @@ func benchStore(ctx context.Context, cfg storeConfig, r *rig, fl *fleet, envCopy
 		return res, fmt.Errorf("release status: %w", err)
 	}
 	res.Release = rs
-	answer := fmt.Sprintf("nodes %s", fmtInt(int64(rs.Nodes)))
+	answer := fmt.Sprintf("nodes %s", numfmt.Int(int64(rs.Nodes)))
 	for _, c := range rs.Codes {
-		answer += fmt.Sprintf("; %s code: targeted %s, compiled %s", c.Role, fmtInt(int64(c.Targeted)), fmtInt(int64(c.Compiled)))
+		answer += fmt.Sprintf("; %s code: targeted %s, compiled %s", c.Role, numfmt.Int(int64(c.Targeted)), numfmt.Int(int64(c.Compiled)))
 	}
 	res.Ops = append(res.Ops, opResult{Name: "release status", Nodes: rs.Nodes, Count: 1, Seconds: d.elapsed.Seconds(), Calls: d.ctl, AWS: d.aws, Answer: answer})
 	p.printf("release status in %.2fs: %s", d.elapsed.Seconds(), answer)

@@ -7,7 +7,7 @@
 package farmproc
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -122,31 +122,18 @@ func Start(tb testing.TB, bin string, env []string, args ...string) *Proc {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout = logf
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
+	up := make(chan []string, 1)
+	// The broker logs to stderr: into the log file through upWatcher,
+	// which exec copies to until the broker exits, so the whole log is on
+	// disk by the time Done is closed (or WaitDelay after the broker
+	// exits, should a Ruby worker it started still hold stderr open).
+	cmd.Stdout, cmd.Stderr = logf, &upWatcher{log: logf, up: up}
+	cmd.WaitDelay = 5 * time.Second
 	group, err := procgroup.Start(cmd, 0) // output goes to the log file
 	if err != nil {
 		tb.Fatalf("start broker: %v", err)
 	}
 	p := &Proc{tb: tb, group: group, pid: cmd.Process.Pid, LogPath: logf.Name()}
-	up := make(chan []string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(logf, line)
-			if m := upLine.FindStringSubmatch(line); m != nil {
-				select {
-				case up <- m[1:]:
-				default:
-				}
-			}
-		}
-	}()
 	tb.Cleanup(func() {
 		p.Stop()
 		logf.Close()
@@ -163,6 +150,41 @@ func Start(tb testing.TB, bin string, env []string, args ...string) *Proc {
 		tb.Fatalf("broker %s did not come up in 3 minutes:\n%s", args[0], p.LogTail(40))
 	}
 	return p
+}
+
+// upWatcher writes the broker's stderr to its log and sends the addresses
+// of its "is up" line to up, once. exec calls Write from one goroutine.
+type upWatcher struct {
+	log     io.Writer
+	up      chan<- []string
+	partial []byte // the start of a line not ended yet
+	sent    bool
+}
+
+func (w *upWatcher) Write(b []byte) (int, error) {
+	w.log.Write(b)
+	if w.sent {
+		return len(b), nil
+	}
+	w.partial = append(w.partial, b...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := w.partial[:i]
+		w.partial = w.partial[i+1:]
+		if m := upLine.FindSubmatch(line); m != nil {
+			a := make([]string, len(m)-1)
+			for j, v := range m[1:] {
+				a[j] = string(v)
+			}
+			w.up <- a // buffered, and sent once
+			w.sent, w.partial = true, nil
+			break
+		}
+	}
+	return len(b), nil
 }
 
 // Pid is the broker's process id.

@@ -42,7 +42,7 @@ fmt-check:
 # without it). scripts/test.sh runs them and ends with the ten slowest
 # packages; TEST_P test binaries run at a time (default 6).
 test: deps emulators pcp-clients fmt-check vet
-	scripts/test.sh
+	GO=$(GO) scripts/test.sh
 
 # A bounded run of each fuzz target (the seed corpus in testdata runs in
 # every `go test`): the PCP decoders face bytes from any client, the

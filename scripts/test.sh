@@ -2,9 +2,11 @@
 # `make test`'s runner, once the installs, gofmt and go vet have passed:
 #
 #  1. go test -count=1 over every package, with the end-to-end packages
-#     (test/...) first so that they start at once and run side by side with
-#     the rest (TEST_P test binaries at a time, default 6: they mostly wait
-#     on Ruby, agents and emulators, not on the CPU). bench/ runs with -short:
+#     (test/...), the longest, first so that they start at once and run
+#     side by side with the rest (TEST_P test binaries at a time, default 6:
+#     each end-to-end package leaves the CPU idle while it waits on its
+#     brokers, agents and emulators, so together they keep both cores
+#     busy). bench/ runs with -short:
 #     the measurement commands' own end-to-end runs (a herd against a real
 #     broker, a PCP run, scalebench on the emulators) are part of
 #     `make bench`, which runs them before it measures;

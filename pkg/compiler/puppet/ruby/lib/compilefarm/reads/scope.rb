@@ -202,10 +202,7 @@ module CompileFarm
 
     # scope_hash returns a recording copy of Scope#to_hash's result h.
     def self.scope_hash(h, top)
-      out = K_CLONE.bind_call(SCOPE_TEMPLATE)
-      H_REPLACE.bind_call(out, h)
-      out.instance_variable_set(:@__cf_top, top)
-      out
+      recording_copy(SCOPE_TEMPLATE, h, :@__cf_top, top)
     end
 
     module QualifiedHook

@@ -76,12 +76,14 @@ scaler-bootstrap:
 	rm -f $(SCALER_BOOTSTRAP)
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags="-s -w" -tags lambda.norpc -o $(SCALER_BOOTSTRAP) ./functions/scaler
 
-# Synthesizes the stack into infra/cdk.out with the pinned CDK CLI
+# Synthesizes the stack into a fresh infra/cdk.out (each synth would leave
+# another copy of the source tree's image assets there) with the pinned CDK CLI
 # (scripts/cdk.sh installs it into .tools/cdk), offline: no notices, no
 # telemetry. CDK_CONTEXT passes context, e.g. CDK_CONTEXT="-c stage=prod".
 CDK_CONTEXT ?=
 synth: scaler-bootstrap
 	scripts/cdk.sh
+	rm -rf infra/cdk.out
 	cd infra && $(INFRA_ENV) CDK_DISABLE_CLI_TELEMETRY=true CDK_DISABLE_VERSION_CHECK=1 CDK_HOME=$(CURDIR)/.tools/cdk-home \
 	  ../.tools/cdk/node_modules/.bin/cdk synth --no-notices --quiet $(CDK_CONTEXT)
 

@@ -21,9 +21,10 @@ import (
 // need out of the image assets' build context (cdk.out copies the context
 // at every synth, and its hash changes the image): the git directory, tools
 // and data, built binaries, npm trees, infra/ itself (its own Go module, with
-// cdk.out inside), and the docs and LocalStack setup (no Go package the
-// images build imports them).
-var AssetExcludes = []string{".git", ".tools", ".data", "bin", "node_modules", "infra", "docs", "localstack",
+// cdk.out inside), the docs, the LocalStack setup, the measurement commands
+// (bench/) and the end-to-end tests (test/): no Go package the images build
+// imports them, so changing them does not change an image.
+var AssetExcludes = []string{".git", ".tools", ".data", "bin", "node_modules", "infra", "docs", "localstack", "bench", "test",
 	"**/cdk.out", "**/*.test", "**/*.out", "**/*.prof"}
 
 // Batching of the compile event sources: the lanes' BatchSize and

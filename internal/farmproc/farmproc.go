@@ -1,6 +1,6 @@
 // Package farmproc runs the broker as a child process for the end-to-end
 // tests (test/) and the measurement commands' tests (bench/): it builds
-// bin/broker once per test process, starts `broker dev` or `broker serve`
+// the broker once per test process (into a temporary directory), starts `broker dev` or `broker serve`
 // on free loopback ports, waits for its "is up" line, keeps its log, and
 // stops its whole process group (the Ruby workers too) when the test ends.
 // It is for tests only.

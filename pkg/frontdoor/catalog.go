@@ -46,7 +46,16 @@ func (s *Server) postCatalog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.Metrics.ObserveFactUpload(out.Queued)
+	s.factsToPuppetDB(r.Context(), out)
 	s.serveCatalog(w, r, out.Node)
+}
+
+// factsToPuppetDB tells the PuppetDB sink, if any, of a fact upload.
+func (s *Server) factsToPuppetDB(ctx context.Context, out intake.Outcome) {
+	if s.PuppetDB != nil {
+		n := out.Node
+		s.PuppetDB.Facts(ctx, n.Certname, n.Environment, n.FactsDigest, n.NodeInfo, out.FactsChanged)
+	}
 }
 
 // getCatalog serves the catalog compiled from the facts the farm has.

@@ -136,6 +136,7 @@ func (s *Server) putFacts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.Metrics.ObserveFactUpload(out.Queued)
+	s.factsToPuppetDB(r.Context(), out)
 	writeJSON(w, map[string]any{"queued": out.Queued, "reason": out.Reason})
 }
 

@@ -2,8 +2,6 @@ package frontdoor
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,19 +69,10 @@ func (p ReportPolicy) slot() time.Duration {
 }
 
 // InSlot reports whether at falls in certname's slot: the Slot-wide window
-// that starts once every Every, at an offset of the node's own (from a
-// hash of its name), so that a fleet's periodic full reports spread
-// evenly over the period instead of all arriving at midnight.
+// that starts once every Every, at an offset of the node's own
+// (farm.InSlot).
 func (p ReportPolicy) InSlot(certname string, at time.Time) bool {
-	every := p.every()
-	if every < 0 {
-		return false
-	}
-	e := uint64(every)
-	h := sha256.Sum256([]byte(certname))
-	offset := binary.BigEndian.Uint64(h[:8]) % e
-	phase := (uint64(at.UnixNano())%e + e - offset) % e
-	return time.Duration(phase) < p.slot()
+	return farm.InSlot(certname, at, p.every(), p.slot())
 }
 
 // keepBefore returns why the run's full report is kept, judged from the
@@ -356,11 +345,16 @@ func (s *Server) takeReport(w http.ResponseWriter, r *http.Request, body []byte)
 	kept := s.Reports.keepBefore(name, h, sum.At)
 	if kept != "" {
 		if sum.Digest, err = s.storeReport(ctx, name, body); err != nil {
+			s.reportToPuppetDB(ctx, name, body, sum, false)
 			s.apiError(w, r, err)
 			return true
 		}
 	}
 	prev, err := s.Nodes.RecordReport(ctx, name, sum)
+	// PuppetDB gets every report, and the catalog it names when the node
+	// had not reported it before (the replaced summary says so for free).
+	s.reportToPuppetDB(ctx, name, body, sum, errors.Is(err, farm.ErrNotFound) ||
+		(err == nil && (prev == nil || prev.CatalogUUID != sum.CatalogUUID)))
 	switch {
 	case errors.Is(err, farm.ErrConflict):
 		// An older report arriving late: the node keeps the newer summary.
@@ -388,6 +382,13 @@ func (s *Server) takeReport(w http.ResponseWriter, r *http.Request, body []byte)
 	}
 	writeStored(w)
 	return kept != ""
+}
+
+// reportToPuppetDB tells the PuppetDB sink, if any, of a report.
+func (s *Server) reportToPuppetDB(ctx context.Context, name string, body []byte, sum farm.ReportSummary, newCatalog bool) {
+	if s.PuppetDB != nil {
+		s.PuppetDB.Report(ctx, name, body, sum.CatalogUUID, newCatalog)
+	}
 }
 
 func writeStored(w http.ResponseWriter) {

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -281,20 +282,23 @@ func TestReportsKept(t *testing.T) {
 	const name = "agent1.example.test"
 	a1 := r.client(name)
 	t0 := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	pdb := &recordingPuppetDB{}
+	r.fd.PuppetDB = pdb
 	steps := []struct {
 		status, catalog string
 		at              time.Duration
 		stored          bool
 		want            string // the node's report status after
+		newCatalog      bool   // PuppetDB is sent the catalog too
 	}{
-		{"changed", "cat-1", 0, true, "changed"},       // a node with no record yet: kept, and recorded
-		{"unchanged", "cat-1", 30, false, "unchanged"}, // steady state
-		{"unchanged", "cat-1", 60, false, "unchanged"},
-		{"unchanged", "cat-2", 90, true, "unchanged"},  // another catalog
-		{"unchanged", "cat-2", 15, false, "unchanged"}, // older, arriving late: not recorded
-		{"failed", "cat-2", 120, true, "failed"},
-		{"unchanged", "cat-2", 150, true, "unchanged"}, // recovered
-		{"unchanged", "cat-2", 180, false, "unchanged"},
+		{"changed", "cat-1", 0, true, "changed", true},        // a node with no record yet: kept, and recorded
+		{"unchanged", "cat-1", 30, false, "unchanged", false}, // steady state
+		{"unchanged", "cat-1", 60, false, "unchanged", false},
+		{"unchanged", "cat-2", 90, true, "unchanged", true},   // another catalog
+		{"unchanged", "cat-2", 15, false, "unchanged", false}, // older, arriving late: not recorded
+		{"failed", "cat-2", 120, true, "failed", false},
+		{"unchanged", "cat-2", 150, true, "unchanged", false}, // recovered
+		{"unchanged", "cat-2", 180, false, "unchanged", false},
 	}
 	var last time.Time
 	for i, s := range steps {
@@ -303,6 +307,10 @@ func TestReportsKept(t *testing.T) {
 		resp := r.do(a1, "PUT", "/puppet/v3/report/"+name+"?environment=production", body, map[string]string{"Content-Type": "application/json"})
 		if resp.status != 200 || resp.body != `["store"]` {
 			t.Fatalf("step %d: report: %d %s", i, resp.status, resp.body)
+		}
+		// PuppetDB is told of every report, whatever the farm keeps.
+		if got := pdb.take(); len(got) != 1 || got[0] != (puppetDBReport{name, string(body), s.catalog, s.newCatalog}) {
+			t.Errorf("step %d (%s, %s): PuppetDB told %+v, want the report with newCatalog %v", i, s.status, s.catalog, got, s.newCatalog)
 		}
 		stored, err := r.store.Has(context.Background(), farm.SpaceReports, farm.DigestOf(body))
 		if err != nil || stored != s.stored {
@@ -338,6 +346,52 @@ func TestReportsKept(t *testing.T) {
 	if ok, _ := r.store.Has(context.Background(), farm.SpaceReports, farm.DigestOf(body)); !ok {
 		t.Error("an unchanged run in the node's slot: full report not stored")
 	}
+}
+
+// recordingPuppetDB records what the front door tells the PuppetDB sink.
+type recordingPuppetDB struct {
+	mu      sync.Mutex
+	reports []puppetDBReport
+	facts   []puppetDBFacts
+}
+
+type puppetDBReport struct {
+	node, body, catalogUUID string
+	newCatalog              bool
+}
+
+type puppetDBFacts struct {
+	node, env       string
+	facts, nodeInfo farm.Digest
+	changed         bool
+}
+
+func (p *recordingPuppetDB) Facts(ctx context.Context, node, env string, facts, nodeInfo farm.Digest, changed bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.facts = append(p.facts, puppetDBFacts{node, env, facts, nodeInfo, changed})
+}
+
+func (p *recordingPuppetDB) Report(ctx context.Context, node string, body []byte, catalogUUID string, newCatalog bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reports = append(p.reports, puppetDBReport{node, string(body), catalogUUID, newCatalog})
+}
+
+func (p *recordingPuppetDB) take() []puppetDBReport {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.reports
+	p.reports = nil
+	return out
+}
+
+func (p *recordingPuppetDB) takeFacts() []puppetDBFacts {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.facts
+	p.facts = nil
+	return out
 }
 
 // countingNodes counts the node reads of a node store.
@@ -405,4 +459,40 @@ func TestRunReadsNodeOnce(t *testing.T) {
 	if got := nodes.reads.Load() - before; got != 1 {
 		t.Errorf("a catalog request alone read the node %d times, want 1", got)
 	}
+}
+
+// TestFactsToPuppetDB: the PuppetDB sink is told of every fact upload
+// (catalog request or PUT facts), with the node's stored facts and whether
+// the upload changed them.
+func TestFactsToPuppetDB(t *testing.T) {
+	r := newRig(t)
+	pdb := &recordingPuppetDB{}
+	r.fd.PuppetDB = pdb
+	const name = "agent1.example.test"
+	a1 := r.client(name)
+	post := func(role string) {
+		r.do(a1, "POST", "/puppet/v3/catalog/"+name+"?environment=production", catalogForm(name, role), agentHeaders)
+	}
+	check := func(step string, changed bool) {
+		t.Helper()
+		got := pdb.takeFacts()
+		n, err := r.store.GetNode(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := puppetDBFacts{name, "production", n.FactsDigest, n.NodeInfo, changed}
+		if len(got) != 1 || got[0] != want || want.facts == "" {
+			t.Errorf("%s: PuppetDB told %+v, want %+v", step, got, want)
+		}
+	}
+	post("web")
+	check("first upload", true)
+	r.compile(name, "")
+	post("web")
+	check("the same facts", false)
+	post("db")
+	check("changed facts", true)
+	r.do(a1, "PUT", "/puppet/v3/facts/"+name+"?environment=production",
+		[]byte(`{"name":"`+name+`","values":{"role":"mail"}}`), map[string]string{"Content-Type": "application/json"})
+	check("PUT facts", true)
 }

@@ -63,6 +63,13 @@ type Nodes interface {
 	RecordReport(ctx context.Context, certname string, sum farm.ReportSummary) (*farm.ReportSummary, error)
 }
 
+// PuppetDB feeds a site's PuppetDB (pkg/puppetdb's Sink): it is told of
+// every accepted fact upload and report, and never fails the run.
+type PuppetDB interface {
+	Facts(ctx context.Context, node, environment string, facts, nodeInfo farm.Digest, changed bool)
+	Report(ctx context.Context, node string, body []byte, catalogUUID string, newCatalog bool)
+}
+
 // Environments reads environment records.
 type Environments interface {
 	GetEnvironment(ctx context.Context, name string) (farm.Environment, error)
@@ -92,6 +99,9 @@ type Server struct {
 	Bucket      Bucket // the server filebucket; nil leaves file_bucket_file out (404)
 	Metrics     *metrics.Farm
 	Log         *slog.Logger
+	// PuppetDB, when set, is told of fact uploads and reports for the
+	// site's PuppetDB.
+	PuppetDB PuppetDB
 	// Classifier, when set, is the external node classifier the node
 	// endpoint answers from (the intake classifies catalog requests).
 	Classifier Classifier

@@ -128,6 +128,10 @@ type Outcome struct {
 	Node   farm.Node
 	Queued bool   // a compile was queued
 	Reason string // why, when queued
+	// FactsChanged says the upload changed the node's stored facts
+	// (Node.FactsDigest): new facts, or volatile ones brought up to date
+	// (FactsRefresh). What feeds the site's PuppetDB sends them then.
+	FactsChanged bool
 }
 
 // storedInputs are the inputs the node record holds: its latest facts and
@@ -244,6 +248,7 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 		}
 	}
 	var jobs []plannedJob
+	previous := node.FactsDigest
 	node, err = in.Nodes.UpdateNode(ctx, up.Certname, func(n *farm.Node) error {
 		n.Environment = up.Environment
 		n.FactsDigest = digests.facts
@@ -260,7 +265,7 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 	if digests.rawKey != "" {
 		in.recent.Store(up.Certname, recentFacts{rawKey: digests.rawKey, facts: digests.facts, relevant: digests.relevant, nodeInfo: info})
 	}
-	out := Outcome{Node: node}
+	out := Outcome{Node: node, FactsChanged: node.FactsDigest != previous}
 	for _, j := range jobs {
 		if err := in.enqueue(ctx, node, j.slot); err != nil {
 			return Outcome{}, err

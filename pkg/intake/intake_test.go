@@ -170,8 +170,12 @@ func TestIntakeUsesRecordedReads(t *testing.T) {
 			r.Engine.Reads = []string{"cf_role"}
 			r.Submit(t, "n1", base)
 			r.Drain(t)
-			if out := r.Submit(t, "n1", tt.second); out.Queued != tt.wantQueued {
+			out := r.Submit(t, "n1", tt.second)
+			if out.Queued != tt.wantQueued {
 				t.Errorf("queued = %v (%s), want %v", out.Queued, out.Reason, tt.wantQueued)
+			}
+			if out.FactsChanged != tt.wantQueued {
+				t.Errorf("FactsChanged = %v, want %v (stored facts change only with a compile)", out.FactsChanged, tt.wantQueued)
 			}
 			// An upload that queues nothing is not written until the
 			// facts are FactsRefresh old; then the node takes them.
@@ -182,9 +186,12 @@ func TestIntakeUsesRecordedReads(t *testing.T) {
 			}
 			now := time.Now().Add(time.Hour)
 			r.Intake.Now = func() time.Time { return now }
-			r.Submit(t, "n1", tt.second)
+			refreshed := r.Submit(t, "n1", tt.second)
 			if n, _ := r.Store.GetNode(context.Background(), "n1"); n.FactsDigest != latest {
 				t.Errorf("facts not refreshed after FactsRefresh")
+			}
+			if refreshed.FactsChanged == tt.wantQueued {
+				t.Errorf("refresh: FactsChanged = %v, want %v (the stored facts change when refreshed)", refreshed.FactsChanged, !tt.wantQueued)
 			}
 		})
 	}

@@ -49,12 +49,19 @@ func (a *Agent) SetFact(t *testing.T, name, value string) {
 	}
 }
 
-// Run runs `puppet agent -t` against the farm and returns its exit code and output.
-func (a *Agent) Run(t *testing.T, f *Farm, extra ...string) (int, string) {
+// Server is what an agent runs against: a farm (*Farm) or a Puppet
+// Server (internal/puppetserver), on loopback with a certificate that
+// names localhost.
+type Server interface {
+	Port() string // the port of its front door
+}
+
+// Run runs `puppet agent -t` against s and returns its exit code and output.
+func (a *Agent) Run(t *testing.T, s Server, extra ...string) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	args := append(append([]string{"agent", "-t"}, a.Settings(f)...), extra...)
+	args := append(append([]string{"agent", "-t"}, a.Settings(s)...), extra...)
 	cmd := exec.CommandContext(ctx, "puppet", args...)
 	cmd.Env = append(os.Environ(), a.Env()...)
 	var out bytes.Buffer
@@ -69,11 +76,11 @@ func (a *Agent) Run(t *testing.T, f *Farm, extra ...string) (int, string) {
 	return code, out.String()
 }
 
-// Settings are the Puppet settings of the agent's runs against f: its own
+// Settings are the Puppet settings of the agent's runs against s: its own
 // directories, certname and server.
-func (a *Agent) Settings(f *Farm) []string {
+func (a *Agent) Settings(s Server) []string {
 	return []string{
-		"--certname", a.Certname, "--server", "localhost", "--serverport", f.Port(),
+		"--certname", a.Certname, "--server", "localhost", "--serverport", s.Port(),
 		"--confdir", filepath.Join(a.Dir, "conf"), "--vardir", filepath.Join(a.Dir, "var"),
 		"--logdir", filepath.Join(a.Dir, "log"), "--rundir", filepath.Join(a.Dir, "run"),
 		"--publicdir", filepath.Join(a.Dir, "public"), "--codedir", filepath.Join(a.Dir, "code"),

@@ -3,6 +3,9 @@
 # the system service: the reference the farm is compared with
 # (test/puppetdbref, through internal/puppetserver).
 #
+#   scripts/puppetserver.sh install
+#       installs (as root, with apt-get) Debian's puppetserver when missing
+#       and checks that it is 7.x
 #   scripts/puppetserver.sh start DIR --environments ENVS [--puppetdb URL --cadir CADIR]
 #       starts Puppet Server in the background with everything of its own in
 #       DIR and its environments in ENVS (its environmentpath); returns once
@@ -55,19 +58,36 @@ die() {
 	exit 1
 }
 usage() {
-	echo "usage: scripts/puppetserver.sh start DIR --environments ENVS [--puppetdb URL --cadir CADIR] | stop DIR" >&2
+	echo "usage: scripts/puppetserver.sh install | start DIR --environments ENVS [--puppetdb URL --cadir CADIR] | stop DIR" >&2
 	exit 2
+}
+
+# check_version fails unless Debian's puppetserver 7 is installed.
+check_version() {
+	local v
+	v=$(dpkg-query -W -f='${Version}' puppetserver 2>/dev/null || true)
+	case "$v" in
+	7.*) ;;
+	*) die "Debian's puppetserver 7 is required, found '${v:-none}': scripts/puppetserver.sh install (as root)" ;;
+	esac
+}
+
+cmd_install() {
+	if ! dpkg-query -W -f='${Status}' puppetserver 2>/dev/null | grep -q "install ok installed"; then
+		[ "$(id -u)" -eq 0 ] || die "puppetserver is not installed; run as root, or: sudo apt-get install -y --no-install-recommends puppetserver"
+		say "installing puppetserver with apt-get (one-time, a minute or two)..."
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 puppetserver >/dev/null
+	fi
+	check_version
+	say "ok (puppetserver $(dpkg-query -W -f='${Version}' puppetserver))"
 }
 
 # check_installed fails, saying what to install, unless Debian's
 # puppetserver 7 (and, with PuppetDB, its termini) is there.
 check_installed() {
-	local v
-	v=$(dpkg-query -W -f='${Version}' puppetserver 2>/dev/null || true)
-	case "$v" in
-	7.*) ;;
-	*) die "Debian's puppetserver 7 is required, found '${v:-none}': apt-get install -y --no-install-recommends puppetserver (as root)" ;;
-	esac
+	check_version
 	[ -f "$PS_JAR" ] || die "$PS_JAR is missing (a broken puppetserver package?)"
 	command -v java >/dev/null 2>&1 || die "java is missing (puppetserver depends on it: reinstall puppetserver)"
 	command -v curl >/dev/null 2>&1 || die "curl is missing: apt-get install -y curl"
@@ -300,7 +320,18 @@ cmd_start() {
 	chmod 0644 "$tmp"
 	mv "$tmp" "$dir/env"
 	trap - EXIT
-	say "Puppet Server is running (https://127.0.0.1:$PORT, PID $(cat "$dir/puppetserver.pid")) after $(($(date +%s) - began)) s; settings in $dir/env"
+	say "Puppet Server is running (https://127.0.0.1:$PORT, PID $(cat "$dir/puppetserver.pid")) after $(($(date +%s) - began)) s ($(usage_of "$(cat "$dir/puppetserver.pid")")); settings in $dir/env"
+}
+
+# usage_of PID says what the process has cost: its CPU time (user +
+# system, its children's included) and its peak resident memory.
+usage_of() {
+	local hz cpu hwm
+	hz=$(getconf CLK_TCK)
+	# Fields 14-17 of /proc/PID/stat, after the command in parentheses.
+	cpu=$(sed 's/^.*) //' "/proc/$1/stat" | awk -v hz="$hz" '{ printf "%.1f", ($12 + $13 + $14 + $15) / hz }')
+	hwm=$(awk '/^VmHWM:/ { printf "%d", $2 / 1024 }' "/proc/$1/status")
+	echo "${cpu} s of CPU, peak RSS ${hwm} MB"
 }
 
 cmd_stop() {
@@ -310,7 +341,7 @@ cmd_stop() {
 	rm -f "$dir/env"
 	if alive "$dir/puppetserver.pid" "$dir/conf.d"; then
 		pid=$(cat "$dir/puppetserver.pid")
-		say "stopping Puppet Server (process group $pid)..."
+		say "stopping Puppet Server (process group $pid): $(usage_of "$pid")..."
 		kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
 		for i in $(seq 1 30); do
 			running "$pid" || break
@@ -325,9 +356,11 @@ cmd_stop() {
 	say "stopped ($dir)"
 }
 
-[ $# -ge 2 ] || usage
+[ $# -ge 1 ] || usage
 case $1 in
+install) cmd_install ;;
 start)
+	[ $# -ge 2 ] || usage
 	d=$2
 	shift 2
 	cmd_start "$d" "$@"

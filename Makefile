@@ -6,7 +6,7 @@ LISTEN  ?= 127.0.0.1:8140
 METRICS ?= 127.0.0.1:9140
 ENVS    ?= examples/environments
 
-.PHONY: run build deps puppetdb-deps puppetdb puppetdb-stop emulators pcp-clients fuzz test unit e2e vet fmt-check bench clean synth infra-test scaler-bootstrap \
+.PHONY: run build deps puppetdb-deps puppetdb puppetdb-stop puppetdb-reference emulators pcp-clients fuzz test unit e2e vet fmt-check bench clean synth infra-test scaler-bootstrap \
 	localstack-up localstack-deploy localstack-e2e localstack-down
 
 build:
@@ -30,6 +30,16 @@ puppetdb: puppetdb-deps
 	@echo "export COMPILEFARM_PUPPETDB_DIR=$(abspath $(PUPPETDB_DIR))"
 puppetdb-stop:
 	scripts/puppetdb.sh stop $(PUPPETDB_DIR)
+
+# Issue 22's side-by-side test with a real Puppet Server 7 (Debian's
+# puppetserver, a second JVM: too slow for make test's budget): the same
+# agent runs through Puppet Server with the puppetdb termini and through
+# the farm, compared in PuppetDB; it re-records Puppet Server's side in
+# test/puppetdbref/testdata/puppetserver.json, which make test compares
+# the farm with. Uses COMPILEFARM_PUPPETDB_DIR's PuppetDB, or its own.
+puppetdb-reference: puppetdb-deps
+	scripts/puppetserver.sh install
+	GO=$(GO) scripts/puppetdb-reference.sh
 
 # Local emulators of AWS APIs for the AWS drivers' tests, installed into
 # .tools (cached: later runs take no time).

@@ -70,8 +70,9 @@ type OutboxStats struct {
 //
 //	DeadLetters(ctx context.Context, max int) ([]OutboxDeadLetter, error)
 //
-// oldest first, at most max (ErrInvalid below 1); on SQS they are the
-// messages of the dead-letter queue, read with SQS's own tools.
+// in the order they were set aside, at most max (ErrInvalid below 1); on
+// SQS they are the messages of the dead-letter queue, read with SQS's own
+// tools.
 type OutboxDeadLetter struct {
 	OutboxMessage
 	SentAt   time.Time // when the message was sent

@@ -82,3 +82,9 @@ func TestInbox(t *testing.T) {
 func TestRunJobStore(t *testing.T) {
 	farmtest.TestRunJobStore(t, func(t *testing.T) farm.RunJobStore { return memstore.New() })
 }
+
+func TestOutbox(t *testing.T) {
+	farmtest.TestOutbox(t, func(t *testing.T) farm.Outbox {
+		return memstore.NewOutbox(memstore.OutboxOptions{VisibilityTimeout: 2 * time.Second})
+	}, farmtest.OutboxCaps{ListsDeadLetters: true})
+}

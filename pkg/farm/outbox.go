@@ -70,9 +70,9 @@ type OutboxStats struct {
 //
 //	DeadLetters(ctx context.Context, max int) ([]OutboxDeadLetter, error)
 //
-// in the order they were set aside, at most max (ErrInvalid below 1); on
-// SQS they are the messages of the dead-letter queue, read with SQS's own
-// tools.
+// in the order they were set aside, at most max (ErrInvalid below 1),
+// copies the caller may change; on SQS they are the messages of the
+// dead-letter queue, read with SQS's own tools.
 type OutboxDeadLetter struct {
 	OutboxMessage
 	SentAt   time.Time // when the message was sent
@@ -111,12 +111,13 @@ func OutboxReason(reason string) string {
 // embedded store's bbolt file in `broker dev`, an SQS FIFO queue with a
 // dead-letter queue on AWS).
 //
-// Send stores every message durably before it returns, in order; it
-// stores none and returns ErrInvalid when one fails Validate (or the
-// driver's own size limit, see OutboxMessage.Body). On another error (the
-// backend failing) the messages before the one that failed may be stored,
-// in order, and the others not: the error says so, and sending them all
-// again may store some twice.
+// Send stores every message durably before it returns, in order, as a
+// copy (changing a Body afterwards, or a delivered one, changes nothing
+// kept); it stores none and returns ErrInvalid when one fails Validate
+// (or the driver's own size limit, see OutboxMessage.Body). On another
+// error (the backend failing) the messages before the one that failed may
+// be stored, in order, and the others not: the error says so, and sending
+// them all again may store some twice.
 //
 // Receive returns up to max messages (max below 1 is ErrInvalid; a driver
 // may return fewer, SQS at most 10), waiting up to wait for the first;

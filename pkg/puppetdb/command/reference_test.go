@@ -236,7 +236,11 @@ func toAny(m map[string]bool) map[string]any {
 }
 
 func short(v any) string {
-	b, _ := json.Marshal(v)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	b := bytes.TrimSpace(buf.Bytes())
 	if len(b) > 300 {
 		return string(b[:300]) + "..."
 	}

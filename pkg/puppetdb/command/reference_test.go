@@ -25,7 +25,8 @@ import (
 
 const refHint = "ruby, puppet and puppet-terminus-puppetdb are needed; run scripts/install-deps.sh"
 
-// reference is one testdata/reference.rb process.
+// reference is the testdata/reference.rb process the package's tests
+// share (loading Puppet costs seconds).
 type reference struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -34,37 +35,61 @@ type reference struct {
 	stderr bytes.Buffer
 }
 
-// newReference starts the reference, stopped when t ends.
+var shared struct {
+	once sync.Once
+	dir  string
+	ref  *reference
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if r := shared.ref; r != nil {
+		r.in.Close()
+		if err := r.cmd.Wait(); err != nil {
+			fmt.Fprintf(os.Stderr, "reference: %v\n%s", err, r.stderr.String())
+			code = 1
+		}
+	}
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
+	os.Exit(code)
+}
+
+// newReference returns the shared reference, started on first use.
 func newReference(t *testing.T) *reference {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs Ruby Puppet and its PuppetDB termini; skipped with -short")
 	}
+	shared.once.Do(func() { shared.ref, shared.err = startReference() })
+	if shared.err != nil {
+		t.Fatalf("start the reference: %v (%s)", shared.err, refHint)
+	}
+	return shared.ref
+}
+
+func startReference() (*reference, error) {
 	if _, err := os.Stat("/usr/lib/ruby/vendor_ruby/puppet/reports/puppetdb.rb"); err != nil {
-		t.Fatalf("the PuppetDB termini are missing: %v (%s)", err, refHint)
+		return nil, fmt.Errorf("the PuppetDB termini are missing: %w", err)
+	}
+	var err error
+	if shared.dir, err = os.MkdirTemp("", "puppetdb-command-reference-"); err != nil {
+		return nil, err
 	}
 	r := &reference{}
-	r.cmd = exec.Command("ruby", "testdata/reference.rb", t.TempDir())
+	r.cmd = exec.Command("ruby", "testdata/reference.rb", shared.dir)
 	r.cmd.Stderr = &r.stderr
-	var err error
 	if r.in, err = r.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	stdout, err := r.cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	r.out = bufio.NewReaderSize(stdout, 1<<20)
-	if err := r.cmd.Start(); err != nil {
-		t.Fatalf("start the reference: %v (%s)", err, refHint)
-	}
-	t.Cleanup(func() {
-		r.in.Close()
-		if err := r.cmd.Wait(); err != nil {
-			t.Errorf("reference: %v\n%s", err, r.stderr.String())
-		}
-	})
-	return r
+	return r, r.cmd.Start()
 }
 
 // payload asks the reference for the payload of req.

@@ -204,8 +204,11 @@ func rubyPrintable(r rune) bool {
 	if r < 0x20 || r == 0x7f || r == 0x2028 || r == 0x2029 {
 		return false
 	}
-	return unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Z, unicode.C)
+	return !unicode.Is(unassigned, r)
 }
+
+// unassigned is Unicode's category Cn.
+var unassigned = unicode.Categories["Cn"]
 
 // rubyNumber is to_s of the number Ruby's JSON parser reads from n: an
 // Integer for an integer literal, a Float otherwise.

@@ -17,6 +17,10 @@
 #    "job_id":"j"}}
 #     compiles the catalog as Puppet Server's catalog endpoint does and
 #     saves it (unfiltered) to the PuppetDB terminus.
+#   {"types":["<module>/lib",...]}
+#     answers, as its payload, what add_namevar_aliases asks of each
+#     resource type of Puppet and of the modules: {"file":{"key_attributes":
+#     ["path"],"isomorphic":true},...}
 #
 # Usage: ruby reference.rb WORKDIR
 
@@ -110,6 +114,18 @@ def catalog_payload(req)
   end
 end
 
+def types_payload(libs)
+  libs.each { |d| $LOAD_PATH.unshift(d) }
+  # Puppet's own types are in puppet/type, beside puppet/metatype.
+  dirs = [File.join(File.dirname(Puppet::Type.method(:type).source_location[0]), '..', 'type')] +
+         libs.map { |d| File.join(d, 'puppet', 'type') }
+  names = dirs.flat_map { |d| Dir.glob(File.join(d, '*.rb')) }.map { |f| File.basename(f, '.rb') }.uniq.sort
+  names.to_h do |n|
+    t = Puppet::Type.type(n.to_sym) or raise "type #{n} does not load"
+    [n, { 'key_attributes' => t.key_attributes.map(&:to_s), 'isomorphic' => t.isomorphic? }]
+  end.to_json
+end
+
 while (line = STDIN.gets)
   next if line.strip.empty?
 
@@ -121,6 +137,8 @@ while (line = STDIN.gets)
                 report_payload(req)
               elsif req.key?('catalog')
                 catalog_payload(req['catalog'])
+              elsif req.key?('types')
+                types_payload(req['types'])
               else
                 raise ArgumentError, "unknown request #{req.keys}"
               end

@@ -6,7 +6,7 @@ LISTEN  ?= 127.0.0.1:8140
 METRICS ?= 127.0.0.1:9140
 ENVS    ?= examples/environments
 
-.PHONY: run build deps emulators pcp-clients fuzz test unit e2e vet fmt-check bench clean synth infra-test scaler-bootstrap \
+.PHONY: run build deps puppetdb-deps puppetdb puppetdb-stop emulators pcp-clients fuzz test unit e2e vet fmt-check bench clean synth infra-test scaler-bootstrap \
 	localstack-up localstack-deploy localstack-e2e localstack-down
 
 build:
@@ -14,6 +14,22 @@ build:
 
 deps:
 	scripts/install-deps.sh
+
+# A real PuppetDB 7 and PostgreSQL 15 from Debian (scripts/puppetdb.sh),
+# for the tests of the PuppetDB sink and puppetdb_query.
+puppetdb-deps:
+	scripts/puppetdb.sh install
+
+# A PuppetDB for development, in PUPPETDB_DIR (plain http and https on free
+# loopback ports; DIR/env says which): run the tests that need it with the
+# export line this prints. make puppetdb-stop stops it.
+PUPPETDB_DIR ?= .data/puppetdb
+puppetdb: puppetdb-deps
+	GO=$(GO) scripts/puppetdb.sh start $(PUPPETDB_DIR)
+	@cat $(PUPPETDB_DIR)/env
+	@echo "export COMPILEFARM_PUPPETDB_DIR=$(abspath $(PUPPETDB_DIR))"
+puppetdb-stop:
+	scripts/puppetdb.sh stop $(PUPPETDB_DIR)
 
 # Local emulators of AWS APIs for the AWS drivers' tests, installed into
 # .tools (cached: later runs take no time).
@@ -39,9 +55,10 @@ fmt-check:
 # The whole suite: unit tests, contract suites, and the end-to-end tests in
 # test/ that drive a real puppet agent against a real broker; then the fuzz
 # targets, the CDK app's tests and a synth (infra/; these need node, and fail
-# without it). scripts/test.sh runs them and ends with the ten slowest
-# packages; TEST_P test binaries run at a time (default 6).
-test: deps emulators pcp-clients fmt-check vet
+# without it). scripts/test.sh runs them, beside a real PuppetDB it starts
+# and stops, and ends with the ten slowest packages; TEST_P test binaries
+# run at a time (default 6).
+test: deps puppetdb-deps emulators pcp-clients fmt-check vet
 	GO=$(GO) scripts/test.sh
 
 # A bounded run of each fuzz target (the seed corpus in testdata runs in

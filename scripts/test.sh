@@ -12,6 +12,12 @@
 #     `make bench`, which runs them before it measures;
 #  2. make fuzz, infra-test and synth.
 #
+# A real PuppetDB (scripts/puppetdb.sh) starts in the background before
+# step 1, in a temporary directory (COMPILEFARM_PUPPETDB_DIR; its output in
+# TEST_LOG.puppetdb): the tests that need it (internal/puppetdbtest.Shared)
+# wait for it while the others build and run. It is stopped at the end,
+# whatever happens, and a failed start fails the run.
+#
 # It stops at the first phase that fails, and always ends with the ten
 # slowest packages of step 1 and the time of each phase, so that a slow
 # newcomer shows at once. TEST_LOG (default .tools/test.log) keeps step 1's
@@ -47,7 +53,44 @@ table() {
 	echo "make test: phases"
 	for p in "${phases[@]}"; do echo "  $p"; done
 }
-trap table EXIT
+
+# The shared PuppetDB: started now, in the background (40-90 s, mostly the
+# JVM), while go test builds the test binaries.
+PDB_LOG=$LOG.puppetdb
+PDB_DIR=$(mktemp -d "${TMPDIR:-/tmp}/compilefarm-puppetdb.XXXXXX") || exit 1
+export COMPILEFARM_PUPPETDB_DIR=$PDB_DIR
+GO=$GO scripts/puppetdb.sh start "$PDB_DIR" >"$PDB_LOG" 2>&1 &
+PDB_PID=$!
+
+# puppetdb_started waits for the start and fails, with its output, when it
+# failed; otherwise it says how long the start took.
+puppetdb_started() {
+	local rc=0
+	[ -z "$PDB_PID" ] && return 0
+	wait "$PDB_PID" || rc=$?
+	PDB_PID=
+	if [ $rc -ne 0 ]; then
+		echo "make test: scripts/puppetdb.sh start $PDB_DIR failed (exit $rc); its output ($PDB_LOG):" >&2
+		tail -n 40 "$PDB_LOG" >&2
+		return $rc
+	fi
+	tail -n 1 "$PDB_LOG"
+}
+
+# stop_puppetdb stops the PuppetDB (a start still running first) and
+# removes its directory.
+stop_puppetdb() {
+	[ -d "$PDB_DIR" ] || return 0
+	if [ -n "$PDB_PID" ]; then
+		kill "$PDB_PID" 2>/dev/null
+		wait "$PDB_PID" 2>/dev/null
+		PDB_PID=
+	fi
+	scripts/puppetdb.sh stop "$PDB_DIR" >>"$PDB_LOG" 2>&1 ||
+		echo "make test: scripts/puppetdb.sh stop $PDB_DIR failed; see $PDB_LOG" >&2
+	rm -rf "$PDB_DIR"
+}
+trap 'stop_puppetdb; table' EXIT
 
 # phase runs a phase and records its time; a failing phase ends the run.
 phase() {
@@ -76,6 +119,8 @@ gotest() {
 }
 
 phase "go test ./... (bench/ -short)" gotest
+phase "PuppetDB (scripts/puppetdb.sh start)" puppetdb_started
+stop_puppetdb # the phases below do not need it
 phase "make fuzz" make --no-print-directory fuzz
 phase "make infra-test" make --no-print-directory infra-test
 phase "make synth" make --no-print-directory synth

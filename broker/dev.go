@@ -46,6 +46,7 @@ type devConfig struct {
 	admission                              admissionFlags
 	emf                                    emfFlags
 	pcp                                    pcpFlags
+	puppetdb                               puppetdbFlags
 }
 
 func runDev(ctx context.Context, args []string) error {
@@ -77,6 +78,7 @@ func runDev(ctx context.Context, args []string) error {
 	c.admission.register(fs)
 	c.emf.register(fs)
 	c.pcp.register(fs, "127.0.0.1:8142")
+	c.puppetdb.register(fs, false)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -131,6 +133,10 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 		return fmt.Errorf("--volatile-facts: %w", err)
 	}
 	enc, err := c.classifier.open()
+	if err != nil {
+		return err
+	}
+	pdbURLs, err := c.puppetdb.validate(false)
 	if err != nil {
 		return err
 	}
@@ -203,6 +209,14 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	caPEM, err := authority.CACertificate(ctx)
+	if err != nil {
+		return fmt.Errorf("read the CA certificate: %w", err)
+	}
+	pdb, err := c.puppetdb.open(ctx, pdbURLs, store.Outbox(localstore.OutboxOptions{}), store, store, caPEM, serverCert, c.certname, m, log)
+	if err != nil {
+		return err
+	}
 	adm := adminHandler(&admin.Server{CA: authority, Nodes: store, Envs: envs, Deployer: deployer, Explainer: in, Jobs: pcp.jobs(), Reports: store})
 	fd.Operator = adm
 	defer c.emf.start(ctx, m, os.Stderr, log)()
@@ -212,7 +226,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 		front: c.listen, maxConns: c.admission.maxConns, metrics: c.metricsListen, admin: c.adminListen,
 		frontHandler: fd.Handler(), tlsConf: authority.ServerTLSConfig(serverCert), metricsHandler: metricsHandler(m), adminHandler: adm,
 	}
-	background := pcp.withPCP(&e, c.pcp.listen, fd, func(ctx context.Context) { pool.Run(ctx, c.workers) })
+	background := pcp.withPCP(&e, c.pcp.listen, fd, pdb.with(fd, func(ctx context.Context) { pool.Run(ctx, c.workers) }))
 	return listenAndServe(ctx, log, e, background,
 		"compilefarm dev is up", "certname", c.certname, "environments", envRoot,
 		"basemodulepath", strings.Join(baseModulepath, string(filepath.ListSeparator)), "data", c.data, "autosign", c.autosign)

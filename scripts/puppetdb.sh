@@ -103,7 +103,7 @@ cmd_install() {
 		[ -z "$need" ] || die "still missing after apt-get install: $need"
 	fi
 	check_versions
-	say "ok (puppetdb $(dpkg-query -W -f='${Version}' puppetdb), $("$PG_BIN/postgres" --version), pypuppetdb $("$PYTHON" -c 'import pypuppetdb; print(pypuppetdb.__version__)' 2>/dev/null || echo '?'))"
+	say "ok (puppetdb $(dpkg-query -W -f='${Version}' puppetdb), $("$PG_BIN/postgres" --version), pypuppetdb $(dpkg-query -W -f='${Version}' python3-pypuppetdb 2>/dev/null || echo '?'))"
 }
 
 # used_ports prints the TCP ports in use on this host, one per line.

@@ -1,13 +1,16 @@
 package command
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/catalog"
 	"github.com/compilefarm/compilefarm/pkg/compiler"
@@ -85,19 +88,30 @@ func farmCatalog(t *testing.T, e *puppet.Engine, envpath string, c catalogCase, 
 	return sealed, exports
 }
 
-// mustEngine starts the farm's Ruby Puppet engine, closed when t ends.
-func mustEngine(t *testing.T) *puppet.Engine {
+// engine is the farm's Ruby Puppet engine the package's tests share.
+var engine struct {
+	once sync.Once
+	dir  string
+	eng  *puppet.Engine
+	err  error
+}
+
+// sharedEngine returns the farm's engine, started on first use (TestMain
+// closes it).
+func sharedEngine(t *testing.T) *puppet.Engine {
 	t.Helper()
-	e, err := puppet.New(t.Context(), puppet.Options{WorkDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatalf("start the farm's engine: %v (%s)", err, refHint)
-	}
-	t.Cleanup(func() {
-		if err := e.Close(); err != nil {
-			t.Errorf("close the farm's engine: %v", err)
+	engine.once.Do(func() {
+		if engine.dir, engine.err = os.MkdirTemp("", "puppetdb-command-engine-"); engine.err != nil {
+			return
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		engine.eng, engine.err = puppet.New(ctx, puppet.Options{WorkDir: engine.dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	})
-	return e
+	if engine.err != nil {
+		t.Fatalf("start the farm's engine: %v (%s)", engine.err, refHint)
+	}
+	return engine.eng
 }
 
 // TestCatalogReference compiles the test environment's nodes with the
@@ -111,7 +125,7 @@ func mustEngine(t *testing.T) *puppet.Engine {
 func TestCatalogReference(t *testing.T) {
 	ref := newReference(t)
 	envpath := testEnvironment(t)
-	e := mustEngine(t)
+	e := sharedEngine(t)
 	for _, c := range catalogCases {
 		t.Run(c.name, func(t *testing.T) {
 			var doc map[string]any

@@ -54,6 +54,15 @@ func TestMain(m *testing.M) {
 	if shared.dir != "" {
 		os.RemoveAll(shared.dir)
 	}
+	if engine.eng != nil {
+		if err := engine.eng.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "close the farm's engine:", err)
+			code = 1
+		}
+	}
+	if engine.dir != "" {
+		os.RemoveAll(engine.dir)
+	}
 	os.Exit(code)
 }
 

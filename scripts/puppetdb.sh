@@ -44,8 +44,12 @@ SERVER_CERTNAME=puppetdb.test
 CLIENT_CERTNAME=puppetdb-client.test
 
 say() { echo "puppetdb.sh: $*" >&2; }
+# FAILED: during start, the file die leaves its message in (DIR/failed),
+# so that tests waiting for DIR/env fail at once (internal/puppetdbtest).
+FAILED=
 die() {
 	say "$*"
+	[ -z "$FAILED" ] || printf '%s\n' "$*" >"$FAILED" || true
 	exit 1
 }
 usage() {
@@ -350,24 +354,32 @@ $(tail -n 15 "$log/stdout.log")"
 	die "PuppetDB found no free ports in 3 tries"
 }
 
+# start_failed is start's EXIT trap on failure: it leaves DIR/failed
+# (die's message, or this one) and stops what start started.
+start_failed() {
+	local rc=$? dir=$1
+	[ -s "$dir/failed" ] || echo "scripts/puppetdb.sh start $dir failed (exit $rc); see its output" >"$dir/failed"
+	FAILED='' cmd_stop "$dir" >/dev/null 2>&1 || true
+}
+
 cmd_start() {
-	local dir=$1 began pgport port sslport tmp
+	local dir=$1 began pgport port sslport tmp need
 	began=$(date +%s)
-	local need
-	need=$(missing_pkgs)
-	[ -z "$need" ] || die "missing Debian packages: $need; run scripts/puppetdb.sh install (as root)"
-	check_versions
 	mkdir -p "$dir"
 	dir=$(cd "$dir" && pwd)
 	if alive "$dir/puppetdb.pid" "$dir/puppetdb/conf"; then
 		die "a PuppetDB started in $dir is running (PID $(cat "$dir/puppetdb.pid")); stop it first: scripts/puppetdb.sh stop $dir"
 	fi
-	rm -f "$dir/env"
+	rm -f "$dir/env" "$dir/failed"
+	FAILED=$dir/failed
+	START_DIR=$dir
+	trap 'start_failed "$START_DIR"' EXIT
+	need=$(missing_pkgs)
+	[ -z "$need" ] || die "missing Debian packages: $need; run scripts/puppetdb.sh install (as root)"
+	check_versions
 	# PostgreSQL runs as postgres: it must reach its directory (mktemp -d makes 0700).
 	chmod 0755 "$dir"
 	make_ca "$dir"
-	# On failure from here on, stop what was started.
-	trap 'cmd_stop "$dir" >/dev/null 2>&1 || true' EXIT
 	start_postgres "$dir"
 	pgport=$(cat "$dir/pg/port")
 	start_puppetdb "$dir" "$pgport"

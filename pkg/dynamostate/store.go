@@ -288,8 +288,7 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 		if found {
 			n = cur.node // decoded for this attempt alone: fn's changes reach nothing else
 		}
-		was := n
-		was.ExportTypes, was.Collects = slices.Clone(n.ExportTypes), slices.Clone(n.Collects)
+		was := n.IndexCopy()
 		if err := fn(&n); err != nil {
 			return farm.Node{}, err
 		}

@@ -247,6 +247,11 @@ type Node struct {
 	ExportsDigest Digest   `json:"exports_digest,omitempty"`
 	ExportTypes   []string `json:"export_types,omitempty"`
 	Collects      []string `json:"collects,omitempty"`
+	// Queries are the QueryDigests of the PuppetDB queries the served
+	// catalog's compile made (its read record holds the queries and their
+	// result digests; the query texts are in SpaceCatalogs by digest),
+	// sorted: NodeQuery.Query finds the nodes that made a query.
+	Queries []Digest `json:"queries,omitempty"`
 	// History holds the node's previous catalogs, newest first (at most
 	// HistoryLen), for diffs and rollbacks.
 	History []CatalogRef `json:"history,omitempty"`
@@ -481,6 +486,7 @@ func (n Node) Clone() Node {
 	}
 	c.ExportTypes = slices.Clone(n.ExportTypes)
 	c.Collects = slices.Clone(n.Collects)
+	c.Queries = slices.Clone(n.Queries)
 	c.History = slices.Clone(n.History)
 	c.CandidateRequested = n.CandidateRequested.clone()
 	c.Candidate = clonePtr(n.Candidate)

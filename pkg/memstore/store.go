@@ -11,7 +11,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 
@@ -215,8 +214,7 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 	if b, ok := s.nodes[certname]; ok {
 		n = decode[farm.Node](b)
 	}
-	old := n
-	old.ExportTypes, old.Collects = slices.Clone(n.ExportTypes), slices.Clone(n.Collects)
+	old := n.IndexCopy()
 	if err := fn(&n); err != nil {
 		return farm.Node{}, err
 	}

@@ -82,3 +82,7 @@ func TestInbox(t *testing.T) {
 func TestRunJobStore(t *testing.T) {
 	farmtest.TestRunJobStore(t, func(t *testing.T) farm.RunJobStore { return memstore.New() })
 }
+
+func TestQueryStore(t *testing.T) {
+	farmtest.TestQueryStore(t, func(t *testing.T) farm.QueryStore { return memstore.New() })
+}

@@ -1,6 +1,6 @@
 // Package memstore holds in-memory drivers of the farm's contracts: Store
 // (content, names, nodes, environments, PCP presence, task inboxes, run
-// jobs) and Queue. They keep nothing across a
+// jobs, recorded PuppetDB queries) and Queue. They keep nothing across a
 // restart and exist for fast unit tests of other packages; they pass the
 // full contract suites of pkg/farm/farmtest, including the embedded queue's
 // collapsing and node exclusivity.
@@ -25,7 +25,7 @@ var (
 )
 
 // Store keeps content, names, node records, environment records, PCP
-// presence, task inboxes and run jobs in memory.
+// presence, task inboxes, run jobs and recorded PuppetDB queries in memory.
 // The zero value is not usable; call New. Safe for concurrent use.
 type Store struct {
 	mu      sync.RWMutex
@@ -48,6 +48,8 @@ type Store struct {
 	presence presenceStore
 	inboxes  inboxes
 	jobs     jobStore
+	// Recorded PuppetDB queries (queries.go), under their own lock.
+	queries queryStore
 }
 
 // New returns an empty store.

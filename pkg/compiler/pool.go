@@ -65,10 +65,18 @@ type Pool struct {
 	// like an engine failure. Without it, a compile uses the classification
 	// the intake stored at the node's check-in.
 	Classifier Classifier
+	// Queries, when set, records the PuppetDB queries of each catalog a
+	// node is served, once per environment and query in this process
+	// (recordQueries), for the query refresher.
+	Queries QueryRecorder
 
 	exportLists digestcache.Cache[[]ExportedResource]
 	queryTexts  digestcache.Cache[struct{}]      // query texts known to be in the content store
 	nodeInfos   digestcache.Cache[nodeinfo.Info] // decoded node information by digest; not to be changed
+
+	// recordedQueries holds the (environment, query) pairs recorded in
+	// Queries, by recordedKey.
+	recordedQueries digestcache.Cache[struct{}]
 }
 
 func (p *Pool) now() time.Time {
@@ -289,6 +297,7 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 		return fmt.Errorf("move catalog pointer of %s: %w", d.Certname, err)
 	}
 	p.tellCollectors(ctx, d, out.ExportsChanged, log)
+	p.recordQueries(ctx, d, c.Queries, log)
 	if out.Unchanged {
 		p.Metrics.ObserveCompile(metrics.CompileUnchanged, dur)
 		log.Info("catalog recompiled unchanged", "duration", dur.Round(time.Millisecond), "reason", d.Reason)

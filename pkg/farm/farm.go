@@ -98,6 +98,9 @@ const (
 	// ReasonClock: the node's catalog read the current time, and was
 	// compiled longer ago than the farm reuses such catalogs.
 	ReasonClock = "clock"
+	// ReasonQuery: a PuppetDB query the node's catalog made answers
+	// otherwise now (the cause names the query).
+	ReasonQuery = "query-changed"
 )
 
 // Job asks for one node's catalog to be compiled. Its fields mirror Puppet
@@ -408,6 +411,7 @@ const (
 	CauseCodeID      = "code_id"         // the code the node is to be served changed
 	CauseNodeInfo    = "node_info"       // the digest of trusted data and classification
 	CauseRelevant    = "relevant_digest" // the digest of the facts without volatile ones
+	CauseQueryResult = "query_result"    // the digest of a PuppetDB query's result
 )
 
 // RequestCause says what changed to queue a compile request, beyond fact

@@ -2,6 +2,7 @@ package farm
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -43,6 +44,17 @@ type QueryState struct {
 // that ends with it: "ENVIRONMENT|QUERY".
 func (s *QueryState) Key() string {
 	return s.Environment + indexSep + string(s.Query)
+}
+
+// QueryText is query (QueryRead.Query) as PuppetDB's query API takes it
+// in its query parameter, and as operators read it: a PQL string's text,
+// an AST's JSON.
+func QueryText(query json.RawMessage) string {
+	var pql string
+	if err := json.Unmarshal(query, &pql); err == nil {
+		return pql
+	}
+	return string(query)
 }
 
 // QueryList asks for a page of recorded queries.

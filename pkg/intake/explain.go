@@ -56,8 +56,9 @@ type ReadSummary struct {
 	// again once it is older than the farm's clock max age.
 	Clock    bool   `json:"clock,omitempty"`
 	ClockWhy string `json:"clock_why,omitempty"`
-	// Queries are the PuppetDB queries the compile made (canonical JSON),
-	// whose results changing recompiles the catalog.
+	// Queries are the PuppetDB queries the compile made (farm.QueryText:
+	// PQL, or an AST's JSON); a change of their results recompiles the
+	// catalog.
 	Queries []string `json:"queries,omitempty"`
 }
 
@@ -127,7 +128,7 @@ func summarise(d farm.Digest, rec *facts.ReadRecord) *ReadSummary {
 	s := &ReadSummary{Digest: d, Reads: len(rec.Reads), AlwaysRecompile: rec.AlwaysRecompile, Why: rec.Why,
 		Clock: rec.Clock, ClockWhy: rec.ClockWhy}
 	for _, q := range rec.Queries {
-		s.Queries = append(s.Queries, string(q.Query))
+		s.Queries = append(s.Queries, farm.QueryText(q.Query))
 	}
 	counts := map[string]int{}
 	for _, r := range rec.Reads {

@@ -15,8 +15,8 @@ import (
 type QueryChange struct {
 	Environment string
 	Query       farm.Digest // QueryRead.QueryDigest
-	// Text is the query (canonical JSON: a PQL string or an AST), named in
-	// the reason operators see (broker explain).
+	// Text is the query as PuppetDB takes it (farm.QueryText: PQL, or an
+	// AST's JSON), named in the reason operators see (broker explain).
 	Text string
 	// Result is QueryResultDigest of the answer now.
 	Result farm.Digest

@@ -21,9 +21,10 @@ func TestRecompileQueriers(t *testing.T) {
 	if err := r.Store.PutEnvironment(ctx, farm.Environment{Name: "test", CodeID: "code1"}); err != nil {
 		t.Fatal(err)
 	}
-	const text = `"nodes[certname] { facts.cf_role = 'web' }"`
-	old := farm.QueryReadOf([]byte(text), []byte(`[{"certname":"web1"}]`))
-	now := farm.QueryReadOf([]byte(text), []byte(`[{"certname":"web1"},{"certname":"web2"}]`))
+	const text = `nodes[certname] { facts.cf_role = "web" }`
+	query := []byte(`"nodes[certname] { facts.cf_role = \"web\" }"`)
+	old := farm.QueryReadOf(query, []byte(`[{"certname":"web1"}]`))
+	now := farm.QueryReadOf(query, []byte(`[{"certname":"web1"},{"certname":"web2"}]`))
 	other := farm.QueryReadOf([]byte(`"nodes {}"`), []byte(`[]`))
 	r.Engine.Reads = []string{"cf_role"}
 	compile := func(node, env string, queries ...farm.QueryRead) {

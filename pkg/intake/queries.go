@@ -42,10 +42,14 @@ const maxNoteQuery = 200
 // is left alone, and so is one whose pending compile was requested at or
 // after c.Since; a node whose read record cannot be read is queued. Nodes
 // the index lists but whose catalog's record holds no such query (the
-// index follows the record moments later) are not counted.
+// index follows the record moments later) are not counted. An environment
+// that no longer exists has no node to queue.
 func (in *Intake) RecompileQueriers(ctx context.Context, c QueryChange) (QueriersResult, error) {
 	var res QueriersResult
 	env, err := in.Envs.GetEnvironment(ctx, c.Environment)
+	if errors.Is(err, farm.ErrNotFound) {
+		return res, nil // gone: its nodes compile nowhere
+	}
 	if err != nil {
 		return res, fmt.Errorf("read environment %s: %w", c.Environment, err)
 	}

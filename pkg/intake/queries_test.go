@@ -89,4 +89,9 @@ func TestRecompileQueriers(t *testing.T) {
 	if err != nil || got != (intake.QueriersResult{Nodes: 2}) {
 		t.Errorf("after the stale node compiled with the new result: %+v, %v; want 2 nodes, none queued", got, err)
 	}
+	gone := change
+	gone.Environment = "gone"
+	if got, err := r.Intake.RecompileQueriers(ctx, gone); err != nil || got != (intake.QueriersResult{}) {
+		t.Errorf("an environment that does not exist: %+v, %v; want nothing, no error", got, err)
+	}
 }

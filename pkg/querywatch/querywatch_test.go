@@ -303,7 +303,6 @@ func TestTriggerDebounces(t *testing.T) {
 	start := time.Now()
 	for range 20 {
 		w.Trigger()
-		time.Sleep(time.Millisecond)
 	}
 	wait(2)
 	if took := time.Since(start); took < w.Debounce {
@@ -315,6 +314,68 @@ func TestTriggerDebounces(t *testing.T) {
 	}
 	w.Trigger()
 	wait(3)
+}
+
+// TestRefreshersShareTheWork: two refreshers on one store (two fleet
+// tasks) take each query up once between them in a round.
+func TestRefreshersShareTheWork(t *testing.T) {
+	pdb := puppetdbtest.Shared(t)
+	ctx := t.Context()
+	client := &countingPuppetDB{base: pdb.URL}
+	r := flowtest.New(t)
+	if err := r.Store.PutEnvironment(ctx, farm.Environment{Name: "test", CodeID: "code1"}); err != nil {
+		t.Fatal(err)
+	}
+	var qs []farm.Digest
+	for i := range 6 {
+		text, _ := json.Marshal(fmt.Sprintf(`nodes[certname] { certname = %q }`, puppetdbtest.Certname(t, fmt.Sprintf("refresh-share%d", i))))
+		d, err := r.Store.Put(ctx, farm.SpaceCatalogs, text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs = append(qs, d)
+	}
+	for _, env := range []string{"production", "test"} {
+		if err := r.Store.RecordQueries(ctx, env, qs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := querywatch.New(client, r.Store, r.Store, r.Intake)
+	b := querywatch.New(client, r.Store, r.Store, r.Intake)
+	since := time.Now()
+	var got [2]querywatch.RoundResult
+	var wg sync.WaitGroup
+	for i, w := range []*querywatch.Refresher{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := w.Round(ctx, since)
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = res
+		}()
+	}
+	wg.Wait()
+	if due := got[0].Due + got[1].Due; due != 12 {
+		t.Errorf("the two rounds took up %d queries (%+v, %+v), want each of the 12 once", due, got[0], got[1])
+	}
+	calls := 0
+	for _, n := range client.takeCalls() {
+		calls += n
+	}
+	if calls != got[0].Runs+got[1].Runs || calls > 12 {
+		t.Errorf("%d PuppetDB calls, runs %d + %d", calls, got[0].Runs, got[1].Runs)
+	}
+	p, err := r.Store.ListQueries(ctx, farm.QueryList{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range p.Queries {
+		if st.Version != 3 || st.Result == "" {
+			t.Errorf("%s: version %d, result %q; want taken up and answered once (version 3)", st.Key(), st.Version, st.Result)
+		}
+	}
 }
 
 // A refresher's Intake is the real one.

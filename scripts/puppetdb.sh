@@ -158,6 +158,12 @@ make_ca() {
 	chmod 0755 "$dir/ssl" "$dir/ssl/certs"
 }
 
+# PostgreSQL's settings for a throw-away test bed: no fsync (a crash loses
+# nothing worth keeping), and tables analyzed soon after a few changes:
+# PuppetDB's num-resources metric (Puppetboard's overview) comes from the
+# table statistics, -1 until catalog_resources is first analyzed.
+PG_SETTINGS="-c fsync=off -c full_page_writes=off -c autovacuum_naptime=10s -c autovacuum_analyze_threshold=1 -c autovacuum_analyze_scale_factor=0.1"
+
 start_postgres() {
 	local dir=$1 try port
 	local data=$dir/pg/data sock=$dir/pg/sock
@@ -176,7 +182,7 @@ start_postgres() {
 		port=$(free_port)
 		say "starting PostgreSQL on 127.0.0.1:$port..."
 		if as_pg "$PG_BIN/pg_ctl" -D "$data" -l "$dir/pg/postgresql.log" -w -t 60 -s \
-			-o "-c listen_addresses=127.0.0.1 -p $port -k $sock -c fsync=off -c full_page_writes=off" start; then
+			-o "-c listen_addresses=127.0.0.1 -p $port -k $sock $PG_SETTINGS" start; then
 			head -1 "$data/postmaster.pid" >"$dir/postgresql.pid"
 			echo "$port" >"$dir/pg/port"
 			break

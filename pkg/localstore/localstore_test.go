@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,6 +53,33 @@ func TestQueue(t *testing.T) {
 	farmtest.TestQueue(t, func(t *testing.T) farm.Queue {
 		return open(t, t.TempDir()).Queue(localstore.QueueOptions{VisibilityTimeout: testVisibility})
 	}, farmtest.QueueCaps{Collapses: true, NodeExclusive: true, FinishedDeliveryIsNotFound: true})
+}
+
+func TestOutbox(t *testing.T) {
+	opts := localstore.OutboxOptions{VisibilityTimeout: testVisibility}
+	var (
+		mu     sync.Mutex
+		stores = map[farm.Outbox]*localstore.Store{} // each outbox's store, for Reopen
+	)
+	outboxOn := func(s *localstore.Store) farm.Outbox {
+		o := s.Outbox(opts)
+		mu.Lock()
+		stores[o] = s
+		mu.Unlock()
+		return o
+	}
+	farmtest.TestOutbox(t, func(t *testing.T) farm.Outbox { return outboxOn(open(t, t.TempDir())) }, farmtest.OutboxCaps{
+		ListsDeadLetters: true,
+		Reopen: func(t *testing.T, o farm.Outbox) farm.Outbox {
+			mu.Lock()
+			s := stores[o]
+			mu.Unlock()
+			if err := s.Close(); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+			return outboxOn(open(t, s.Dir()))
+		},
+	})
 }
 
 func TestContentLayout(t *testing.T) {

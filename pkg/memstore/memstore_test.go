@@ -86,3 +86,9 @@ func TestRunJobStore(t *testing.T) {
 func TestQueryStore(t *testing.T) {
 	farmtest.TestQueryStore(t, func(t *testing.T) farm.QueryStore { return memstore.New() })
 }
+
+func TestOutbox(t *testing.T) {
+	farmtest.TestOutbox(t, func(t *testing.T) farm.Outbox {
+		return memstore.NewOutbox(memstore.OutboxOptions{VisibilityTimeout: 2 * time.Second})
+	}, farmtest.OutboxCaps{ListsDeadLetters: true})
+}

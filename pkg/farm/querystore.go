@@ -27,8 +27,8 @@ type QueryState struct {
 	// Result is QueryResultDigest of the latest answer a refresh got; ""
 	// until the first.
 	Result Digest `json:"result,omitempty"`
-	// CheckedAt is when a refresh last took the query up; zero until the
-	// first.
+	// CheckedAt is when the refresh round that last took the query up
+	// started; zero until the first.
 	CheckedAt time.Time `json:"checked_at"`
 	// ChangedAt is when a refresh last found Result changed.
 	ChangedAt time.Time `json:"changed_at"`

@@ -6,28 +6,30 @@
 //
 // The queries and what was last learnt of each are in a farm.QueryStore
 // (the compile pool records them). A round pages through them and takes
-// up each that is due: not taken up by any refresher since the round's
-// start time (an interval ago, less a tenth, or the latest Trigger), or
-// due a recheck. Taking a query up is a SetQueryState of its CheckedAt over
-// the version read, so of several refreshers sharing a store (fleet tasks)
-// one runs it. Its answer's digest (farm.QueryResultDigest) is compared
-// with the stored Result; when they differ, the intake queues the nodes
-// whose catalog recorded another result (intake.RecompileQueriers), and
-// the new Result is stored. A compile that ran the query before the change
-// but moved its node's pointer after those nodes were paged would keep the
-// old result unseen, so a change also sets Recheck: the nodes are checked
-// once more, Settle after the change, when every such compile has ended.
-// A query PuppetDB refuses or that fails is logged with the query; its
-// stored result stays, and it is run again next round.
+// up each that is due: its CheckedAt (the start of the round that last
+// took it up, by any refresher) is before the round's since time (an
+// interval, less a tenth, before the round; or the latest Trigger), or it
+// is due a recheck. Taking a query up is a SetQueryState of its CheckedAt
+// over the version read, so of several refreshers sharing a store (fleet
+// tasks) one runs it. Its answer's digest (farm.QueryResultDigest) is
+// compared with the stored Result; when they differ, the intake queues the
+// nodes whose catalog recorded another result (intake.RecompileQueriers),
+// and the new Result is stored. A compile that ran the query before the
+// change but moved its node's pointer after those nodes were paged would
+// keep the old result unseen, so a change also sets Recheck: the nodes are
+// checked once more, Settle after the change, when every such compile has
+// ended. A query PuppetDB refuses or that fails is logged with the query;
+// its stored result stays, and it is run again next round.
 //
 // A round costs one ListQueries per page, and per query taken up one
 // write (its CheckedAt) and one PuppetDB query per distinct query (a query
 // made in several environments is run once); a changed result adds the
 // pages of the nodes that made it and one more write.
 //
-// Hence a catalog is served from a query result older than the latest
-// answer for at most about an interval plus one compile (plus one more
-// compile in the race above, until Settle).
+// Hence, while a refresher runs and PuppetDB answers, a catalog is served
+// from a result PuppetDB no longer gives for at most an interval (until
+// the next round) plus one compile; in the race above, until Settle after
+// the change plus one compile.
 package querywatch
 
 import (
@@ -190,8 +192,9 @@ type RoundResult struct {
 	Queued  int // nodes queued
 }
 
-// Round takes up every recorded query no refresher took up since since,
-// and each due a recheck, as the package doc says. It returns an error
+// Round takes up every recorded query whose CheckedAt (the start of the
+// round that last took it up) is before since, and each due a recheck, as
+// the package doc says. It returns an error
 // only when the queries cannot be listed; a query that fails is logged and
 // counted.
 func (r *Refresher) Round(ctx context.Context, since time.Time) (RoundResult, error) {
@@ -211,7 +214,7 @@ func (r *Refresher) Round(ctx context.Context, since time.Time) (RoundResult, er
 				return res, ctx.Err()
 			}
 			res.Queries++
-			r.refresh(ctx, st, since, answers, &res)
+			r.refresh(ctx, st, start, since, answers, &res)
 			if res.Queries%1000 == 0 {
 				r.log().Info("PuppetDB query refresh in progress", "queries", res.Queries, "runs", res.Runs,
 					"changed", res.Changed, "nodes_queued", res.Queued)
@@ -235,8 +238,9 @@ type answer struct {
 	err    error
 }
 
-// refresh takes st up if it is due (see Round) and acts on its answer.
-func (r *Refresher) refresh(ctx context.Context, st farm.QueryState, since time.Time, answers map[farm.Digest]answer, res *RoundResult) {
+// refresh takes st up in the round that started at start if it is due
+// (see Round) and acts on its answer.
+func (r *Refresher) refresh(ctx context.Context, st farm.QueryState, start, since time.Time, answers map[farm.Digest]answer, res *RoundResult) {
 	now := r.now()
 	recheck := st.Recheck && now.Sub(st.ChangedAt) >= orDefault(r.Settle, DefaultSettle)
 	if !st.CheckedAt.Before(since) && !recheck {
@@ -244,7 +248,9 @@ func (r *Refresher) refresh(ctx context.Context, st farm.QueryState, since time.
 	}
 	log := r.log().With("environment", st.Environment, "query_digest", st.Query)
 	claim := st
-	claim.CheckedAt = now
+	// The round's start, not now: the next round finds it due however
+	// far into this round it was reached.
+	claim.CheckedAt = start
 	taken, err := r.Queries.SetQueryState(ctx, claim)
 	if errors.Is(err, farm.ErrConflict) || errors.Is(err, farm.ErrNotFound) {
 		return // another refresher took it up

@@ -14,7 +14,13 @@
 // --external-nodes: run again for each compile, as Puppet Server runs it per
 // catalog) and COMPILEFARM_EXTERNAL_NODES_TIMEOUT (default 10s),
 // COMPILEFARM_EYAML_KEYS (the directory with the keys of encrypted Hiera
-// data, as broker dev's --eyaml-keys);
+// data, as broker dev's --eyaml-keys); COMPILEFARM_PUPPETDB (PuppetDB's
+// URLs, comma-separated, as broker's --puppetdb: for puppetdb_query() in
+// manifests), COMPILEFARM_PUPPETDB_CA, COMPILEFARM_PUPPETDB_CERT and
+// COMPILEFARM_PUPPETDB_KEY (PEM text, or the path of a PEM file: the CA
+// PuppetDB's certificate comes from, and the client certificate and key
+// presented to it; needed for an https URL) and COMPILEFARM_STORECONFIGS
+// (farm, the default, or puppetdb, as broker's --storeconfigs);
 // AWS endpoints and credentials from the standard AWS configuration.
 package main
 
@@ -25,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -119,8 +126,12 @@ func setup(ctx context.Context, env func(string) string, log *slog.Logger) (*han
 	if err != nil {
 		return nil, err
 	}
+	pdb, err := puppetDB(env)
+	if err != nil {
+		return nil, err
+	}
 	engine, err := puppet.New(ctx, puppet.Options{Workers: 1, Ruby: ruby, WorkDir: filepath.Join(workdir, "engine"), Timeout: timeout, Logger: log,
-		EyamlKeys: env("COMPILEFARM_EYAML_KEYS")})
+		EyamlKeys: env("COMPILEFARM_EYAML_KEYS"), PuppetDB: pdb, StoreConfigs: env("COMPILEFARM_STORECONFIGS")})
 	if err != nil {
 		return nil, fmt.Errorf("start the puppet engine: %w", err)
 	}
@@ -146,4 +157,46 @@ func (h *handler) handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: id})
 	}
 	return resp, nil
+}
+
+// puppetDB reads the PuppetDB compiles query from the environment: nil
+// when COMPILEFARM_PUPPETDB is unset. The engine checks the rest.
+func puppetDB(env func(string) string) (*puppet.PuppetDB, error) {
+	urls := env("COMPILEFARM_PUPPETDB")
+	if urls == "" {
+		return nil, nil
+	}
+	p := &puppet.PuppetDB{}
+	for _, u := range strings.Split(urls, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			p.URLs = append(p.URLs, u)
+		}
+	}
+	for _, v := range []struct {
+		name string
+		into *[]byte
+	}{
+		{"COMPILEFARM_PUPPETDB_CA", &p.CACert},
+		{"COMPILEFARM_PUPPETDB_CERT", &p.Cert},
+		{"COMPILEFARM_PUPPETDB_KEY", &p.Key},
+	} {
+		b, err := pemValue(env(v.name))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", v.name, err)
+		}
+		*v.into = b
+	}
+	return p, nil
+}
+
+// pemValue is PEM text as given, or the content of the file it names.
+func pemValue(v string) ([]byte, error) {
+	if v == "" || strings.HasPrefix(strings.TrimSpace(v), "-----BEGIN ") {
+		return []byte(v), nil
+	}
+	b, err := os.ReadFile(v)
+	if err != nil {
+		return nil, fmt.Errorf("neither PEM text nor a readable file: %w", err)
+	}
+	return b, nil
 }

@@ -294,6 +294,41 @@ func TestRunJobStore(t *testing.T) {
 	farmtest.TestRunJobStore(t, func(t *testing.T) farm.RunJobStore { return open(t, t.TempDir()) })
 }
 
+func TestQueryStore(t *testing.T) {
+	farmtest.TestQueryStore(t, func(t *testing.T) farm.QueryStore { return open(t, t.TempDir()) })
+}
+
+// Recorded queries and their states survive a restart of the process that
+// owns the data directory.
+func TestQueriesSurviveReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := localstore.Open(ctx, dir, localstore.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := farm.DigestOf([]byte(`"nodes {}"`))
+	if err := s.RecordQueries(ctx, "production", []farm.Digest{q}); err != nil {
+		t.Fatal(err)
+	}
+	set, err := s.SetQueryState(ctx, farm.QueryState{Environment: "production", Query: q, Version: 1,
+		Result: farm.DigestOf([]byte("[]")), CheckedAt: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dir)
+	p, err := s.ListQueries(ctx, farm.QueryList{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Queries) != 1 || p.Queries[0] != set {
+		t.Fatalf("after reopening: %+v, want [%+v]", p.Queries, set)
+	}
+}
+
 // Jobs survive a restart of the process that owns the data directory
 // (broker dev): a closed and reopened store lists them as before.
 func TestRunJobsSurviveReopen(t *testing.T) {

@@ -1,6 +1,7 @@
 // Package localstore is the farm's embedded storage: the default driver of
-// the content store, node store, environment store, run job store, compile
-// queue and outbox, all kept in one data directory (broker dev's --data).
+// the content store, node store, environment store, run job store, query
+// store, compile queue and outbox, all kept in one data directory (broker
+// dev's --data).
 //
 // Layout of the data directory:
 //
@@ -20,7 +21,9 @@
 //	                                         farm.ReportSummary, RecordReport's),
 //	                                         "run_jobs", "run_jobs_by_created"
 //	                                         and "run_job_nodes" (farm.RunJobStore,
-//	                                         see runjobs.go), "outbox_messages",
+//	                                         see runjobs.go), "queries"
+//	                                         ("ENV|DIGEST" → JSON farm.QueryState,
+//	                                         see queries.go), "outbox_messages",
 //	                                         "outbox_bodies" and "outbox_dead"
 //	                                         (farm.Outbox, see outbox.go) and
 //	                                         "meta"
@@ -92,9 +95,9 @@ type Options struct {
 }
 
 // Store is the embedded farm storage in one data directory. It implements
-// farm.ContentStore, farm.NameStore, farm.NodeStore, farm.EnvironmentStore
-// and farm.RunJobStore; Queue returns its durable farm.Queue and Outbox
-// its durable farm.Outbox. Safe for concurrent use.
+// farm.ContentStore, farm.NameStore, farm.NodeStore, farm.EnvironmentStore,
+// farm.RunJobStore and farm.QueryStore; Queue returns its durable
+// farm.Queue and Outbox its durable farm.Outbox. Safe for concurrent use.
 type Store struct {
 	dir     string
 	content string // dir/content

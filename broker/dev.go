@@ -165,10 +165,18 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	}
 	defer closeCA()
 
+	caPEM, err := authority.CACertificate(ctx)
+	if err != nil {
+		return fmt.Errorf("read the CA certificate: %w", err)
+	}
+	enginePDB, storeconfigs, err := c.puppetdb.engineConfig(pdbURLs, caPEM, serverCert)
+	if err != nil {
+		return err
+	}
 	log.Info("starting compile workers (loading Puppet)", "workers", c.workers)
 	engine, err := puppet.New(ctx, puppet.Options{
 		Workers: c.workers, Ruby: c.ruby, WorkDir: filepath.Join(c.data, "engine"),
-		Timeout: c.compileTimeout, Logger: log, EyamlKeys: c.eyamlKeys,
+		Timeout: c.compileTimeout, Logger: log, EyamlKeys: c.eyamlKeys, PuppetDB: enginePDB, StoreConfigs: storeconfigs,
 	})
 	if err != nil {
 		return fmt.Errorf("start the puppet compile engine (is Debian's puppet-agent installed? run scripts/install-deps.sh): %w", err)
@@ -183,6 +191,9 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	in := &intake.Intake{Content: store, Nodes: store, Envs: envs, Queue: queue, Filter: filter, Log: log, ClockMaxAge: c.clockMaxAge}
 	deployer := &release.Deployer{Content: store, Envs: envs.ReadThrough(), Nodes: store, Intake: in, Root: envRoot, BaseModulepath: baseModulepath, Log: log}
 	pool := &compiler.Pool{Queue: queue, Nodes: store, Content: store, Engine: engine, Code: lib, Metrics: m, Log: log, Collectors: in}
+	if enginePDB != nil {
+		pool.Queries = store // the queries compiles make, run again by the refresher
+	}
 
 	// Compiles requested just before a crash, and code changed on disk
 	// while the farm was down, are queued again.
@@ -209,11 +220,8 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	caPEM, err := authority.CACertificate(ctx)
-	if err != nil {
-		return fmt.Errorf("read the CA certificate: %w", err)
-	}
-	pdb, err := c.puppetdb.open(ctx, pdbURLs, store.Outbox(localstore.OutboxOptions{}), store, store, caPEM, serverCert, c.certname, m, log)
+	pdb, err := c.puppetdb.open(ctx, pdbURLs, store.Outbox(localstore.OutboxOptions{}), store, store, queryWatch{queries: store, intake: in},
+		caPEM, serverCert, c.certname, m, log)
 	if err != nil {
 		return err
 	}

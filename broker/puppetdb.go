@@ -4,18 +4,22 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/compilefarm/compilefarm/pkg/compiler/puppet"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/frontdoor"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
 	"github.com/compilefarm/compilefarm/pkg/puppetdb"
+	"github.com/compilefarm/compilefarm/pkg/querywatch"
 )
 
 // puppetdbFlags configure what feeds a site's PuppetDB: the URLs, how the
@@ -93,50 +97,95 @@ func pemSource(flagName, v string) ([]byte, error) {
 	return b, nil
 }
 
+// identity returns PuppetDB's CA (the farm's, or --puppetdb-ca) and the
+// certificate the farm presents (its own, or --puppetdb-cert/-key).
+func (p *puppetdbFlags) identity(farmCA []byte, own tls.Certificate) (caPEM []byte, cert tls.Certificate, err error) {
+	caPEM, cert = farmCA, own
+	if p.caFile != "" {
+		if caPEM, err = pemSource("--puppetdb-ca", p.caFile); err != nil {
+			return nil, tls.Certificate{}, err
+		}
+	}
+	if p.cert != "" {
+		c, err := pemSource("--puppetdb-cert", p.cert)
+		if err != nil {
+			return nil, tls.Certificate{}, err
+		}
+		k, err := pemSource("--puppetdb-key", p.key)
+		if err != nil {
+			return nil, tls.Certificate{}, err
+		}
+		if cert, err = tls.X509KeyPair(c, k); err != nil {
+			return nil, tls.Certificate{}, fmt.Errorf("--puppetdb-cert/--puppetdb-key: %w", err)
+		}
+	}
+	return caPEM, cert, nil
+}
+
+// engineConfig is the compile engine's PuppetDB (puppetdb_query(),
+// --storeconfigs puppetdb): the same URLs and identity as the sink's; nil
+// without --puppetdb.
+func (p *puppetdbFlags) engineConfig(urls []*url.URL, farmCA []byte, own tls.Certificate) (*puppet.PuppetDB, string, error) {
+	if len(urls) == 0 {
+		return nil, puppet.StoreConfigsFarm, nil
+	}
+	caPEM, cert, err := p.identity(farmCA, own)
+	if err != nil {
+		return nil, "", err
+	}
+	var certPEM []byte
+	for _, der := range cert.Certificate {
+		certPEM = append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		return nil, "", fmt.Errorf("the PuppetDB client key: %w", err)
+	}
+	cfg := &puppet.PuppetDB{CACert: caPEM, Cert: certPEM, Key: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}
+	for _, u := range urls {
+		cfg.URLs = append(cfg.URLs, u.String())
+	}
+	return cfg, p.storeconfigs, nil
+}
+
 // tlsConfig is how the farm talks to PuppetDB: its own certificate (or
 // --puppetdb-cert), PuppetDB's checked against the farm's CA (or
 // --puppetdb-ca), as Puppet Server does with its host certificate.
 func (p *puppetdbFlags) tlsConfig(farmCA []byte, own tls.Certificate) (*tls.Config, error) {
+	caPEM, cert, err := p.identity(farmCA, own)
+	if err != nil {
+		return nil, err
+	}
 	roots := x509.NewCertPool()
-	caPEM, from := farmCA, "the farm's CA certificate"
-	if p.caFile != "" {
-		b, err := pemSource("--puppetdb-ca", p.caFile)
-		if err != nil {
-			return nil, err
-		}
-		caPEM, from = b, p.caFile
-	}
 	if !roots.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("no PEM certificate in %s (--puppetdb-ca)", from)
-	}
-	cert := own
-	if p.cert != "" {
-		c, err := pemSource("--puppetdb-cert", p.cert)
-		if err != nil {
-			return nil, err
+		from := "the farm's CA certificate"
+		if p.caFile != "" {
+			from = p.caFile + " (--puppetdb-ca)"
 		}
-		k, err := pemSource("--puppetdb-key", p.key)
-		if err != nil {
-			return nil, err
-		}
-		if cert, err = tls.X509KeyPair(c, k); err != nil {
-			return nil, fmt.Errorf("--puppetdb-cert/--puppetdb-key: %w", err)
-		}
+		return nil, fmt.Errorf("no PEM certificate in %s", from)
 	}
 	return &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
-// puppetdbSide is the running PuppetDB sink: the front door's hook and the
-// drainer's work.
+// puppetdbSide is the running PuppetDB side: the front door's hook, the
+// drainer and the refresher of the queries compiles made.
 type puppetdbSide struct {
-	sink    *puppetdb.Sink
-	drainer *puppetdb.Drainer
+	sink      *puppetdb.Sink
+	drainer   *puppetdb.Drainer
+	refresher *querywatch.Refresher
+}
+
+// queryWatch are what the refresher needs: where compiles record their
+// queries, and the intake that recompiles the nodes whose answer changed.
+type queryWatch struct {
+	queries farm.QueryStore
+	intake  querywatch.Intake
 }
 
 // openPuppetDB wires the sink and the drainer over outbox; nil without
 // --puppetdb. An unreachable PuppetDB does not stop the farm: the first
 // deliveries say so, and the commands wait in the outbox.
-func (p *puppetdbFlags) open(ctx context.Context, urls []*url.URL, outbox farm.Outbox, content puppetdb.Content, nodes puppetdb.NodeReader,
+func (p *puppetdbFlags) open(ctx context.Context, urls []*url.URL, outbox farm.Outbox, content puppetdb.Content, nodes puppetdb.NodeReader, qw queryWatch,
 	farmCA []byte, own tls.Certificate, producer string, m *metrics.Farm, log *slog.Logger) (*puppetdbSide, error) {
 	if len(urls) == 0 {
 		return nil, nil
@@ -153,6 +202,13 @@ func (p *puppetdbFlags) open(ctx context.Context, urls []*url.URL, outbox farm.O
 		drainer: &puppetdb.Drainer{Outbox: outbox, Client: client, Log: plog, Metrics: pm,
 			Commands: &puppetdb.Commands{Content: content, Nodes: nodes, Producer: producer}},
 	}
+	// Each distinct query compiles made runs again every
+	// --puppetdb-query-refresh, and soon after commands were delivered
+	// (they may change an answer).
+	s.refresher = querywatch.New(client, qw.queries, content, qw.intake)
+	s.refresher.Interval, s.refresher.Metrics = p.queryRefresh, m.QueryRefresh()
+	s.refresher.Log = log.With("component", "puppetdb-queries")
+	s.drainer.Delivered = func(puppetdb.Message) { s.refresher.Trigger() }
 	if err := client.Ping(ctx); err != nil {
 		log.Warn("PuppetDB does not answer yet: commands wait in the outbox until it does", "puppetdb", p.urls, "err", err)
 	} else {
@@ -169,11 +225,13 @@ func (s *puppetdbSide) with(fd *frontdoor.Server, background func(context.Contex
 	}
 	fd.PuppetDB = s.sink
 	return func(ctx context.Context) {
-		done := make(chan struct{})
-		go func() { defer close(done); s.drainer.Run(ctx) }()
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); s.drainer.Run(ctx) }()
+		go func() { defer wg.Done(); s.refresher.Run(ctx) }()
 		if background != nil {
 			background(ctx)
 		}
-		<-done
+		wg.Wait()
 	}
 }

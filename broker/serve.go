@@ -102,6 +102,9 @@ func runServe(ctx context.Context, args []string) error {
 	if _, err := c.puppetdb.validate(true); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	if c.puppetdb.urls != "" && c.aws.queriesTable == "" {
+		return fmt.Errorf("serve: --puppetdb needs --queries-table (the DynamoDB table of the PuppetDB queries compiles made)")
+	}
 	log, err := newLogger(c.logLevel)
 	if err != nil {
 		return err
@@ -170,7 +173,8 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		}
 		outbox := sqsqueue.NewOutbox(sqs.NewFromConfig(awsCfg), sqsqueue.OutboxOptions{
 			QueueURL: c.puppetdb.outboxQueue, DeadLetterURL: c.puppetdb.deadLetterURL})
-		if pdb, err = c.puppetdb.open(ctx, pdbURLs, outbox, content, state, caPEM, serverCert, c.certname, m, log); err != nil {
+		if pdb, err = c.puppetdb.open(ctx, pdbURLs, outbox, content, state, queryWatch{queries: state, intake: in},
+			caPEM, serverCert, c.certname, m, log); err != nil {
 			return err
 		}
 	}

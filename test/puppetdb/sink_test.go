@@ -22,12 +22,19 @@ import (
 func farmWithPuppetDB(t *testing.T, p *puppetdbtest.PuppetDB, url string, extra ...string) *e2e.Farm {
 	t.Helper()
 	data := t.TempDir()
-	if out, err := exec.Command("cp", "-a", p.CADir, filepath.Join(data, "ca")).CombinedOutput(); err != nil {
-		t.Fatalf("copy the shared CA: %v: %s", err, out)
-	}
+	copyCA(t, p, data)
 	// Unchanged facts are sent once a day, in each node's slot; never here,
 	// so that what a run sends does not depend on the hour.
 	return e2e.StartFarm(t, data, e2e.CopyExampleEnvs(t), append([]string{"--puppetdb", url, "--puppetdb-facts-every", "-1s"}, extra...)...)
+}
+
+// copyCA makes the shared PuppetDB's CA the CA of a broker dev whose data
+// directory is data.
+func copyCA(t *testing.T, p *puppetdbtest.PuppetDB, data string) {
+	t.Helper()
+	if out, err := exec.Command("cp", "-a", p.CADir, filepath.Join(data, "ca")).CombinedOutput(); err != nil {
+		t.Fatalf("copy the shared CA: %v: %s", err, out)
+	}
 }
 
 // nodeQuery is PuppetDB's AST query for one certname.

@@ -43,12 +43,12 @@ type CatalogInput struct {
 // subscribe (munge_catalog). What Puppet Server would not send (file
 // metadata, classes, tags) is left out.
 //
-// The container of an exported resource comes from its entry's
-// "container" ("Class[Foo]") when the farm recorded one; without it, it is
-// the resource of the catalog (a class, node or defined resource) whose
-// tags, which Puppet gives every resource it contains, are the most the
-// exported resource has; no containment edge when that is not one
-// resource.
+// The container of an exported resource is its entry's "container"
+// ("Class[Foo]") when the farm recorded one. Without it, as Puppet tags a
+// resource with all its container's tags, it is the class, node or
+// defined resource of the catalog with the most tags that are all among
+// the exported resource's; no containment edge when two such tie or none
+// is found.
 func Catalog(in CatalogInput) ([]byte, error) {
 	if in.ProducerTimestamp.IsZero() {
 		return nil, invalid("replace catalog: no producer timestamp")
@@ -92,61 +92,104 @@ func (r *resource) title() string { return r.data["title"].(string) }
 // ref is a resource's {type, title} in an edge.
 func ref(typ, title string) map[string]any { return map[string]any{"type": typ, "title": title} }
 
+// graph is the catalog the terminus munges: its resources (with the
+// exported ones the agent's catalog lacks) and edges.
+type graph struct {
+	st        stringifier
+	resources []*resource
+	byRef     map[[2]string]*resource
+	edges     []map[string]any
+}
+
+func (g *graph) add(r *resource) {
+	g.resources = append(g.resources, r)
+	g.byRef[[2]string{r.typ(), r.title()}] = r
+}
+
+func (g *graph) find(typ, title string) *resource { return g.byRef[[2]string{typ, title}] }
+
 func catalogPayload(c *catalog.Catalog, exports []byte, in CatalogInput) (map[string]any, error) {
-	st := &stringifier{}
-	var resources []*resource
-	byRef := map[[2]string]*resource{}
-	add := func(r *resource) {
-		resources = append(resources, r)
-		byRef[[2]string{r.typ(), r.title()}] = r
+	g := &graph{byRef: map[[2]string]*resource{}}
+	if err := g.addCatalog(c); err != nil {
+		return nil, err
 	}
-	for i := range c.Resources {
-		r, err := catalogResource(st, &c.Resources[i])
-		if err != nil {
-			return nil, err
-		}
-		add(r)
+	if err := g.addExports(exports); err != nil {
+		return nil, err
 	}
-	edges := make([]map[string]any, 0, len(c.Edges))
-	for _, e := range c.Edges {
-		edge, err := containmentEdge(e)
-		if err != nil {
-			return nil, err
-		}
-		edges = append(edges, edge)
+	for _, r := range g.resources {
+		addNamevarAlias(r)
+		sortUnorderedMetaparams(r.params)
 	}
-	exported, err := exportedResources(st, exports)
+	synthesized, err := g.synthesizeEdges()
 	if err != nil {
 		return nil, err
 	}
+	g.edges = uniqEdges(append(g.edges, synthesized...))
+	p, err := header(c, in)
+	if err != nil {
+		return nil, err
+	}
+	p["resources"] = g.redacted()
+	p["edges"] = g.edges
+	return p, nil
+}
+
+// addCatalog adds the resources and containment edges of the agent's
+// catalog.
+func (g *graph) addCatalog(c *catalog.Catalog) error {
+	for i := range c.Resources {
+		r, err := catalogResource(&g.st, &c.Resources[i])
+		if err != nil {
+			return err
+		}
+		g.add(r)
+	}
+	for _, e := range c.Edges {
+		edge, err := containmentEdge(e)
+		if err != nil {
+			return err
+		}
+		g.edges = append(g.edges, edge)
+	}
+	return nil
+}
+
+// addExports adds the node's exported resources that are not in the
+// agent's catalog, each with an edge from its container.
+func (g *graph) addExports(doc []byte) error {
+	exported, err := exportedResources(&g.st, doc)
+	if err != nil {
+		return err
+	}
 	for _, x := range exported {
-		if byRef[[2]string{x.r.typ(), x.r.title()}] != nil {
+		if g.find(x.r.typ(), x.r.title()) != nil {
 			continue // exported and collected by the node itself: in the catalog
 		}
-		add(x.r)
-		if from := x.container(resources, byRef); from != nil {
-			edges = append(edges, map[string]any{
+		g.add(x.r)
+		if from := x.container(g); from != nil {
+			g.edges = append(g.edges, map[string]any{
 				"source": ref(from.typ(), from.title()), "target": ref(x.r.typ(), x.r.title()), "relationship": "contains",
 			})
 		}
 	}
-	for _, r := range resources {
-		addNamevarAlias(r)
-		sortUnorderedMetaparams(r.params)
-	}
-	synthesized, err := synthesizeEdges(resources, byRef)
-	if err != nil {
-		return nil, err
-	}
-	edges = uniqEdges(append(edges, synthesized...))
+	return nil
+}
 
-	out := make([]any, len(resources))
-	for i, r := range resources {
+// redacted are the resources to send, without their sensitive parameters
+// (redact_sensitive_params).
+func (g *graph) redacted() []any {
+	out := make([]any, len(g.resources))
+	for i, r := range g.resources {
 		for _, name := range r.sensitive {
 			delete(r.params, name)
 		}
 		out[i] = r.data
 	}
+	return out
+}
+
+// header is the payload's fields about the catalog as a whole.
+func header(c *catalog.Catalog, in CatalogInput) (map[string]any, error) {
 	var version any
 	if len(c.Version) > 0 {
 		if err := decode(c.Version, &version); err != nil {
@@ -166,7 +209,7 @@ func catalogPayload(c *catalog.Catalog, exports []byte, in CatalogInput) (map[st
 	}
 	return map[string]any{
 		"certname":           c.Name,
-		"version":            rubyToS(version),
+		"version":            rubyToS(version), // stringify_version
 		"code_id":            orNull(c.CodeID),
 		"job_id":             orNull(jobID),
 		"catalog_uuid":       orNull(catalogUUID),
@@ -174,8 +217,6 @@ func catalogPayload(c *catalog.Catalog, exports []byte, in CatalogInput) (map[st
 		"environment":        c.Environment,
 		"producer_timestamp": WireTime(in.ProducerTimestamp),
 		"producer":           orNull(in.Producer),
-		"resources":          out,
-		"edges":              edges,
 	}, nil
 }
 
@@ -283,16 +324,16 @@ func exportedResources(st *stringifier, doc []byte) ([]export, error) {
 
 // container is the resource of the catalog that contains the exported
 // resource x (see Catalog), or nil.
-func (x export) container(resources []*resource, byRef map[[2]string]*resource) *resource {
+func (x export) container(g *graph) *resource {
 	if x.containerOf != "" {
 		if typ, title, ok := parseRef(x.containerOf); ok {
-			return byRef[[2]string{typ, title}]
+			return g.find(typ, title)
 		}
 		return nil
 	}
 	var best *resource
 	tie := false
-	for _, r := range resources {
+	for _, r := range g.resources {
 		if r.virtual || !canContain(r) || !subset(r.tags, x.r.tags) {
 			continue
 		}
@@ -446,9 +487,9 @@ var trailingSlashes = regexp.MustCompile(`(?m)/+$`)
 // resource found by title or alias. A reference to a resource that is not
 // there, or only exported, is an error, as it is to the terminus (Puppet
 // Server then fails the agent's catalog request).
-func synthesizeEdges(resources []*resource, byRef map[[2]string]*resource) ([]map[string]any, error) {
+func (g *graph) synthesizeEdges() ([]map[string]any, error) {
 	aliases := map[[2]string]*resource{}
-	for _, r := range resources {
+	for _, r := range g.resources {
 		names, ok := r.params["alias"].([]any)
 		if !ok {
 			names = []any{r.params["alias"]}
@@ -460,7 +501,7 @@ func synthesizeEdges(resources []*resource, byRef map[[2]string]*resource) ([]ma
 		}
 	}
 	var edges []map[string]any
-	for _, r := range resources {
+	for _, r := range g.resources {
 		if r.virtual {
 			continue
 		}
@@ -483,7 +524,7 @@ func synthesizeEdges(resources []*resource, byRef map[[2]string]*resource) ([]ma
 						title = title[:loc[0]] + title[loc[1]:]
 					}
 				}
-				target := byRef[[2]string{typ, title}]
+				target := g.find(typ, title)
 				if target == nil {
 					target = aliases[[2]string{typ, title}]
 				}

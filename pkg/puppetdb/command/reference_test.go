@@ -23,7 +23,7 @@ import (
 // the same input, and the tests compare its payloads with this package's,
 // apart from producer_timestamp and producer.
 
-const refHint = "ruby, puppet and puppet-terminus-puppetdb are needed; run scripts/install-deps.sh"
+const refHint = "ruby, puppet, Debian's puppet modules and puppet-terminus-puppetdb are needed: make deps puppetdb-deps"
 
 // reference is the testdata/reference.rb process the package's tests
 // share (loading Puppet costs seconds).

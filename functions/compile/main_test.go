@@ -6,6 +6,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+
+	"github.com/compilefarm/compilefarm/internal/emulator"
+	"github.com/compilefarm/compilefarm/pkg/compiler/puppet"
 )
 
 func TestPuppetDB(t *testing.T) {
@@ -39,3 +46,45 @@ func TestPuppetDB(t *testing.T) {
 		t.Fatalf("unreadable key file: %v, want an error naming the variable", err)
 	}
 }
+
+// TestPuppetDBSecrets: the identity and CA the stack keeps in Secrets
+// Manager (the emulator) fill the engine's PuppetDB at init; a secret that
+// is missing or not the JSON the stack documents is an error naming it.
+func TestPuppetDBSecrets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the Secrets Manager emulator; skipped with -short")
+	}
+	ctx := t.Context()
+	sm := secretsmanager.New(secretsmanager.Options{
+		Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), BaseEndpoint: aws.String(emu.URL),
+	})
+	put := func(name, value string) string {
+		out, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(value)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return aws.ToString(out.ARN)
+	}
+	id := put("compilefarm/test/puppetdb-identity", `{"cert":"CERT PEM","key":"KEY PEM"}`)
+	ca := put("compilefarm/test/puppetdb-ca", "CA PEM")
+	bad := put("compilefarm/test/puppetdb-identity-bad", `CERT PEM`)
+	env := func(vars map[string]string) func(string) string { return func(k string) string { return vars[k] } }
+
+	p := &puppet.PuppetDB{URLs: []string{"https://pdb:8081"}}
+	if err := puppetDBSecrets(ctx, sm, env(map[string]string{"COMPILEFARM_PUPPETDB_IDENTITY_SECRET": id, "COMPILEFARM_PUPPETDB_CA_SECRET": ca}), p); err != nil {
+		t.Fatal(err)
+	}
+	if string(p.Cert) != "CERT PEM" || string(p.Key) != "KEY PEM" || string(p.CACert) != "CA PEM" {
+		t.Errorf("from the secrets: %+v", p)
+	}
+	for name, secret := range map[string]string{"not JSON": bad, "missing": "arn:aws:secretsmanager:us-east-1:000000000000:secret:nope"} {
+		err := puppetDBSecrets(ctx, sm, env(map[string]string{"COMPILEFARM_PUPPETDB_IDENTITY_SECRET": secret}), &puppet.PuppetDB{})
+		if err == nil || !strings.Contains(err.Error(), "COMPILEFARM_PUPPETDB_IDENTITY_SECRET") {
+			t.Errorf("%s secret: %v, want an error naming the variable", name, err)
+		}
+	}
+}
+
+var emu *emulator.Process
+
+func TestMain(m *testing.M) { emulator.Main(m, emulator.SecretsManager(&emu)) }

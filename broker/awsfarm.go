@@ -25,6 +25,7 @@ type awsFlags struct {
 	bucket, prefix, nodesTable, indexTable, envTable string
 	urgentURL, bulkURL                               string
 	presenceTable, jobsTable, inboxPrefix            string
+	queriesTable                                     string
 	ca                                               caFlags
 }
 
@@ -37,6 +38,7 @@ func (a *awsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.urgentURL, "urgent-queue-url", "", "SQS urgent compile queue (required)")
 	fs.StringVar(&a.bulkURL, "bulk-queue-url", "", "SQS bulk compile queue (required)")
 	fs.StringVar(&a.presenceTable, "presence-table", "", "DynamoDB table of PCP presence: which task holds each pxp-agent (required with --pcp-listen)")
+	fs.StringVar(&a.queriesTable, "queries-table", "", "DynamoDB table of the PuppetDB queries compiles made (required with --puppetdb)")
 	fs.StringVar(&a.jobsTable, "jobs-table", "", "DynamoDB table of jobs, the on-demand Puppet runs through PCP (required with --pcp-listen)")
 	fs.StringVar(&a.inboxPrefix, "pcp-inbox-prefix", "", "name prefix of the SQS queues that are the tasks' PCP inboxes (each task creates <prefix><task> and deletes it when it stops; required with --pcp-listen)")
 	a.ca.register(fs)
@@ -94,7 +96,7 @@ func (a *awsFlags) openFarm(cfg aws.Config, o awsFarmOptions, log *slog.Logger) 
 	f := &awsFarm{
 		content: s3store.NewFromConfig(cfg, a.bucket, s3store.Options{Prefix: a.prefix}),
 		state: dynamostate.NewFromConfig(cfg, dynamostate.Options{NodesTable: a.nodesTable, IndexTable: a.indexTable, EnvironmentsTable: a.envTable,
-			PresenceTable: a.presenceTable, JobsTable: a.jobsTable}),
+			PresenceTable: a.presenceTable, JobsTable: a.jobsTable, QueriesTable: a.queriesTable}),
 		queue: sqsqueue.New(sqs.NewFromConfig(cfg), sqsqueue.Options{UrgentURL: a.urgentURL, BulkURL: a.bulkURL, Logger: log}),
 	}
 	f.envs = envcache.New(f.state, o.envCache) // operators' read-modify-writes read through it

@@ -46,6 +46,7 @@ type devConfig struct {
 	admission                              admissionFlags
 	emf                                    emfFlags
 	pcp                                    pcpFlags
+	puppetdb                               puppetdbFlags
 }
 
 func runDev(ctx context.Context, args []string) error {
@@ -77,6 +78,7 @@ func runDev(ctx context.Context, args []string) error {
 	c.admission.register(fs)
 	c.emf.register(fs)
 	c.pcp.register(fs, "127.0.0.1:8142")
+	c.puppetdb.register(fs, false)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -134,6 +136,10 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	pdbURLs, err := c.puppetdb.validate(false)
+	if err != nil {
+		return err
+	}
 	// Absolute: the compile engine runs in directories of its own, and
 	// `make run` passes a relative --data.
 	if c.data, err = filepath.Abs(c.data); err != nil {
@@ -159,10 +165,18 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	}
 	defer closeCA()
 
+	caPEM, err := authority.CACertificate(ctx)
+	if err != nil {
+		return fmt.Errorf("read the CA certificate: %w", err)
+	}
+	enginePDB, storeconfigs, err := c.puppetdb.engineConfig(pdbURLs, caPEM, serverCert)
+	if err != nil {
+		return err
+	}
 	log.Info("starting compile workers (loading Puppet)", "workers", c.workers)
 	engine, err := puppet.New(ctx, puppet.Options{
 		Workers: c.workers, Ruby: c.ruby, WorkDir: filepath.Join(c.data, "engine"),
-		Timeout: c.compileTimeout, Logger: log, EyamlKeys: c.eyamlKeys,
+		Timeout: c.compileTimeout, Logger: log, EyamlKeys: c.eyamlKeys, PuppetDB: enginePDB, StoreConfigs: storeconfigs,
 	})
 	if err != nil {
 		return fmt.Errorf("start the puppet compile engine (is Debian's puppet-agent installed? run scripts/install-deps.sh): %w", err)
@@ -177,6 +191,9 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	in := &intake.Intake{Content: store, Nodes: store, Envs: envs, Queue: queue, Filter: filter, Log: log, ClockMaxAge: c.clockMaxAge}
 	deployer := &release.Deployer{Content: store, Envs: envs.ReadThrough(), Nodes: store, Intake: in, Root: envRoot, BaseModulepath: baseModulepath, Log: log}
 	pool := &compiler.Pool{Queue: queue, Nodes: store, Content: store, Engine: engine, Code: lib, Metrics: m, Log: log, Collectors: in}
+	if enginePDB != nil {
+		pool.Queries = store // the queries compiles make, run again by the refresher
+	}
 
 	// Compiles requested just before a crash, and code changed on disk
 	// while the farm was down, are queued again.
@@ -203,6 +220,11 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	pdb, err := c.puppetdb.open(ctx, pdbURLs, store.Outbox(localstore.OutboxOptions{}), store, store, queryWatch{queries: store, intake: in},
+		caPEM, serverCert, c.certname, m, log)
+	if err != nil {
+		return err
+	}
 	adm := adminHandler(&admin.Server{CA: authority, Nodes: store, Envs: envs, Deployer: deployer, Explainer: in, Jobs: pcp.jobs(), Reports: store})
 	fd.Operator = adm
 	defer c.emf.start(ctx, m, os.Stderr, log)()
@@ -212,7 +234,7 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 		front: c.listen, maxConns: c.admission.maxConns, metrics: c.metricsListen, admin: c.adminListen,
 		frontHandler: fd.Handler(), tlsConf: authority.ServerTLSConfig(serverCert), metricsHandler: metricsHandler(m), adminHandler: adm,
 	}
-	background := pcp.withPCP(&e, c.pcp.listen, fd, func(ctx context.Context) { pool.Run(ctx, c.workers) })
+	background := pcp.withPCP(&e, c.pcp.listen, fd, pdb.with(fd, func(ctx context.Context) { pool.Run(ctx, c.workers) }))
 	return listenAndServe(ctx, log, e, background,
 		"compilefarm dev is up", "certname", c.certname, "environments", envRoot,
 		"basemodulepath", strings.Join(baseModulepath, string(filepath.ListSeparator)), "data", c.data, "autosign", c.autosign)

@@ -94,6 +94,12 @@ func printExplanation(w io.Writer, ex intake.Explanation, now time.Time) {
 		for _, l := range wrap(parts, 76) {
 			fmt.Fprintf(w, "  %s\n", l)
 		}
+		if len(s.Queries) > 0 {
+			line("queries", "%d PuppetDB queries, run again every --puppetdb-query-refresh; a changed answer recompiles", len(s.Queries))
+			for _, q := range s.Queries {
+				fmt.Fprintf(w, "  %s\n", q)
+			}
+		}
 	}
 }
 

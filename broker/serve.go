@@ -44,6 +44,7 @@ type serveConfig struct {
 	admission                                   admissionFlags
 	emf                                         emfFlags
 	pcp                                         pcpFlags
+	puppetdb                                    puppetdbFlags
 }
 
 // runServe runs the fleet's front door (and operator API) on the AWS
@@ -80,6 +81,7 @@ func runServe(ctx context.Context, args []string) error {
 	c.admission.register(fs)
 	c.emf.register(fs)
 	c.pcp.register(fs, "") // the stack passes 0.0.0.0:8142, with the tables and inbox prefix
+	c.puppetdb.register(fs, true)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -96,6 +98,12 @@ func runServe(ctx context.Context, args []string) error {
 		if err := c.aws.validatePCP(); err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
+	}
+	if _, err := c.puppetdb.validate(true); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if c.puppetdb.urls != "" && c.aws.queriesTable == "" {
+		return fmt.Errorf("serve: --puppetdb needs --queries-table (the DynamoDB table of the PuppetDB queries compiles made)")
 	}
 	log, err := newLogger(c.logLevel)
 	if err != nil {
@@ -156,6 +164,20 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	pdbURLs, _ := c.puppetdb.validate(true) // checked before the logger was made
+	var pdb *puppetdbSide
+	if len(pdbURLs) > 0 {
+		caPEM, err := authority.CACertificate(ctx)
+		if err != nil {
+			return fmt.Errorf("read the CA certificate: %w", err)
+		}
+		outbox := sqsqueue.NewOutbox(sqs.NewFromConfig(awsCfg), sqsqueue.OutboxOptions{
+			QueueURL: c.puppetdb.outboxQueue, DeadLetterURL: c.puppetdb.deadLetterURL})
+		if pdb, err = c.puppetdb.open(ctx, pdbURLs, outbox, content, state, queryWatch{queries: state, intake: in},
+			caPEM, serverCert, c.certname, m, log); err != nil {
+			return err
+		}
+	}
 	adm := adminHandler(&admin.Server{CA: authority, Nodes: state, Envs: state, Deployer: deployer, Explainer: in, Jobs: pcp.jobs(), Reports: content})
 	fd.Operator = adm
 	// The EMF lines go where the logs go: the awslogs driver ships both.
@@ -164,7 +186,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		front: c.listen, maxConns: c.admission.maxConns, metrics: c.metricsListen, admin: c.adminListen,
 		frontHandler: fd.Handler(), tlsConf: authority.ServerTLSConfig(serverCert), metricsHandler: metricsHandler(m), adminHandler: adm,
 	}
-	return listenAndServe(ctx, log, e, pcp.withPCP(&e, c.pcp.listen, fd, nil), "compilefarm serve is up", "backend", c.backend, "certname", c.certname, "bucket", c.aws.bucket)
+	return listenAndServe(ctx, log, e, pcp.withPCP(&e, c.pcp.listen, fd, pdb.with(fd, nil)), "compilefarm serve is up", "backend", c.backend, "certname", c.certname, "bucket", c.aws.bucket)
 }
 
 // newLogger returns the process's logger at level (--log-level) and makes

@@ -54,7 +54,7 @@ table() {
 	for p in "${phases[@]}"; do echo "  $p"; done
 }
 
-# The shared PuppetDB: started now, in the background (40-90 s, mostly the
+# The shared PuppetDB: started now, in the background (20-90 s, mostly the
 # JVM), while go test builds the test binaries.
 PDB_LOG=$LOG.puppetdb
 PDB_DIR=$(mktemp -d "${TMPDIR:-/tmp}/compilefarm-puppetdb.XXXXXX") || exit 1

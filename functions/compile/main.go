@@ -14,22 +14,37 @@
 // --external-nodes: run again for each compile, as Puppet Server runs it per
 // catalog) and COMPILEFARM_EXTERNAL_NODES_TIMEOUT (default 10s),
 // COMPILEFARM_EYAML_KEYS (the directory with the keys of encrypted Hiera
-// data, as broker dev's --eyaml-keys);
+// data, as broker dev's --eyaml-keys); COMPILEFARM_PUPPETDB (PuppetDB's
+// URLs, comma-separated, as broker's --puppetdb: for puppetdb_query() in
+// manifests), COMPILEFARM_PUPPETDB_CA, COMPILEFARM_PUPPETDB_CERT and
+// COMPILEFARM_PUPPETDB_KEY (PEM text, or the path of a PEM file: the CA
+// PuppetDB's certificate comes from, and the client certificate and key
+// presented to it; needed for an https URL), or, as the stack gives them,
+// COMPILEFARM_PUPPETDB_IDENTITY_SECRET (a Secrets Manager secret holding
+// JSON {"cert": PEM, "key": PEM}) and COMPILEFARM_PUPPETDB_CA_SECRET (one
+// holding the CA's PEM), read once at init; COMPILEFARM_STORECONFIGS
+// (farm, the default, or puppetdb, as broker's --storeconfigs) and
+// COMPILEFARM_QUERIES_TABLE (the DynamoDB table where compiles record the
+// PuppetDB queries they make, which the fleet runs again);
 // AWS endpoints and credentials from the standard AWS configuration.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/compilefarm/compilefarm/pkg/classifier"
@@ -111,7 +126,9 @@ func setup(ctx context.Context, env func(string) string, log *slog.Logger) (*han
 		return nil, fmt.Errorf("load AWS configuration: %w", err)
 	}
 	content := s3store.NewFromConfig(awsCfg, bucket, s3store.Options{Prefix: env("COMPILEFARM_PREFIX")})
-	state := dynamostate.NewFromConfig(awsCfg, dynamostate.Options{NodesTable: nodesTable, IndexTable: indexTable, EnvironmentsTable: envTable})
+	queriesTable := env("COMPILEFARM_QUERIES_TABLE")
+	state := dynamostate.NewFromConfig(awsCfg, dynamostate.Options{NodesTable: nodesTable, IndexTable: indexTable, EnvironmentsTable: envTable,
+		QueriesTable: queriesTable})
 	queue := sqsqueue.New(sqs.NewFromConfig(awsCfg), sqsqueue.Options{
 		UrgentURL: env("COMPILEFARM_URGENT_QUEUE_URL"), BulkURL: env("COMPILEFARM_BULK_QUEUE_URL"), Logger: log,
 	})
@@ -119,8 +136,17 @@ func setup(ctx context.Context, env func(string) string, log *slog.Logger) (*han
 	if err != nil {
 		return nil, err
 	}
+	pdb, err := puppetDB(env)
+	if err != nil {
+		return nil, err
+	}
+	if pdb != nil {
+		if err := puppetDBSecrets(ctx, secretsmanager.NewFromConfig(awsCfg), env, pdb); err != nil {
+			return nil, err
+		}
+	}
 	engine, err := puppet.New(ctx, puppet.Options{Workers: 1, Ruby: ruby, WorkDir: filepath.Join(workdir, "engine"), Timeout: timeout, Logger: log,
-		EyamlKeys: env("COMPILEFARM_EYAML_KEYS")})
+		EyamlKeys: env("COMPILEFARM_EYAML_KEYS"), PuppetDB: pdb, StoreConfigs: env("COMPILEFARM_STORECONFIGS")})
 	if err != nil {
 		return nil, fmt.Errorf("start the puppet engine: %w", err)
 	}
@@ -129,6 +155,9 @@ func setup(ctx context.Context, env func(string) string, log *slog.Logger) (*han
 		Code: code.NewLibrary(content, filepath.Join(workdir, "code")), Collectors: in, Log: log}
 	if enc != nil {
 		pool.Classifier = enc
+	}
+	if pdb != nil && queriesTable != "" {
+		pool.Queries = state // the fleet's refresher runs them again
 	}
 	log.Info("compile function ready", "puppet_version", engine.PuppetVersion(), "bucket", bucket, "nodes_table", nodesTable)
 	return &handler{pool: pool, maxReceives: maxReceives}, nil
@@ -146,4 +175,85 @@ func (h *handler) handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: id})
 	}
 	return resp, nil
+}
+
+// puppetDB reads the PuppetDB compiles query from the environment: nil
+// when COMPILEFARM_PUPPETDB is unset. The engine checks the rest.
+func puppetDB(env func(string) string) (*puppet.PuppetDB, error) {
+	urls := env("COMPILEFARM_PUPPETDB")
+	if urls == "" {
+		return nil, nil
+	}
+	p := &puppet.PuppetDB{}
+	for _, u := range strings.Split(urls, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			p.URLs = append(p.URLs, u)
+		}
+	}
+	for _, v := range []struct {
+		name string
+		into *[]byte
+	}{
+		{"COMPILEFARM_PUPPETDB_CA", &p.CACert},
+		{"COMPILEFARM_PUPPETDB_CERT", &p.Cert},
+		{"COMPILEFARM_PUPPETDB_KEY", &p.Key},
+	} {
+		b, err := pemValue(env(v.name))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", v.name, err)
+		}
+		*v.into = b
+	}
+	return p, nil
+}
+
+// secretReader is the part of the Secrets Manager client the init reads
+// PuppetDB's identity with.
+type secretReader interface {
+	GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, optFns ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
+}
+
+// puppetDBSecrets fills pdb's client identity and CA from the secrets the
+// stack names (COMPILEFARM_PUPPETDB_IDENTITY_SECRET: JSON {"cert", "key"};
+// COMPILEFARM_PUPPETDB_CA_SECRET: PEM), when set: two GetSecretValue calls
+// per container, at init.
+func puppetDBSecrets(ctx context.Context, sm secretReader, env func(string) string, pdb *puppet.PuppetDB) error {
+	read := func(name string) (string, error) {
+		out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(env(name))})
+		if err != nil {
+			return "", fmt.Errorf("%s: read secret %s: %w", name, env(name), err)
+		}
+		return aws.ToString(out.SecretString), nil
+	}
+	if env("COMPILEFARM_PUPPETDB_IDENTITY_SECRET") != "" {
+		v, err := read("COMPILEFARM_PUPPETDB_IDENTITY_SECRET")
+		if err != nil {
+			return err
+		}
+		var id struct{ Cert, Key string }
+		if err := json.Unmarshal([]byte(v), &id); err != nil || id.Cert == "" || id.Key == "" {
+			return fmt.Errorf(`COMPILEFARM_PUPPETDB_IDENTITY_SECRET: want JSON {"cert": PEM, "key": PEM} in the secret`)
+		}
+		pdb.Cert, pdb.Key = []byte(id.Cert), []byte(id.Key)
+	}
+	if env("COMPILEFARM_PUPPETDB_CA_SECRET") != "" {
+		v, err := read("COMPILEFARM_PUPPETDB_CA_SECRET")
+		if err != nil {
+			return err
+		}
+		pdb.CACert = []byte(v)
+	}
+	return nil
+}
+
+// pemValue is PEM text as given, or the content of the file it names.
+func pemValue(v string) ([]byte, error) {
+	if v == "" || strings.HasPrefix(strings.TrimSpace(v), "-----BEGIN ") {
+		return []byte(v), nil
+	}
+	b, err := os.ReadFile(v)
+	if err != nil {
+		return nil, fmt.Errorf("neither PEM text nor a readable file: %w", err)
+	}
+	return b, nil
 }

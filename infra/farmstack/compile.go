@@ -2,11 +2,13 @@ package farmstack
 
 import (
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsecrassets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
@@ -69,6 +71,7 @@ type CompileProps struct {
 	RepoRoot string // the repository root: the Docker build context
 	Storage  *Storage
 	Queues   *Queues
+	PuppetDB *PuppetDB // nil without puppetdbUrls
 }
 
 // NewCompile declares the compile function from functions/compile/Dockerfile.
@@ -81,6 +84,28 @@ func NewCompile(scope constructs.Construct, id string, cfg Config, p CompileProp
 		Retention:     awslogs.RetentionDays_ONE_MONTH,
 		RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
 	})
+	// Exactly the variables functions/compile/main.go reads that the
+	// stack decides (tests check the names against main.go). Left at
+	// their defaults: COMPILEFARM_PREFIX (the bucket is the stage's
+	// own), COMPILEFARM_WORKDIR (the image sets it), COMPILEFARM_RUBY,
+	// and the optional COMPILEFARM_EXTERNAL_NODES(_TIMEOUT) and
+	// COMPILEFARM_EYAML_KEYS, which need a classifier in the image or
+	// a key mount the stack does not have.
+	env := map[string]*string{
+		"COMPILEFARM_BUCKET":             st.Bucket.BucketName(),
+		"COMPILEFARM_NODES_TABLE":        st.Table(dynamostate.RoleNodes).TableName(),
+		"COMPILEFARM_NODE_INDEX_TABLE":   st.Table(dynamostate.RoleNodeIndex).TableName(),
+		"COMPILEFARM_ENVIRONMENTS_TABLE": st.Table(dynamostate.RoleEnvironments).TableName(),
+		"COMPILEFARM_URGENT_QUEUE_URL":   q.Urgent.Queue.QueueUrl(),
+		"COMPILEFARM_BULK_QUEUE_URL":     q.Bulk.Queue.QueueUrl(),
+		"COMPILEFARM_MAX_RECEIVES":       jsii.String(strconv.Itoa(MaxReceives)),
+		"COMPILEFARM_COMPILE_TIMEOUT":    jsii.String(EngineTimeout(cfg.CompileTimeoutSeconds).String()),
+	}
+	// PuppetDB (puppetdbUrls): its URLs, CA, identity and storeconfigs for
+	// puppetdb_query() and collectors (puppetdb.go).
+	if p.PuppetDB != nil {
+		maps.Copy(env, p.PuppetDB.CompileEnvironment())
+	}
 	c.Function = awslambda.NewDockerImageFunction(c.Construct, jsii.String("Function"), &awslambda.DockerImageFunctionProps{
 		FunctionName: jsii.String(cfg.Name("compile")),
 		Description:  jsii.String("compilefarm " + cfg.Stage + ": compiles Puppet catalogs from the urgent and bulk queues"),
@@ -99,23 +124,7 @@ func NewCompile(scope constructs.Construct, id string, cfg Config, p CompileProp
 		// (COMPILEFARM_WORKDIR): more than the default 512 MiB.
 		EphemeralStorageSize: awscdk.Size_Mebibytes(jsii.Number(2048)),
 		LogGroup:             logs,
-		// Exactly the variables functions/compile/main.go reads that the
-		// stack decides (tests check the names against main.go). Left at
-		// their defaults: COMPILEFARM_PREFIX (the bucket is the stage's
-		// own), COMPILEFARM_WORKDIR (the image sets it), COMPILEFARM_RUBY,
-		// and the optional COMPILEFARM_EXTERNAL_NODES(_TIMEOUT) and
-		// COMPILEFARM_EYAML_KEYS, which need a classifier in the image or
-		// a key mount the stack does not have.
-		Environment: &map[string]*string{
-			"COMPILEFARM_BUCKET":             st.Bucket.BucketName(),
-			"COMPILEFARM_NODES_TABLE":        st.Table(dynamostate.RoleNodes).TableName(),
-			"COMPILEFARM_NODE_INDEX_TABLE":   st.Table(dynamostate.RoleNodeIndex).TableName(),
-			"COMPILEFARM_ENVIRONMENTS_TABLE": st.Table(dynamostate.RoleEnvironments).TableName(),
-			"COMPILEFARM_URGENT_QUEUE_URL":   q.Urgent.Queue.QueueUrl(),
-			"COMPILEFARM_BULK_QUEUE_URL":     q.Bulk.Queue.QueueUrl(),
-			"COMPILEFARM_MAX_RECEIVES":       jsii.String(strconv.Itoa(MaxReceives)),
-			"COMPILEFARM_COMPILE_TIMEOUT":    jsii.String(EngineTimeout(cfg.CompileTimeoutSeconds).String()),
-		},
+		Environment:          &env,
 	})
 	fn := c.Function
 	st.Bucket.GrantReadWrite(fn, nil)
@@ -126,6 +135,22 @@ func NewCompile(scope constructs.Construct, id string, cfg Config, p CompileProp
 	// sources grant the receive side themselves.
 	q.Urgent.Queue.GrantSendMessages(fn)
 	q.Bulk.Queue.GrantSendMessages(fn)
+	if pdb := p.PuppetDB; pdb != nil {
+		pdb.GrantCompile(fn)
+		if len(pdb.CompileSubnetIDs) > 0 {
+			// In the VPC PuppetDB is reached from (puppetdbSubnetIds), set
+			// on the CloudFormation resource: the L2 function wants an
+			// IVpc with its zones, which only a lookup would give. The
+			// managed policy is what the L2 adds for a function in a VPC
+			// (its network interfaces); on the role itself, so the role
+			// has it before the function is created.
+			fn.Node().DefaultChild().(awslambda.CfnFunction).SetVpcConfig(&awslambda.CfnFunction_VpcConfigProperty{
+				SubnetIds:        jsii.Strings(pdb.CompileSubnetIDs...),
+				SecurityGroupIds: &[]*string{pdb.CompileSecurityGroupID},
+			})
+			fn.Role().AddManagedPolicy(awsiam.ManagedPolicy_FromAwsManagedPolicyName(jsii.String("service-role/AWSLambdaVPCAccessExecutionRole")))
+		}
+	}
 
 	for _, l := range []struct {
 		lane     *Lane

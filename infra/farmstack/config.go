@@ -8,11 +8,14 @@
 package farmstack
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -59,7 +62,58 @@ type Config struct {
 
 	ReportRetentionDays  int // reportRetentionDays: agent reports expire after this many days (0: never)
 	CatalogRetentionDays int // catalogRetentionDays: catalogs expire after this many days (0, the default: never; see storage.go)
+
+	PuppetDB PuppetDBConfig // the site's PuppetDB (puppetdb.go); none without puppetdbUrls
 }
+
+// PuppetDBConfig is how the farm reaches a site's PuppetDB: the sink's
+// commands from the fleet (through the outbox queue), and the compiles'
+// puppetdb_query() and --storeconfigs puppetdb. Without URLs the stack has
+// no PuppetDB part at all, and every other field must be left unset.
+type PuppetDBConfig struct {
+	// puppetdbUrls: comma list of PuppetDB's https:// URLs (broker's
+	// --puppetdb; the first that answers is used).
+	URLs []string
+	// PuppetDB's CA, when its certificate does not come from the farm's CA
+	// (broker's --puppetdb-ca): at most one of puppetdbCa, the PEM itself
+	// (at most MaxPuppetDBCAInline bytes: it is an environment variable of
+	// the compile function, whose variables share 4 KB), or
+	// puppetdbCaSecret, the complete ARN of a Secrets Manager secret whose
+	// SecretString is the PEM. Neither: the farm's CA.
+	CA, CASecret string
+	// puppetdbIdentitySecret: the complete ARN of a Secrets Manager secret
+	// holding the farm's PuppetDB client certificate and key, a JSON object
+	// {"cert": PEM, "key": PEM} (IdentityCertField, IdentityKeyField), made
+	// by the operator (docs/operations.md). Empty: the fleet presents the
+	// front door's own certificate, and the compile function none.
+	IdentitySecret string
+	// puppetdbVpcId, puppetdbSubnetIds, puppetdbSecurityGroupId: for a
+	// PuppetDB that only a VPC reaches, the compile function runs in these
+	// subnets (of that VPC; they need a NAT gateway or VPC endpoints for S3,
+	// DynamoDB, SQS and Secrets Manager) with this security group, or by
+	// default one the stack makes whose egress allows PuppetDB's ports and
+	// 443 only. Empty: the function stays outside any VPC.
+	VpcID           string
+	SubnetIDs       []string
+	SecurityGroupID string
+	QueryRefresh    time.Duration // puppetdbQueryRefresh: broker's --puppetdb-query-refresh (default 5m)
+	Storeconfigs    string        // storeconfigs: "farm" (the default) or "puppetdb": where collectors read exported resources
+}
+
+// Enabled reports whether the stack feeds a PuppetDB (puppetdbUrls is set).
+func (p PuppetDBConfig) Enabled() bool { return len(p.URLs) > 0 }
+
+// Storeconfigs values.
+const (
+	StoreconfigsFarm     = "farm"
+	StoreconfigsPuppetDB = "puppetdb"
+)
+
+// MaxPuppetDBCAInline bounds puppetdbCa: the compile function gets the PEM
+// as COMPILEFARM_PUPPETDB_CA, and Lambda allows 4 KB for all of a
+// function's variables together (the others take about 700 bytes). A
+// larger bundle goes in puppetdbCaSecret.
+const MaxPuppetDBCAInline = 3072
 
 // Defaults is the configuration without any context.
 func Defaults() Config {
@@ -76,6 +130,7 @@ func Defaults() Config {
 		FleetCPU:              1024,
 		FleetMemoryMiB:        2048,
 		ReportRetentionDays:   30,
+		PuppetDB:              PuppetDBConfig{QueryRefresh: 5 * time.Minute, Storeconfigs: StoreconfigsFarm},
 	}
 }
 
@@ -136,6 +191,126 @@ func (c Config) Validate() error {
 	}
 	if c.ReportRetentionDays < 0 || c.CatalogRetentionDays < 0 {
 		return fmt.Errorf("retention days must not be negative")
+	}
+	return c.validatePuppetDB()
+}
+
+var (
+	// secretARNRE is a secret's complete ARN (with the 6 characters Secrets
+	// Manager appends to its name): what the grants and ECS's secrets
+	// injection name exactly.
+	secretARNRE = regexp.MustCompile(`^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]+-[A-Za-z0-9]{6}$`)
+	vpcIDRE     = regexp.MustCompile(`^vpc-[0-9a-f]{8,17}$`)
+	subnetIDRE  = regexp.MustCompile(`^subnet-[0-9a-f]{8,17}$`)
+	sgIDRE      = regexp.MustCompile(`^sg-[0-9a-f]{8,17}$`)
+)
+
+// validatePuppetDB checks the PuppetDB keys: nothing without puppetdbUrls,
+// https:// only (on AWS PuppetDB is never on the tasks' loopback), what
+// compiles need to reach it.
+func (c Config) validatePuppetDB() error {
+	p := c.PuppetDB
+	if p.Storeconfigs != StoreconfigsFarm && p.Storeconfigs != StoreconfigsPuppetDB {
+		return fmt.Errorf("storeconfigs %q: want %s or %s", p.Storeconfigs, StoreconfigsFarm, StoreconfigsPuppetDB)
+	}
+	if !p.Enabled() {
+		if p.Storeconfigs == StoreconfigsPuppetDB {
+			return fmt.Errorf("storeconfigs puppetdb needs puppetdbUrls: collectors would have no PuppetDB to read exports from")
+		}
+		for key, v := range map[string]string{"puppetdbCa": p.CA, "puppetdbCaSecret": p.CASecret, "puppetdbIdentitySecret": p.IdentitySecret,
+			"puppetdbVpcId": p.VpcID, "puppetdbSubnetIds": strings.Join(p.SubnetIDs, ","), "puppetdbSecurityGroupId": p.SecurityGroupID} {
+			if v != "" {
+				return fmt.Errorf("%s is set but puppetdbUrls is not: without URLs the stack has no PuppetDB part", key)
+			}
+		}
+		return nil
+	}
+	for _, raw := range p.URLs {
+		u, err := url.Parse(raw)
+		switch {
+		case err != nil:
+			return fmt.Errorf("puppetdbUrls: %q is not a URL: %v", raw, err)
+		case u.Scheme == "http":
+			return fmt.Errorf("puppetdbUrls: %q: http:// is refused on AWS (plain HTTP is for a PuppetDB on broker dev's loopback): "+
+				"the commands carry facts and catalogs, and PuppetDB knows the farm by its client certificate; use https://", raw)
+		case u.Scheme != "https" || u.Hostname() == "":
+			return fmt.Errorf("puppetdbUrls: %q: want https://HOST[:PORT]", raw)
+		case u.User != nil || u.RawQuery != "" || u.Fragment != "":
+			return fmt.Errorf("puppetdbUrls: %q: want https://HOST[:PORT][/PATH], without credentials, query or fragment", raw)
+		}
+		if port := u.Port(); port != "" {
+			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+				return fmt.Errorf("puppetdbUrls: %q: port %q", raw, port)
+			}
+		}
+	}
+	if p.CA != "" && p.CASecret != "" {
+		return fmt.Errorf("puppetdbCa and puppetdbCaSecret: give PuppetDB's CA one way, not both")
+	}
+	if p.CA != "" {
+		if err := checkCertificatesPEM(p.CA); err != nil {
+			return fmt.Errorf("puppetdbCa: %w", err)
+		}
+		if len(p.CA) > MaxPuppetDBCAInline {
+			return fmt.Errorf("puppetdbCa is %d bytes, over the %d the compile function's environment has room for: put it in a secret and pass its ARN as puppetdbCaSecret",
+				len(p.CA), MaxPuppetDBCAInline)
+		}
+	}
+	for key, arn := range map[string]string{"puppetdbCaSecret": p.CASecret, "puppetdbIdentitySecret": p.IdentitySecret} {
+		if arn != "" && !secretARNRE.MatchString(arn) {
+			return fmt.Errorf("%s %q: want a secret's complete ARN, arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME-XXXXXX (as `aws secretsmanager create-secret` prints it)", key, arn)
+		}
+	}
+	if p.QueryRefresh < 10*time.Second || p.QueryRefresh > 24*time.Hour {
+		return fmt.Errorf("puppetdbQueryRefresh %s: want 10s to 24h", p.QueryRefresh)
+	}
+	if len(p.SubnetIDs) == 0 {
+		if p.VpcID != "" || p.SecurityGroupID != "" {
+			return fmt.Errorf("puppetdbVpcId and puppetdbSecurityGroupId go with puppetdbSubnetIds (the subnets the compile function runs in)")
+		}
+	} else {
+		if !c.CompileFunction {
+			return fmt.Errorf("puppetdbSubnetIds place the compile function in a VPC, but compileFunction is false")
+		}
+		if !vpcIDRE.MatchString(p.VpcID) {
+			return fmt.Errorf("puppetdbVpcId %q: want the id (vpc-...) of the VPC of puppetdbSubnetIds", p.VpcID)
+		}
+		for _, s := range p.SubnetIDs {
+			if !subnetIDRE.MatchString(s) {
+				return fmt.Errorf("puppetdbSubnetIds: %q is not a subnet id (subnet-...)", s)
+			}
+		}
+		if p.SecurityGroupID != "" && !sgIDRE.MatchString(p.SecurityGroupID) {
+			return fmt.Errorf("puppetdbSecurityGroupId %q is not a security group id (sg-...)", p.SecurityGroupID)
+		}
+	}
+	if p.Storeconfigs == StoreconfigsPuppetDB && c.CompileFunction && p.IdentitySecret == "" {
+		return fmt.Errorf("storeconfigs puppetdb needs puppetdbIdentitySecret: the compile function's collectors query PuppetDB, " +
+			"and the function has no certificate of its own (the front door's stays in the fleet)")
+	}
+	return nil
+}
+
+// checkCertificatesPEM checks that s is one or more PEM certificates and
+// nothing else.
+func checkCertificatesPEM(s string) error {
+	rest, n := []byte(s), 0
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			return fmt.Errorf("a PEM %s block: want certificates only", b.Type)
+		}
+		if _, err := x509.ParseCertificate(b.Bytes); err != nil {
+			return fmt.Errorf("certificate %d: %w", n+1, err)
+		}
+		n++
+	}
+	if n == 0 || strings.TrimSpace(string(rest)) != "" {
+		return fmt.Errorf("want PEM certificates (-----BEGIN CERTIFICATE-----) and nothing else")
 	}
 	return nil
 }
@@ -220,6 +395,31 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	if s, ok := str("awsEndpointURL"); ok {
 		c.AWSEndpointURL = s
 	}
+	text := func(key string, dst *string) {
+		if s, ok := str(key); ok && s != "" {
+			*dst = s
+		}
+	}
+	duration := func(key string, dst *time.Duration) {
+		if s, ok := str(key); ok && s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("context %s=%q is not a duration (like 5m)", key, s))
+				return
+			}
+			*dst = d
+		}
+	}
+	p := &c.PuppetDB
+	list("puppetdbUrls", &p.URLs)
+	text("puppetdbCa", &p.CA)
+	text("puppetdbCaSecret", &p.CASecret)
+	text("puppetdbIdentitySecret", &p.IdentitySecret)
+	text("puppetdbVpcId", &p.VpcID)
+	list("puppetdbSubnetIds", &p.SubnetIDs)
+	text("puppetdbSecurityGroupId", &p.SecurityGroupID)
+	duration("puppetdbQueryRefresh", &p.QueryRefresh)
+	text("storeconfigs", &p.Storeconfigs)
 	if len(errs) > 0 {
 		return c, fmt.Errorf("%s", strings.Join(errs, "; "))
 	}

@@ -1,12 +1,20 @@
 package farmstack
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/jsii-runtime-go"
@@ -99,7 +107,7 @@ func TestContextKeysDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := regexp.MustCompile(`(?:str|num|list|boolean)\("([A-Za-z]+)"`).FindAllStringSubmatch(string(src), -1)
+	keys := regexp.MustCompile(`(?:str|num|list|boolean|text|duration)\("([A-Za-z]+)"`).FindAllStringSubmatch(string(src), -1)
 	if len(keys) < 10 {
 		t.Fatalf("found only %d context keys in config.go", len(keys))
 	}
@@ -108,4 +116,106 @@ func TestContextKeysDocumented(t *testing.T) {
 			t.Errorf("context key %s is not in infra/README.md", k[1])
 		}
 	}
+}
+
+// TestPuppetDBConfig: the PuppetDB keys, and the errors that stop a synth:
+// nothing without puppetdbUrls, https only, one CA setting, complete secret
+// ARNs, VPC settings that go together, a compile identity for storeconfigs
+// puppetdb.
+func TestPuppetDBConfig(t *testing.T) {
+	c, err := configFrom(t, map[string]interface{}{
+		"puppetdbUrls": " https://puppetdb.example.com:8081, https://puppetdb2.example.com ", "puppetdbIdentitySecret": testIdentityARN,
+		"puppetdbCaSecret": testCAARN, "puppetdbVpcId": "vpc-0123456789abcdef0", "puppetdbSubnetIds": "subnet-0123456789abcdef0,subnet-0fedcba9876543210",
+		"puppetdbSecurityGroupId": "sg-0123456789abcdef0", "puppetdbQueryRefresh": "90s", "storeconfigs": "puppetdb",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := PuppetDBConfig{
+		URLs: []string{"https://puppetdb.example.com:8081", "https://puppetdb2.example.com"}, CASecret: testCAARN, IdentitySecret: testIdentityARN,
+		VpcID: "vpc-0123456789abcdef0", SubnetIDs: []string{"subnet-0123456789abcdef0", "subnet-0fedcba9876543210"},
+		SecurityGroupID: "sg-0123456789abcdef0", QueryRefresh: 90 * time.Second, Storeconfigs: "puppetdb",
+	}
+	if !reflect.DeepEqual(c.PuppetDB, want) {
+		t.Errorf("got  %+v\nwant %+v", c.PuppetDB, want)
+	}
+	if d := Defaults().PuppetDB; d.Enabled() || d.QueryRefresh != 5*time.Minute || d.Storeconfigs != "farm" {
+		t.Errorf("defaults %+v", d)
+	}
+	ca := testCAPEM(t)
+	if c, err := configFrom(t, map[string]interface{}{"puppetdbUrls": "https://puppetdb.example.com", "puppetdbCa": ca}); err != nil || c.PuppetDB.CA != strings.TrimSpace(ca) {
+		t.Errorf("puppetdbCa: %v, CA %q", err, c.PuppetDB.CA)
+	}
+	url := "https://puppetdb.example.com:8081"
+	for _, bad := range []struct {
+		ctx  map[string]interface{}
+		want string
+	}{
+		{map[string]interface{}{"storeconfigs": "puppetdb"}, "storeconfigs puppetdb needs puppetdbUrls"},
+		{map[string]interface{}{"storeconfigs": "exported"}, `storeconfigs "exported"`},
+		{map[string]interface{}{"puppetdbCa": ca}, "puppetdbCa is set but puppetdbUrls is not"},
+		{map[string]interface{}{"puppetdbSubnetIds": "subnet-0123456789abcdef0"}, "puppetdbSubnetIds is set but puppetdbUrls is not"},
+		{map[string]interface{}{"puppetdbUrls": "http://puppetdb.example.com:8080"}, "http:// is refused on AWS"},
+		{map[string]interface{}{"puppetdbUrls": url + ",http://127.0.0.1:8080"}, "http:// is refused on AWS"},
+		{map[string]interface{}{"puppetdbUrls": "puppetdb.example.com:8081"}, "want https://HOST[:PORT]"},
+		{map[string]interface{}{"puppetdbUrls": "https://user:pw@puppetdb.example.com"}, "without credentials"},
+		{map[string]interface{}{"puppetdbUrls": url, "puppetdbCa": ca, "puppetdbCaSecret": testCAARN}, "not both"},
+		{map[string]interface{}{"puppetdbUrls": url, "puppetdbCa": "not a certificate"}, "puppetdbCa: want PEM certificates"},
+		{map[string]interface{}{"puppetdbUrls": url, "puppetdbCa": strings.Repeat(ca, 7)}, "put it in a secret"},
+		{map[string]interface{}{"puppetdbUrls": url, "puppetdbCa": strings.ReplaceAll(ca, "CERTIFICATE", "PRIVATE KEY")}, "certificates only"},
+		{map[string]interface{}{"puppetdbUrls": url, "puppetdbIdentitySecret": "compilefarm/dev/puppetdb-client"}, "complete ARN"},
+		{map[string]interface{}{"puppetdbUrls": url, "puppetdbCaSecret": strings.TrimSuffix(testCAARN, "-XyZ789")}, "complete ARN"},
+		{map[string]interface{}{"puppetdbUrls": url, "puppetdbQueryRefresh": "5"}, "not a duration"},
+		{map[string]interface{}{"puppetdbUrls": url, "puppetdbQueryRefresh": "1s"}, "want 10s to 24h"},
+		{map[string]interface{}{"puppetdbUrls": url, "puppetdbSubnetIds": "subnet-0123456789abcdef0"}, "puppetdbVpcId"},
+		{map[string]interface{}{"puppetdbUrls": url, "puppetdbVpcId": "vpc-0123456789abcdef0"}, "go with puppetdbSubnetIds"},
+		{map[string]interface{}{"puppetdbUrls": url, "puppetdbVpcId": "vpc-0123456789abcdef0", "puppetdbSubnetIds": "sub-1"}, "not a subnet id"},
+		{map[string]interface{}{"puppetdbUrls": url, "puppetdbVpcId": "vpc-0123456789abcdef0", "puppetdbSubnetIds": "subnet-0123456789abcdef0",
+			"puppetdbSecurityGroupId": "default"}, "not a security group id"},
+		{map[string]interface{}{"puppetdbUrls": url, "puppetdbVpcId": "vpc-0123456789abcdef0", "puppetdbSubnetIds": "subnet-0123456789abcdef0",
+			"compileFunction": "false"}, "compileFunction is false"},
+		{map[string]interface{}{"puppetdbUrls": url, "storeconfigs": "puppetdb"}, "storeconfigs puppetdb needs puppetdbIdentitySecret"},
+	} {
+		_, err := configFrom(t, bad.ctx)
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("context %v: error %v, want one saying %q", bad.ctx, err, bad.want)
+		}
+	}
+	// storeconfigs puppetdb without the compile function: the fleet's
+	// front door certificate is enough.
+	if _, err := configFrom(t, map[string]interface{}{"puppetdbUrls": url, "storeconfigs": "puppetdb", "compileFunction": "false"}); err != nil {
+		t.Errorf("storeconfigs puppetdb, compileFunction false: %v", err)
+	}
+}
+
+// Secrets and URLs of the PuppetDB tests.
+const (
+	testIdentityARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:compilefarm/dev/puppetdb-client-AbCd12"
+	testCAARN       = "arn:aws:secretsmanager:us-east-1:123456789012:secret:site/puppetdb-ca-XyZ789"
+	testURLs        = "https://puppetdb.example.com:8081,https://puppetdb2.example.com"
+)
+
+var caPEM string
+
+// testCAPEM is a self-signed CA certificate (made once per run).
+func testCAPEM(t *testing.T) string {
+	t.Helper()
+	if caPEM != "" {
+		return caPEM
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Puppet CA: site"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	return caPEM
 }

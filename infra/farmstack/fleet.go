@@ -1,6 +1,7 @@
 package farmstack
 
 import (
+	"maps"
 	"strconv"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -66,6 +67,7 @@ type FleetProps struct {
 	RepoRoot string // the Docker build context of broker/Dockerfile
 	Storage  *Storage
 	Queues   *Queues
+	PuppetDB *PuppetDB // nil without puppetdbUrls
 }
 
 // PCPInboxPrefix is the name prefix of the fleet's PCP inbox queues (serve's
@@ -124,6 +126,16 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		vpcProps.MaxAzs = jsii.Number(2) // the region's first two, by Fn::GetAZs
 	}
 	f.Vpc = awsec2.NewVpc(f.Construct, jsii.String("Vpc"), vpcProps)
+	if p.PuppetDB != nil {
+		// The outbox puts every PuppetDB command through SQS twice (sent,
+		// received): terabytes a month for a large fleet, which an
+		// interface endpoint carries for less than the NAT gateway would
+		// ($0.01 against $0.045 a GB; docs/operations.md, PuppetDB).
+		f.Vpc.AddInterfaceEndpoint(jsii.String("Sqs"), &awsec2.InterfaceVpcEndpointOptions{
+			Service: awsec2.InterfaceVpcEndpointAwsService_SQS(),
+			Subnets: &awsec2.SubnetSelection{SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS},
+		})
+	}
 	f.Cluster = awsecs.NewCluster(f.Construct, jsii.String("Cluster"), &awsecs.ClusterProps{
 		ClusterName: jsii.String(cfg.Name("fleet")),
 		Vpc:         f.Vpc,
@@ -194,9 +206,26 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 	if cfg.AWSEndpointURL != "" {
 		env = &map[string]*string{"AWS_ENDPOINT_URL": jsii.String(cfg.AWSEndpointURL)}
 	}
+	// The PuppetDB sink and its drainer, the query refresh and
+	// storeconfigs (puppetdb.go); the client identity and CA come in as
+	// variables, from Secrets Manager when they are secrets.
+	var secrets *map[string]awsecs.Secret
+	if pdb := p.PuppetDB; pdb != nil {
+		command = append(command, pdb.ServeArgs()...)
+		if e := pdb.ServeEnvironment(); len(e) > 0 {
+			if env == nil {
+				env = &map[string]*string{}
+			}
+			maps.Copy(*env, e)
+		}
+		if s := pdb.ServeSecrets(); len(s) > 0 {
+			secrets = &s
+		}
+	}
 	task.AddContainer(jsii.String("broker"), &awsecs.ContainerDefinitionOptions{
 		ContainerName: jsii.String("broker"),
 		Environment:   env,
+		Secrets:       secrets,
 		Image: awsecs.ContainerImage_FromAsset(jsii.String(p.RepoRoot), &awsecs.AssetImageProps{
 			File:    jsii.String("broker/Dockerfile"),
 			Exclude: jsii.Strings(AssetExcludes...),
@@ -230,6 +259,9 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 	}
 	st.CAKeySecret.GrantRead(role, nil)
 	role.AddToPrincipalPolicy(PCPInboxStatement(f.Construct, cfg))
+	if p.PuppetDB != nil {
+		p.PuppetDB.GrantFleet(role)
+	}
 
 	f.Service = awsecs.NewFargateService(f.Construct, jsii.String("Service"), &awsecs.FargateServiceProps{
 		ServiceName:       jsii.String(cfg.Name("front-door")),

@@ -9,9 +9,10 @@ import (
 
 // TestLeastPrivilege: grants only. No statement allows every action of a
 // data service (or everything), and no role carries a full-access or
-// administrator managed policy.
+// administrator managed policy; with PuppetDB too (TestPuppetDBGrants
+// checks who gets the outbox and the secrets).
 func TestLeastPrivilege(t *testing.T) {
-	for _, ctx := range []map[string]string{nil, {"fleet": "false"}, {"stage": "prod", "alarmEmail": "ops@example.com"}} {
+	for _, ctx := range []map[string]string{nil, {"fleet": "false"}, {"stage": "prod", "alarmEmail": "ops@example.com"}, pdbFull()} {
 		s := synth(t, ctx)
 		var docs []interface{}
 		for _, r := range s.resources("AWS::IAM::Policy") {

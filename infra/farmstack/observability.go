@@ -28,15 +28,21 @@ type Observability struct {
 	// FrontDoor5xx: more than FrontDoor5xxPercent of the front door's
 	// requests answered 5xx in 5 minutes (nil without a fleet).
 	FrontDoor5xx awscloudwatch.Alarm
+	// OutboxAge: the PuppetDB outbox's oldest command waited longer than
+	// OutboxAgeAlarm; OutboxDLQ: commands PuppetDB refused are in its
+	// dead-letter queue. Both nil without puppetdbUrls.
+	OutboxAge, OutboxDLQ awscloudwatch.Alarm
 	// Topic gets the alarms' notifications; nil without alarmEmail.
 	Topic awssns.Topic
 }
 
-// ObservabilityProps are what is watched. Compile and Fleet may be nil.
+// ObservabilityProps are what is watched. Compile, Fleet and PuppetDB may
+// be nil.
 type ObservabilityProps struct {
-	Queues  *Queues
-	Compile *Compile
-	Fleet   *Fleet
+	Queues   *Queues
+	Compile  *Compile
+	Fleet    *Fleet
+	PuppetDB *PuppetDB
 }
 
 // MetricsNamespace is the namespace of the stack's own metrics (from
@@ -258,6 +264,47 @@ func NewObservability(scope constructs.Construct, id string, cfg Config, p Obser
 			graph("Front door tasks", []awscloudwatch.IMetric{
 				tg.HealthyHostCount(mo("Minimum", "healthy")), tg.UnHealthyHostCount(mo("Maximum", "unhealthy")),
 				f.Service.MetricCpuUtilization(mo("Average", "CPU %")), errMetric,
+			}),
+		)
+	}
+	if pdb := p.PuppetDB; pdb != nil {
+		// The sink's outbox: commands wait there while PuppetDB is down or
+		// the drain is stuck (age), and the ones PuppetDB refused end in
+		// its dead-letter queue, which the drainer logs with the node.
+		o.OutboxAge = withActions(pdb.Outbox.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{
+			Period: awscdk.Duration_Minutes(jsii.Number(5)), Statistic: jsii.String("Maximum"),
+		}).CreateAlarm(o.Construct, jsii.String("OutboxAge"), &awscloudwatch.CreateAlarmOptions{
+			AlarmName: jsii.String(cfg.Name("puppetdb-outbox-age")),
+			AlarmDescription: jsii.String("A PuppetDB command has waited in the outbox for more than " + OutboxAgeAlarm.String() +
+				": PuppetDB unreachable or failing, or no fleet task draining (the fleet's logs say which)"),
+			Threshold:          jsii.Number(OutboxAgeAlarm.Seconds()),
+			EvaluationPeriods:  jsii.Number(1),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+		}))
+		o.OutboxDLQ = withActions(pdb.DLQ.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
+			Period: minute, Statistic: jsii.String("Maximum"),
+		}).CreateAlarm(o.Construct, jsii.String("OutboxDlq"), &awscloudwatch.CreateAlarmOptions{
+			AlarmName:          jsii.String(cfg.Name("puppetdb-dlq-not-empty")),
+			AlarmDescription:   jsii.String("PuppetDB refused commands (or one was received " + itoa(OutboxMaxReceives) + " times): they are in its dead-letter queue, and the fleet's logs name their nodes"),
+			Threshold:          jsii.Number(0),
+			EvaluationPeriods:  jsii.Number(1),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+		}))
+		alarms = append(alarms, o.OutboxAge, o.OutboxDLQ)
+		o.Dashboard.AddWidgets(
+			graph("PuppetDB outbox backlog (commands)", []awscloudwatch.IMetric{
+				pdb.Outbox.MetricApproximateNumberOfMessagesVisible(mo("Maximum", "waiting")),
+				pdb.Outbox.MetricApproximateNumberOfMessagesNotVisible(mo("Maximum", "in flight or retrying")),
+				pdb.DLQ.MetricApproximateNumberOfMessagesVisible(mo("Maximum", "dead-lettered")),
+			}),
+			graph("PuppetDB outbox oldest command age (s)", []awscloudwatch.IMetric{
+				pdb.Outbox.MetricApproximateAgeOfOldestMessage(mo("Maximum", "oldest")),
+			}),
+			graph("PuppetDB commands sent and delivered", []awscloudwatch.IMetric{
+				pdb.Outbox.MetricNumberOfMessagesSent(mo("Sum", "sent")),
+				pdb.Outbox.MetricNumberOfMessagesDeleted(mo("Sum", "finished (delivered or dead-lettered)")),
 			}),
 		)
 	}

@@ -24,9 +24,10 @@ type FarmStack struct {
 	Config        Config
 	Storage       *Storage
 	Queues        *Queues
-	Compile       *Compile // nil with compileFunction=false
-	Fleet         *Fleet   // nil with fleet=false
-	Scaling       *Scaling // nil with compileFunction=false
+	PuppetDB      *PuppetDB // nil without puppetdbUrls
+	Compile       *Compile  // nil with compileFunction=false
+	Fleet         *Fleet    // nil with fleet=false
+	Scaling       *Scaling  // nil with compileFunction=false
 	Observability *Observability
 }
 
@@ -44,14 +45,15 @@ func NewFarmStack(scope constructs.Construct, p Props) *FarmStack {
 	timeout := awscdk.Duration_Seconds(jsii.Number(cfg.CompileTimeoutSeconds))
 	s.Storage = NewStorage(stack, "Storage", cfg)
 	s.Queues = NewQueues(stack, "Queues", cfg, timeout)
+	s.PuppetDB = NewPuppetDB(stack, "PuppetDB", cfg)
 	if cfg.CompileFunction {
-		s.Compile = NewCompile(stack, "Compile", cfg, CompileProps{RepoRoot: p.RepoRoot, Storage: s.Storage, Queues: s.Queues})
+		s.Compile = NewCompile(stack, "Compile", cfg, CompileProps{RepoRoot: p.RepoRoot, Storage: s.Storage, Queues: s.Queues, PuppetDB: s.PuppetDB})
 		s.Scaling = NewScaling(stack, "Scaling", cfg, ScalingProps{AssetDir: p.ScalerAssetDir, Queues: s.Queues, Compile: s.Compile})
 	}
 	if cfg.Fleet {
-		s.Fleet = NewFleet(stack, "Fleet", cfg, FleetProps{RepoRoot: p.RepoRoot, Storage: s.Storage, Queues: s.Queues})
+		s.Fleet = NewFleet(stack, "Fleet", cfg, FleetProps{RepoRoot: p.RepoRoot, Storage: s.Storage, Queues: s.Queues, PuppetDB: s.PuppetDB})
 	}
-	s.Observability = NewObservability(stack, "Observability", cfg, ObservabilityProps{Queues: s.Queues, Compile: s.Compile, Fleet: s.Fleet})
+	s.Observability = NewObservability(stack, "Observability", cfg, ObservabilityProps{Queues: s.Queues, Compile: s.Compile, Fleet: s.Fleet, PuppetDB: s.PuppetDB})
 	s.outputs()
 	return s
 }
@@ -70,6 +72,10 @@ func (s *FarmStack) outputs() {
 	out("CAKeySecret", "--ca-key-secret", jsii.String(st.CAKeySecretName))
 	out("UrgentQueueUrl", "--urgent-queue-url", q.Urgent.Queue.QueueUrl())
 	out("BulkQueueUrl", "--bulk-queue-url", q.Bulk.Queue.QueueUrl())
+	if s.PuppetDB != nil {
+		out("PuppetDBOutboxQueueUrl", "--puppetdb-outbox-queue", s.PuppetDB.Outbox.QueueUrl())
+		out("PuppetDBDeadLetterQueueUrl", "--puppetdb-dead-letter-queue", s.PuppetDB.DLQ.QueueUrl())
+	}
 	if s.Compile != nil {
 		out("CompileFunction", "the compile Lambda", s.Compile.Function.FunctionName())
 		out("ScalerFunction", "the scaler Lambda", s.Scaling.Function.FunctionName())

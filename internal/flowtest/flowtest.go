@@ -41,6 +41,8 @@ type Engine struct {
 	// ExportsHost makes nodes with an "ip" fact export Host[certname], and
 	// nodes with collect_hosts collect every exported Host.
 	ExportsHost bool
+	// Queries are the PuppetDB queries a recorded compile reports.
+	Queries []farm.QueryRead
 
 	mu    sync.Mutex
 	calls int
@@ -98,7 +100,7 @@ func (e *Engine) Compile(ctx context.Context, req compiler.Request) (compiler.Re
 		"version": 1795306186, "resources": resources, "facts_seen": req.Facts["cf_role"]})
 	res := compiler.Result{Catalog: b, Exports: exports, Collects: collects}
 	if e.Reads != nil {
-		res.Reads = &facts.ReadRecord{Clock: e.Clock}
+		res.Reads = &facts.ReadRecord{Clock: e.Clock, Queries: e.Queries}
 		if e.Clock {
 			res.Reads.ClockWhy = "Timestamp.now (Timestamp.new() or Timestamp()) reads the clock"
 		}

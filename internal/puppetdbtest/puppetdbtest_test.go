@@ -19,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/ca"
 )
 
 func TestParseEnv(t *testing.T) {
@@ -134,6 +136,35 @@ func TestShared(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestAdoptedCA: a broker given a copy of the CA directory (as DATA/ca)
+// presents its own server certificate as a client certificate, and
+// PuppetDB's https port accepts it.
+func TestAdoptedCA(t *testing.T) {
+	p := Shared(t)
+	data := t.TempDir()
+	if err := os.CopyFS(filepath.Join(data, "ca"), os.DirFS(p.CADir)); err != nil {
+		t.Fatal(err)
+	}
+	broker, err := ca.Open(t.Context(), filepath.Join(data, "ca"), ca.Options{Name: "pdbenv-broker.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Close()
+	cert, err := broker.IssueServerCert(t.Context(), "pdbenv-broker.test", []string{"localhost", "127.0.0.1"}, ca.KeyECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := p.clientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf.Certificates = []tls.Certificate{cert}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: conf}}
+	if _, err := (endpoint{p.TLSURL, client}).query(t.Context(), "nodes", `["=", "certname", "pdbenv-none.test"]`); err != nil {
+		t.Fatalf("PuppetDB refused the adopting broker's certificate: %v", err)
+	}
 }
 
 // foreignCert is a client certificate from a CA PuppetDB does not know.

@@ -21,10 +21,12 @@ type compiled struct {
 	// compile did not store them because the slot already held this
 	// content (movePointer then returns errNeedStore if it no longer does).
 	Stored farm.CatalogRef
-	// What the catalog exports and collects (the served slot publishes them).
+	// What the catalog exports, collects and queries (the served slot
+	// publishes them).
 	ExportsDigest farm.Digest
 	ExportTypes   []string
 	Collects      []string
+	Queries       []farm.Digest // the PuppetDB queries it made (QueryDigest), sorted
 	At            time.Time
 	Duration      time.Duration
 }
@@ -63,6 +65,7 @@ func movePointer(n *farm.Node, c compiled) (moved, error) {
 			out.ExportsChanged = union(n.ExportTypes, c.ExportTypes)
 		}
 		n.ExportsDigest, n.ExportTypes, n.Collects = c.ExportsDigest, c.ExportTypes, c.Collects
+		n.Queries = c.Queries
 	}
 	status := farm.CompileStatus{Result: farm.ResultOK, Seq: c.Seq, CodeID: c.CodeID, At: c.At, Duration: c.Duration}
 	if unchanged {

@@ -23,7 +23,7 @@ func TestMovePointer(t *testing.T) {
 	job := func(slot farm.Slot, seq uint64, content string, store bool) compiled {
 		c := compiled{Slot: slot, Seq: seq, CodeID: "code-new", Content: farm.DigestOf([]byte(content)), At: at,
 			FactsDigest: farm.DigestOf([]byte("facts")), ExportsDigest: farm.DigestOf([]byte("exports " + content)),
-			ExportTypes: []string{"Sshkey"}, Collects: []string{"Host"}}
+			ExportTypes: []string{"Sshkey"}, Collects: []string{"Host"}, Queries: []farm.Digest{farm.DigestOf([]byte(`"nodes {}"`))}}
 		if store {
 			c.Stored = stored(content)
 		}
@@ -44,7 +44,16 @@ func TestMovePointer(t *testing.T) {
 			if !slices.Equal(out.ExportsChanged, []string{"Sshkey"}) || !slices.Equal(n.Collects, []string{"Host"}) {
 				t.Fatalf("exports changed %v, collects %v", out.ExportsChanged, n.Collects)
 			}
+			if !slices.Equal(n.Queries, []farm.Digest{farm.DigestOf([]byte(`"nodes {}"`))}) {
+				t.Fatalf("queries %v", n.Queries)
+			}
 		}},
+		{name: "same content still takes the compile's queries", node: farm.Node{Catalog: cat(3, "a")}, c: job("", 4, "a", false),
+			unchanged: true, check: func(t *testing.T, n *farm.Node, out moved) {
+				if len(n.Queries) != 1 {
+					t.Fatalf("queries %v", n.Queries)
+				}
+			}},
 		{name: "newer replaces older and keeps it in history", node: farm.Node{Catalog: cat(3, "a")}, c: job("", 5, "b", true),
 			check: func(t *testing.T, n *farm.Node, out moved) {
 				if n.Catalog.Seq != 5 || len(n.History) != 1 || n.History[0].Seq != 3 {
@@ -65,8 +74,8 @@ func TestMovePointer(t *testing.T) {
 				if n.Candidate == nil || n.Candidate.Seq != 4 || n.Catalog.Seq != 3 || n.CandidateCompile == nil || n.Compile != nil {
 					t.Fatalf("candidate %+v, catalog %+v", n.Candidate, n.Catalog)
 				}
-				if out.ExportsChanged != nil || !slices.Equal(n.ExportTypes, []string{"Host"}) {
-					t.Fatalf("candidate published exports: %v, %v", out.ExportsChanged, n.ExportTypes)
+				if out.ExportsChanged != nil || !slices.Equal(n.ExportTypes, []string{"Host"}) || n.Queries != nil {
+					t.Fatalf("candidate published exports or queries: %v, %v, %v", out.ExportsChanged, n.ExportTypes, n.Queries)
 				}
 			}},
 		{name: "older candidate never replaces newer", node: farm.Node{Candidate: cat(9, "a")}, c: job(farm.SlotCandidate, 4, "b", true), wantErr: farm.ErrConflict},

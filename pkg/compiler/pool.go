@@ -65,9 +65,18 @@ type Pool struct {
 	// like an engine failure. Without it, a compile uses the classification
 	// the intake stored at the node's check-in.
 	Classifier Classifier
+	// Queries, when set, records the PuppetDB queries of each catalog a
+	// node is served, once per environment and query in this process
+	// (recordQueries), for the query refresher.
+	Queries QueryRecorder
 
 	exportLists digestcache.Cache[[]ExportedResource]
+	queryTexts  digestcache.Cache[struct{}]      // query texts known to be in the content store
 	nodeInfos   digestcache.Cache[nodeinfo.Info] // decoded node information by digest; not to be changed
+
+	// recordedQueries holds the (environment, query) pairs recorded in
+	// Queries, by recordedKey.
+	recordedQueries digestcache.Cache[struct{}]
 }
 
 func (p *Pool) now() time.Time {
@@ -252,10 +261,14 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	if err != nil {
 		return err
 	}
+	queries, err := p.storeQueries(ctx, d.Certname, res.Reads)
+	if err != nil {
+		return err
+	}
 	c := compiled{
 		Slot: d.Slot, Seq: d.Seq, CodeID: d.CodeID, FactsDigest: d.FactsDigest, NodeInfo: infoDigest,
 		ReadsDigest: readsDigest, Content: content,
-		ExportsDigest: exportsDigest, ExportTypes: exportTypes, Collects: collects,
+		ExportsDigest: exportsDigest, ExportTypes: exportTypes, Collects: collects, Queries: queries,
 		At: p.now(), Duration: dur,
 	}
 	if !node.Slot(d.Slot).Holds(content) {
@@ -284,6 +297,7 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 		return fmt.Errorf("move catalog pointer of %s: %w", d.Certname, err)
 	}
 	p.tellCollectors(ctx, d, out.ExportsChanged, log)
+	p.recordQueries(ctx, d, c.Queries, log)
 	if out.Unchanged {
 		p.Metrics.ObserveCompile(metrics.CompileUnchanged, dur)
 		log.Info("catalog recompiled unchanged", "duration", dur.Round(time.Millisecond), "reason", d.Reason)
@@ -292,6 +306,32 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	p.Metrics.ObserveCompile(metrics.CompileOK, dur)
 	log.Info("catalog compiled", "duration", dur.Round(time.Millisecond), "bytes", len(sealed), "reason", d.Reason)
 	return nil
+}
+
+// storeQueries writes the text of each PuppetDB query the compile made to
+// the content store, where its QueryDigest names it, and returns those
+// digests, sorted, for the node record (which keeps digests, not texts).
+func (p *Pool) storeQueries(ctx context.Context, certname string, rec *facts.ReadRecord) ([]farm.Digest, error) {
+	if rec == nil || len(rec.Queries) == 0 {
+		return nil, nil
+	}
+	out := make([]farm.Digest, 0, len(rec.Queries))
+	for _, q := range rec.Queries {
+		out = append(out, q.QueryDigest)
+		if _, ok := p.queryTexts.Load(q.QueryDigest); ok {
+			continue
+		}
+		d, err := p.Content.Put(ctx, farm.SpaceCatalogs, q.Query)
+		if err != nil {
+			return nil, fmt.Errorf("store PuppetDB query of %s: %w", certname, err)
+		}
+		if d != q.QueryDigest {
+			return nil, fmt.Errorf("PuppetDB query of %s: digest %s of its text is not its query digest %s: %w", certname, d, q.QueryDigest, farm.ErrInvalid)
+		}
+		p.queryTexts.Store(d, struct{}{})
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // nodeInfo returns the node information a job compiles with and its

@@ -296,3 +296,44 @@ func TestPoolClassifiesAgain(t *testing.T) {
 		t.Errorf("compile status after the classifier failed: %+v", n.Compile)
 	}
 }
+
+// TestPoolRecordsQueries: the PuppetDB queries of a compile's read record
+// reach the node record as digests, and their texts the content store.
+func TestPoolRecordsQueries(t *testing.T) {
+	r := flowtest.New(t)
+	q1 := farm.QueryReadOf([]byte(`"nodes { facts.os.family = 'Debian' }"`), []byte(`[{"certname":"a"}]`))
+	q2 := farm.QueryReadOf([]byte(`["from", "resources", ["=", "type", "Sshkey"]]`), []byte(`[]`))
+	r.Engine.Reads = []string{"cf_role"}
+	r.Engine.Queries = []farm.QueryRead{q2, q1}
+	r.Submit(t, "n1", map[string]any{"cf_role": "web"})
+	r.Drain(t)
+	ctx := context.Background()
+	n := r.Node(t, "n1")
+	want := []farm.Digest{q1.QueryDigest, q2.QueryDigest}
+	if want[0] > want[1] {
+		want[0], want[1] = want[1], want[0]
+	}
+	if fmt.Sprint(n.Queries) != fmt.Sprint(want) {
+		t.Fatalf("node queries %v, want %v (sorted)", n.Queries, want)
+	}
+	for _, q := range []farm.QueryRead{q1, q2} {
+		b, err := r.Store.Get(ctx, farm.SpaceCatalogs, q.QueryDigest)
+		if err != nil || string(b) != string(q.Query) {
+			t.Errorf("query text %s: %q, %v; want %s", q.QueryDigest, b, err, q.Query)
+		}
+	}
+	page, err := r.Store.QueryNodes(ctx, farm.NodeQuery{Environment: n.Environment, Query: q1.QueryDigest})
+	if err != nil || len(page.Nodes) != 1 || page.Nodes[0].Certname != "n1" {
+		t.Fatalf("nodes by query: %+v, %v", page, err)
+	}
+	b, err := r.Store.Get(ctx, farm.SpaceCatalogs, n.Catalog.ReadsDigest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		Queries []farm.QueryRead `json:"queries"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil || len(rec.Queries) != 2 || rec.Queries[1].ResultDigest != q1.ResultDigest {
+		t.Fatalf("read record queries %+v, %v", rec.Queries, err)
+	}
+}

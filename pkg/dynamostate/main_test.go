@@ -54,6 +54,7 @@ func newStoreWith(t *testing.T, clientOpts []func(*dynamodb.Options), adjust ...
 		EnvironmentsTable: fmt.Sprintf("t%04d-environments", n),
 		PresenceTable:     fmt.Sprintf("t%04d-presence", n),
 		JobsTable:         fmt.Sprintf("t%04d-jobs", n),
+		QueriesTable:      fmt.Sprintf("t%04d-queries", n),
 	}
 	for _, f := range adjust {
 		f(&opts)
@@ -68,7 +69,7 @@ func newStoreWith(t *testing.T, clientOpts []func(*dynamodb.Options), adjust ...
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		for _, tb := range []string{opts.NodesTable, opts.IndexTable, opts.EnvironmentsTable, opts.PresenceTable, opts.JobsTable} {
+		for _, tb := range []string{opts.NodesTable, opts.IndexTable, opts.EnvironmentsTable, opts.PresenceTable, opts.JobsTable, opts.QueriesTable} {
 			if _, err := client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(tb)}); err != nil {
 				t.Logf("delete table %s: %v", tb, err)
 			}

@@ -51,6 +51,7 @@ const (
 	RoleCA           = "ca"
 	RolePresence     = "presence" // PresenceStore's records (presence.go)
 	RoleJobs         = "jobs"     // RunJobStore's jobs and their nodes (runjobs.go)
+	RoleQueries      = "queries"  // QueryStore's recorded PuppetDB queries (queries.go)
 )
 
 // IndexByEntry is the node-index table's global secondary index: from an
@@ -69,7 +70,7 @@ const IndexByCreated = "by-created"
 func Tables() []TableSpec {
 	s := func(name string) KeyAttr { return KeyAttr{Name: name, Type: types.ScalarAttributeTypeS} }
 	certname, entry := s(AttrCertname), s(AttrEntry)
-	uri, item, created := s(AttrURI), s(AttrItem), s(AttrCreated)
+	uri, item, created, query := s(AttrURI), s(AttrItem), s(AttrCreated), s(AttrQuery)
 	return []TableSpec{
 		{Role: RoleNodes, PartitionKey: certname},
 		{
@@ -91,6 +92,11 @@ func Tables() []TableSpec {
 			// (ItemNodePrefix + certname) under the job's id.
 			Role: RoleJobs, PartitionKey: s(AttrJob), SortKey: &item,
 			Indexes: []IndexSpec{{Name: IndexByCreated, PartitionKey: s(AttrList), SortKey: &created, Projection: types.ProjectionTypeAll}},
+		},
+		{
+			// Every recorded query under one partition (QueriesListValue),
+			// by environment and digest (ListQueries pages through it).
+			Role: RoleQueries, PartitionKey: s(AttrList), SortKey: &query,
 		},
 	}
 }

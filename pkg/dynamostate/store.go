@@ -1,14 +1,16 @@
 // Package dynamostate keeps the farm's node and environment records in
 // DynamoDB: a farm.NodeStore and a farm.EnvironmentStore for the AWS wiring,
 // the PCP broker's presence records and run jobs (a farm.PresenceStore and
-// a farm.RunJobStore, see presence.go and runjobs.go), and the CA's records
+// a farm.RunJobStore, see presence.go and runjobs.go), the recorded PuppetDB
+// queries (a farm.QueryStore, see queries.go), and the CA's records
 // (CAStore, a farm.CAStore).
 //
 // # Tables
 //
 // Store uses these three tables with on-demand billing, defined once in
-// Tables, plus the presence and jobs tables (described in presence.go and
-// runjobs.go; CAStore's table is described on CAStore):
+// Tables, plus the presence, jobs and queries tables (described in
+// presence.go, runjobs.go and queries.go; CAStore's table is described on
+// CAStore):
 //
 //	nodes:        certname (S, partition key), version (N), record (S),
 //	              report (M: RecordReport's summary, kept beside the record)
@@ -87,10 +89,12 @@ type Options struct {
 	NodesTable        string // required
 	IndexTable        string // required: the node-index table (see Tables)
 	EnvironmentsTable string // required
-	// PresenceTable and JobsTable hold PresenceStore's and RunJobStore's
-	// items (presence.go, runjobs.go): needed only by those methods.
+	// PresenceTable, JobsTable and QueriesTable hold PresenceStore's,
+	// RunJobStore's and QueryStore's items (presence.go, runjobs.go,
+	// queries.go): needed only by those methods.
 	PresenceTable string
 	JobsTable     string
+	QueriesTable  string
 	// MaxAttempts bounds how often UpdateNode reads, calls fn and tries its
 	// conditional write before giving up with farm.ErrConflict (default
 	// 500; the context bounds it in time too).
@@ -107,7 +111,8 @@ type Options struct {
 }
 
 // Store is the DynamoDB driver of farm.NodeStore, farm.EnvironmentStore,
-// farm.PresenceStore and farm.RunJobStore. Safe for concurrent use.
+// farm.PresenceStore, farm.RunJobStore and farm.QueryStore. Safe for
+// concurrent use.
 type Store struct {
 	client *dynamodb.Client
 	opts   Options
@@ -145,9 +150,9 @@ func NewFromConfig(cfg aws.Config, opts Options, optFns ...func(*dynamodb.Option
 func (s *Store) EnsureTables(ctx context.Context) error {
 	for _, t := range []struct{ name, role string }{
 		{s.opts.NodesTable, RoleNodes}, {s.opts.IndexTable, RoleNodeIndex}, {s.opts.EnvironmentsTable, RoleEnvironments},
-		{s.opts.PresenceTable, RolePresence}, {s.opts.JobsTable, RoleJobs},
+		{s.opts.PresenceTable, RolePresence}, {s.opts.JobsTable, RoleJobs}, {s.opts.QueriesTable, RoleQueries},
 	} {
-		if t.name == "" && (t.role == RolePresence || t.role == RoleJobs) {
+		if t.name == "" && (t.role == RolePresence || t.role == RoleJobs || t.role == RoleQueries) {
 			continue
 		}
 		if err := ensureTable(ctx, s.client, t.name, TableSpecFor(t.role)); err != nil {
@@ -288,8 +293,7 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 		if found {
 			n = cur.node // decoded for this attempt alone: fn's changes reach nothing else
 		}
-		was := n
-		was.ExportTypes, was.Collects = slices.Clone(n.ExportTypes), slices.Clone(n.Collects)
+		was := n.IndexCopy()
 		if err := fn(&n); err != nil {
 			return farm.Node{}, err
 		}

@@ -186,9 +186,10 @@ func Projection(reads []Read, values map[string]any) (farm.Digest, error) {
 	return farm.Digest(hex.EncodeToString(h.Sum(nil))), nil
 }
 
-// ReadRecord is a compile engine's record of the facts one compile read:
-// the catalog depends on these reads and on nothing else of the facts
-// (stored as JSON in farm.SpaceCatalogs, named by CatalogRef.ReadsDigest).
+// ReadRecord is a compile engine's record of the facts one compile read
+// (the catalog depends on these reads and on nothing else of the facts)
+// and of the PuppetDB queries it made; stored as JSON in
+// farm.SpaceCatalogs, named by CatalogRef.ReadsDigest.
 type ReadRecord struct {
 	Reads []Read `json:"reads"`
 	// AlwaysRecompile marks a catalog that depends on more than facts and
@@ -202,4 +203,8 @@ type ReadRecord struct {
 	// compile, then recompiles it at the next check-in.
 	Clock    bool   `json:"clock,omitempty"`
 	ClockWhy string `json:"clock_why,omitempty"`
+	// Queries are the PuppetDB queries the compile made and digests of
+	// what they answered, one per distinct query (by QueryDigest, in the
+	// order first made): the catalog depends on their results too.
+	Queries []farm.QueryRead `json:"queries,omitempty"`
 }

@@ -98,6 +98,9 @@ const (
 	// ReasonClock: the node's catalog read the current time, and was
 	// compiled longer ago than the farm reuses such catalogs.
 	ReasonClock = "clock"
+	// ReasonQuery: a PuppetDB query the node's catalog made answers
+	// otherwise now (the cause names the query).
+	ReasonQuery = "query-changed"
 )
 
 // Job asks for one node's catalog to be compiled. Its fields mirror Puppet
@@ -247,6 +250,11 @@ type Node struct {
 	ExportsDigest Digest   `json:"exports_digest,omitempty"`
 	ExportTypes   []string `json:"export_types,omitempty"`
 	Collects      []string `json:"collects,omitempty"`
+	// Queries are the QueryDigests of the PuppetDB queries the served
+	// catalog's compile made (its read record holds the queries and their
+	// result digests; the query texts are in SpaceCatalogs by digest),
+	// sorted: NodeQuery.Query finds the nodes that made a query.
+	Queries []Digest `json:"queries,omitempty"`
 	// History holds the node's previous catalogs, newest first (at most
 	// HistoryLen), for diffs and rollbacks.
 	History []CatalogRef `json:"history,omitempty"`
@@ -403,6 +411,7 @@ const (
 	CauseCodeID      = "code_id"         // the code the node is to be served changed
 	CauseNodeInfo    = "node_info"       // the digest of trusted data and classification
 	CauseRelevant    = "relevant_digest" // the digest of the facts without volatile ones
+	CauseQueryResult = "query_result"    // the digest of a PuppetDB query's result
 )
 
 // RequestCause says what changed to queue a compile request, beyond fact
@@ -481,6 +490,7 @@ func (n Node) Clone() Node {
 	}
 	c.ExportTypes = slices.Clone(n.ExportTypes)
 	c.Collects = slices.Clone(n.Collects)
+	c.Queries = slices.Clone(n.Queries)
 	c.History = slices.Clone(n.History)
 	c.CandidateRequested = n.CandidateRequested.clone()
 	c.Candidate = clonePtr(n.Candidate)

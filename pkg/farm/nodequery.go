@@ -19,11 +19,14 @@ const (
 // NodeQuery selects the nodes of one environment, in certname order, a page
 // at a time. With Exports (or Collects) set it selects only the nodes whose
 // catalog exports (collects) resources of that type: how the farm finds
-// exporters and collectors without reading every node.
+// exporters and collectors without reading every node. With Query set, only
+// the nodes whose catalog's compile made that PuppetDB query (Node.Queries).
 type NodeQuery struct {
 	Environment string // required
-	Exports     string // a resource type ("Sshkey"); at most one of Exports and Collects
-	Collects    string
+	// At most one of Exports, Collects and Query.
+	Exports  string // a resource type ("Sshkey")
+	Collects string
+	Query    Digest // a QueryRead.QueryDigest
 	// After continues a query: only certnames greater than After
 	// (NodePage.Next of the previous page; "" for the first page).
 	After string
@@ -39,8 +42,9 @@ type NodePage struct {
 	Next string
 }
 
-// Index entries: a node record belongs to one entry for its environment and
-// one per type it exports and per type it collects. Drivers keep an index
+// Index entries: a node record belongs to one entry for its environment,
+// one per type it exports, per type it collects and per PuppetDB query it
+// made. Drivers keep an index
 // from entry to certnames beside the records (bbolt buckets, a DynamoDB
 // table with a global secondary index), so that these are the only queries
 // over nodes and no caller reads every record.
@@ -61,19 +65,38 @@ func (n *Node) IndexEntries() []string {
 	for _, t := range n.Collects {
 		out = append(out, "collects"+indexSep+n.Environment+indexSep+t)
 	}
+	for _, d := range n.Queries {
+		out = append(out, queryEntry(n.Environment, d))
+	}
 	slices.Sort(out)
 	return slices.Compact(out)
 }
 
-// Validate checks a query: a valid environment, at most one of Exports and
-// Collects, a type name without the index separator, a limit in range. The
-// error wraps ErrInvalid.
+func queryEntry(env string, d Digest) string {
+	return "queries" + indexSep + env + indexSep + string(d)
+}
+
+// IndexCopy returns a copy of n that shares no memory that IndexEntries
+// reads: what a driver keeps of a record before NodeStore.UpdateNode's fn,
+// which may change the record's lists in place, runs, so that it leaves
+// the entries of the record as it was.
+func (n Node) IndexCopy() Node {
+	n.ExportTypes, n.Collects, n.Queries = slices.Clone(n.ExportTypes), slices.Clone(n.Collects), slices.Clone(n.Queries)
+	return n
+}
+
+// Validate checks a query: a valid environment, at most one of Exports,
+// Collects and Query, a type name without the index separator, a query
+// digest that is a digest, a limit in range. The error wraps ErrInvalid.
 func (q NodeQuery) Validate() error {
 	if err := ValidateEnvironment(q.Environment); err != nil {
 		return fmt.Errorf("node query: %w", err)
 	}
-	if q.Exports != "" && q.Collects != "" {
-		return fmt.Errorf("node query: exports %q and collects %q: ask for one: %w", q.Exports, q.Collects, ErrInvalid)
+	if (q.Exports != "" && q.Collects != "") || (q.Query != "" && q.Exports+q.Collects != "") {
+		return fmt.Errorf("node query: exports %q, collects %q, query %q: ask for one: %w", q.Exports, q.Collects, q.Query, ErrInvalid)
+	}
+	if q.Query != "" && !q.Query.Valid() {
+		return fmt.Errorf("node query: query %q is not a digest: %w", q.Query, ErrInvalid)
 	}
 	if t := q.Exports + q.Collects; strings.Contains(t, indexSep) || len(t) > 255 {
 		return fmt.Errorf("node query: %q is not a resource type: %w", t, ErrInvalid)
@@ -91,6 +114,8 @@ func (q NodeQuery) Entry() string {
 		return "exports" + indexSep + q.Environment + indexSep + q.Exports
 	case q.Collects != "":
 		return "collects" + indexSep + q.Environment + indexSep + q.Collects
+	case q.Query != "":
+		return queryEntry(q.Environment, q.Query)
 	}
 	return envEntry(q.Environment)
 }

@@ -387,7 +387,7 @@ func (s *Server) takeReport(w http.ResponseWriter, r *http.Request, body []byte)
 // reportToPuppetDB tells the PuppetDB sink, if any, of a report.
 func (s *Server) reportToPuppetDB(ctx context.Context, name string, body []byte, sum farm.ReportSummary, newCatalog bool) {
 	if s.PuppetDB != nil {
-		s.PuppetDB.Report(ctx, name, body, sum.CatalogUUID, newCatalog)
+		s.PuppetDB.Report(ctx, name, body, sum, newCatalog)
 	}
 }
 

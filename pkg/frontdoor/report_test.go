@@ -372,10 +372,10 @@ func (p *recordingPuppetDB) Facts(ctx context.Context, node, env string, facts, 
 	p.facts = append(p.facts, puppetDBFacts{node, env, facts, nodeInfo, changed})
 }
 
-func (p *recordingPuppetDB) Report(ctx context.Context, node string, body []byte, catalogUUID string, newCatalog bool) {
+func (p *recordingPuppetDB) Report(ctx context.Context, node string, body []byte, sum farm.ReportSummary, newCatalog bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.reports = append(p.reports, puppetDBReport{node, string(body), catalogUUID, newCatalog})
+	p.reports = append(p.reports, puppetDBReport{node, string(body), sum.CatalogUUID, newCatalog})
 }
 
 func (p *recordingPuppetDB) take() []puppetDBReport {

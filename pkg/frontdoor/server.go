@@ -67,7 +67,7 @@ type Nodes interface {
 // every accepted fact upload and report, and never fails the run.
 type PuppetDB interface {
 	Facts(ctx context.Context, node, environment string, facts, nodeInfo farm.Digest, changed bool)
-	Report(ctx context.Context, node string, body []byte, catalogUUID string, newCatalog bool)
+	Report(ctx context.Context, node string, body []byte, sum farm.ReportSummary, newCatalog bool)
 }
 
 // Environments reads environment records.

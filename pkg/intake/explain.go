@@ -56,6 +56,10 @@ type ReadSummary struct {
 	// again once it is older than the farm's clock max age.
 	Clock    bool   `json:"clock,omitempty"`
 	ClockWhy string `json:"clock_why,omitempty"`
+	// Queries are the PuppetDB queries the compile made (farm.QueryText:
+	// PQL, or an AST's JSON); a change of their results recompiles the
+	// catalog.
+	Queries []string `json:"queries,omitempty"`
 }
 
 // FactReadCount is how many of a record's reads are under one top-level fact.
@@ -123,6 +127,9 @@ func requestState(n *farm.Node) (string, string) {
 func summarise(d farm.Digest, rec *facts.ReadRecord) *ReadSummary {
 	s := &ReadSummary{Digest: d, Reads: len(rec.Reads), AlwaysRecompile: rec.AlwaysRecompile, Why: rec.Why,
 		Clock: rec.Clock, ClockWhy: rec.ClockWhy}
+	for _, q := range rec.Queries {
+		s.Queries = append(s.Queries, farm.QueryText(q.Query))
+	}
 	counts := map[string]int{}
 	for _, r := range rec.Reads {
 		top := ""

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +28,14 @@ const (
 )
 
 func crashCertname(i int) string { return fmt.Sprintf("node%03d.example.com", i) }
+
+// crashMessages are sent to the outbox by the child, which receives the
+// first (in flight at the kill).
+var crashMessages = []farm.OutboxMessage{
+	{Group: "crash-a.example.com", Body: []byte(`{"n":1}`)},
+	{Group: "crash-b.example.com", Body: []byte(`{"n":1}`)},
+	{Group: "crash-a.example.com", Body: []byte(`{"n":2}`)},
+}
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(crashChildEnv); dir != "" {
@@ -87,6 +96,13 @@ func crashChild(dir string) error {
 		return nil
 	}); err != nil {
 		return err
+	}
+	ob := s.Outbox(localstore.OutboxOptions{VisibilityTimeout: time.Hour})
+	if err := ob.Send(ctx, crashMessages...); err != nil {
+		return err
+	}
+	if ds, err := ob.Receive(ctx, 1, time.Second); err != nil || len(ds) != 1 || string(ds[0].Body) != `{"n":1}` || ds[0].Group != crashMessages[0].Group {
+		return fmt.Errorf("receive from the outbox: %v, %v", ds, err)
 	}
 	_, err = fmt.Println("ready")
 	return err
@@ -210,5 +226,35 @@ func TestCrashLosesNoQueuedJob(t *testing.T) {
 	defer rcancel()
 	if d, err := q.Receive(rctx); err == nil {
 		t.Fatalf("extra delivery after the crash: %+v", d)
+	}
+	checkOutboxAfterCrash(ctx, t, s)
+}
+
+// checkOutboxAfterCrash: every message the child sent is there, the one
+// in flight at the kill received again on its second attempt, each group
+// in order.
+func checkOutboxAfterCrash(ctx context.Context, t *testing.T, s *localstore.Store) {
+	ob := s.Outbox(localstore.OutboxOptions{VisibilityTimeout: time.Hour})
+	if st, err := ob.Stats(ctx); err != nil || st.Backlog != len(crashMessages) {
+		t.Fatalf("outbox stats after the crash: %+v, %v; want a backlog of %d", st, err, len(crashMessages))
+	}
+	var got []string
+	for range crashMessages {
+		ds, err := ob.Receive(ctx, 1, time.Second)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("receive from the outbox after the crash (%v so far): %d messages, %v", got, len(ds), err)
+		}
+		got = append(got, fmt.Sprintf("%s %s attempt %d", ds[0].Group, ds[0].Body, ds[0].Attempts))
+		if err := ob.Ack(ctx, ds[0].ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{
+		`crash-a.example.com {"n":1} attempt 2`,
+		`crash-b.example.com {"n":1} attempt 1`,
+		`crash-a.example.com {"n":2} attempt 1`,
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("outbox after the crash delivered %q, want %q", got, want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,6 +53,33 @@ func TestQueue(t *testing.T) {
 	farmtest.TestQueue(t, func(t *testing.T) farm.Queue {
 		return open(t, t.TempDir()).Queue(localstore.QueueOptions{VisibilityTimeout: testVisibility})
 	}, farmtest.QueueCaps{Collapses: true, NodeExclusive: true, FinishedDeliveryIsNotFound: true})
+}
+
+func TestOutbox(t *testing.T) {
+	opts := localstore.OutboxOptions{VisibilityTimeout: testVisibility}
+	var (
+		mu     sync.Mutex
+		stores = map[farm.Outbox]*localstore.Store{} // each outbox's store, for Reopen
+	)
+	outboxOn := func(s *localstore.Store) farm.Outbox {
+		o := s.Outbox(opts)
+		mu.Lock()
+		stores[o] = s
+		mu.Unlock()
+		return o
+	}
+	farmtest.TestOutbox(t, func(t *testing.T) farm.Outbox { return outboxOn(open(t, t.TempDir())) }, farmtest.OutboxCaps{
+		ListsDeadLetters: true,
+		Reopen: func(t *testing.T, o farm.Outbox) farm.Outbox {
+			mu.Lock()
+			s := stores[o]
+			mu.Unlock()
+			if err := s.Close(); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+			return outboxOn(open(t, s.Dir()))
+		},
+	})
 }
 
 func TestContentLayout(t *testing.T) {
@@ -264,6 +292,41 @@ func TestClosed(t *testing.T) {
 
 func TestRunJobStore(t *testing.T) {
 	farmtest.TestRunJobStore(t, func(t *testing.T) farm.RunJobStore { return open(t, t.TempDir()) })
+}
+
+func TestQueryStore(t *testing.T) {
+	farmtest.TestQueryStore(t, func(t *testing.T) farm.QueryStore { return open(t, t.TempDir()) })
+}
+
+// Recorded queries and their states survive a restart of the process that
+// owns the data directory.
+func TestQueriesSurviveReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := localstore.Open(ctx, dir, localstore.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := farm.DigestOf([]byte(`"nodes {}"`))
+	if err := s.RecordQueries(ctx, "production", []farm.Digest{q}); err != nil {
+		t.Fatal(err)
+	}
+	set, err := s.SetQueryState(ctx, farm.QueryState{Environment: "production", Query: q, Version: 1,
+		Result: farm.DigestOf([]byte("[]")), CheckedAt: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dir)
+	p, err := s.ListQueries(ctx, farm.QueryList{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Queries) != 1 || p.Queries[0] != set {
+		t.Fatalf("after reopening: %+v, want [%+v]", p.Queries, set)
+	}
 }
 
 // Jobs survive a restart of the process that owns the data directory

@@ -183,8 +183,7 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 				return err
 			}
 		}
-		old := n
-		old.ExportTypes, old.Collects = slices.Clone(n.ExportTypes), slices.Clone(n.Collects)
+		old := n.IndexCopy()
 		if fnErr = fn(&n); fnErr != nil {
 			return fnErr
 		}

@@ -1,6 +1,7 @@
 // Package localstore is the farm's embedded storage: the default driver of
-// the content store, node store, environment store, run job store and
-// compile queue, all kept in one data directory (broker dev's --data).
+// the content store, node store, environment store, run job store, query
+// store, compile queue and outbox, all kept in one data directory (broker
+// dev's --data).
 //
 // Layout of the data directory:
 //
@@ -20,11 +21,16 @@
 //	                                         farm.ReportSummary, RecordReport's),
 //	                                         "run_jobs", "run_jobs_by_created"
 //	                                         and "run_job_nodes" (farm.RunJobStore,
-//	                                         see runjobs.go) and "meta"
+//	                                         see runjobs.go), "queries"
+//	                                         ("ENV|DIGEST" → JSON farm.QueryState,
+//	                                         see queries.go), "outbox_messages",
+//	                                         "outbox_bodies" and "outbox_dead"
+//	                                         (farm.Outbox, see outbox.go) and
+//	                                         "meta"
 //
 // Content files are written atomically (a temporary file in the same
 // directory, fsync, rename, fsync of the directory) and verified on every
-// read. Node, environment, job and queue changes are bbolt transactions,
+// read. Node, environment, job, queue and outbox changes are bbolt transactions,
 // synced before the call returns. One process at a time owns a data directory: Open
 // waits for bbolt's file lock (Options.LockTimeout) and fails after it.
 package localstore
@@ -46,6 +52,7 @@ import (
 	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/jobqueue"
+	"github.com/compilefarm/compilefarm/pkg/outboxqueue"
 )
 
 var (
@@ -88,15 +95,16 @@ type Options struct {
 }
 
 // Store is the embedded farm storage in one data directory. It implements
-// farm.ContentStore, farm.NameStore, farm.NodeStore, farm.EnvironmentStore
-// and farm.RunJobStore; Queue returns its durable farm.Queue. Safe for
-// concurrent use.
+// farm.ContentStore, farm.NameStore, farm.NodeStore, farm.EnvironmentStore,
+// farm.RunJobStore and farm.QueryStore; Queue returns its durable
+// farm.Queue and Outbox its durable farm.Outbox. Safe for concurrent use.
 type Store struct {
 	dir     string
 	content string // dir/content
 	db      *bolt.DB
 	log     *slog.Logger
 	q       *jobqueue.Core
+	outbox  *outboxqueue.Core
 	closed  atomic.Bool
 	nodes   *nodeCache // node records decoded, by node (GetNode, UpdateNode)
 }
@@ -137,9 +145,14 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// init creates the buckets, checks the schema and loads the queue.
+// init creates the buckets, checks the schema and loads the queue and the
+// outbox.
 func (s *Store) init() error {
-	var jobs []jobqueue.Stored
+	var (
+		jobs     []jobqueue.Stored
+		messages []outboxqueue.Stored
+		dead     int
+	)
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil {
@@ -165,7 +178,7 @@ func (s *Store) init() error {
 		if err := meta.Put(keySchema, binary.BigEndian.AppendUint64(nil, schemaVersion)); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketQueue).ForEach(func(k, v []byte) error {
+		err = tx.Bucket(bucketQueue).ForEach(func(k, v []byte) error {
 			var j jobqueue.Stored
 			if err := json.Unmarshal(v, &j); err != nil || len(k) != 8 || j.ID != binary.BigEndian.Uint64(k) {
 				return fmt.Errorf("queue record %x is unreadable (%v): %w", k, err, farm.ErrInvalid)
@@ -173,6 +186,11 @@ func (s *Store) init() error {
 			jobs = append(jobs, j)
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		messages, dead, err = loadOutbox(tx)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("initialise state.db: %w", err)
@@ -184,17 +202,21 @@ func (s *Store) init() error {
 			return fmt.Errorf("collapse queued jobs: %w", err)
 		}
 	}
-	s.log.Info("localstore: opened", "dir", s.dir, "queued_jobs", len(jobs)-len(dels), "collapsed", len(dels))
+	s.outbox = outboxqueue.New(outboxBackend{s}, outboxqueue.Options{Logger: s.log, Closed: ErrClosed})
+	s.outbox.Load(messages, dead)
+	s.log.Info("localstore: opened", "dir", s.dir, "queued_jobs", len(jobs)-len(dels), "collapsed", len(dels),
+		"outbox_messages", len(messages), "outbox_dead_letters", dead)
 	return nil
 }
 
-// Close stops the queue (blocked Receives return ErrClosed) and closes the
-// database. Closing twice is harmless.
+// Close stops the queue and the outbox (waiting Receives return
+// ErrClosed) and closes the database. Closing twice is harmless.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
 	s.q.Close()
+	s.outbox.Close()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", s.db.Path(), err)
 	}

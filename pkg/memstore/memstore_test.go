@@ -82,3 +82,13 @@ func TestInbox(t *testing.T) {
 func TestRunJobStore(t *testing.T) {
 	farmtest.TestRunJobStore(t, func(t *testing.T) farm.RunJobStore { return memstore.New() })
 }
+
+func TestQueryStore(t *testing.T) {
+	farmtest.TestQueryStore(t, func(t *testing.T) farm.QueryStore { return memstore.New() })
+}
+
+func TestOutbox(t *testing.T) {
+	farmtest.TestOutbox(t, func(t *testing.T) farm.Outbox {
+		return memstore.NewOutbox(memstore.OutboxOptions{VisibilityTimeout: 2 * time.Second})
+	}, farmtest.OutboxCaps{ListsDeadLetters: true})
+}

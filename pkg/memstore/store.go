@@ -1,8 +1,8 @@
 // Package memstore holds in-memory drivers of the farm's contracts: Store
 // (content, names, nodes, environments, PCP presence, task inboxes, run
-// jobs) and Queue. They keep nothing across a
-// restart and exist for fast unit tests of other packages; they pass the
-// full contract suites of pkg/farm/farmtest, including the embedded queue's
+// jobs, recorded PuppetDB queries), Queue and Outbox. They keep nothing
+// across a restart and exist for fast unit tests of other packages; they
+// pass the full contract suites of pkg/farm/farmtest, including the embedded queue's
 // collapsing and node exclusivity.
 package memstore
 
@@ -11,7 +11,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 
@@ -26,7 +25,7 @@ var (
 )
 
 // Store keeps content, names, node records, environment records, PCP
-// presence, task inboxes and run jobs in memory.
+// presence, task inboxes, run jobs and recorded PuppetDB queries in memory.
 // The zero value is not usable; call New. Safe for concurrent use.
 type Store struct {
 	mu      sync.RWMutex
@@ -49,6 +48,8 @@ type Store struct {
 	presence presenceStore
 	inboxes  inboxes
 	jobs     jobStore
+	// Recorded PuppetDB queries (queries.go), under their own lock.
+	queries queryStore
 }
 
 // New returns an empty store.
@@ -215,8 +216,7 @@ func (s *Store) UpdateNode(ctx context.Context, certname string, fn func(*farm.N
 	if b, ok := s.nodes[certname]; ok {
 		n = decode[farm.Node](b)
 	}
-	old := n
-	old.ExportTypes, old.Collects = slices.Clone(n.ExportTypes), slices.Clone(n.Collects)
+	old := n.IndexCopy()
 	if err := fn(&n); err != nil {
 		return farm.Node{}, err
 	}

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,7 +39,7 @@ func (m *Farm) PuppetDB(outbox OutboxStatser) *PuppetDB {
 	p := &PuppetDB{
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "compilefarm_puppetdb_commands_total",
-			Help: "PuppetDB commands, by command (replace facts, replace catalog, store report) and result (queued, queue_failed, delivered, retried, refused).",
+			Help: "PuppetDB commands, by command (replace_facts, replace_catalog, store_report) and result (queued, queue_failed, delivered, retried, refused).",
 		}, []string{"command", "result"}),
 		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "compilefarm_puppetdb_delivery_seconds",
@@ -53,17 +54,21 @@ func (m *Farm) PuppetDB(outbox OutboxStatser) *PuppetDB {
 	return p
 }
 
-// Command counts one command of kind with result.
+// Command counts one command of kind ("replace facts", as PuppetDB names
+// it; the label spells it replace_facts, as PuppetDB's URL does) with
+// result.
 func (p *PuppetDB) Command(kind, result string) {
 	if p != nil {
-		p.commands.WithLabelValues(kind, result).Inc()
+		p.commands.WithLabelValues(commandLabel(kind), result).Inc()
 	}
 }
+
+func commandLabel(kind string) string { return strings.ReplaceAll(kind, " ", "_") }
 
 // Delivered counts a delivered command and how long it waited.
 func (p *PuppetDB) Delivered(kind string, waited time.Duration) {
 	if p != nil {
-		p.commands.WithLabelValues(kind, PuppetDBDelivered).Inc()
+		p.commands.WithLabelValues(commandLabel(kind), PuppetDBDelivered).Inc()
 		p.delivery.Observe(waited.Seconds())
 	}
 }

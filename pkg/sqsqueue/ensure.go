@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"strconv"
 
@@ -98,8 +99,8 @@ func EnsureQueues(ctx context.Context, client *sqs.Client, prefix string, maxRec
 	return urls, nil
 }
 
-// ensureQueue creates a standard queue with attrs, or sets attrs on the
-// existing queue of that name.
+// ensureQueue creates a queue with attrs (standard unless they say
+// FifoQueue), or sets attrs on the existing queue of that name.
 func ensureQueue(ctx context.Context, client *sqs.Client, name string, attrs map[string]string) (string, error) {
 	out, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
 	if err == nil {
@@ -113,8 +114,65 @@ func ensureQueue(ctx context.Context, client *sqs.Client, name string, attrs map
 	if err != nil {
 		return "", translate("find queue "+name, err, false)
 	}
+	attrs = maps.Clone(attrs)
+	delete(attrs, string(types.QueueAttributeNameFifoQueue)) // fixed when the queue was made
 	if _, err := client.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: got.QueueUrl, Attributes: attrs}); err != nil {
 		return "", translate("set attributes of queue "+name, err, false)
 	}
 	return aws.ToString(got.QueueUrl), nil
+}
+
+// OutboxQueueURLs are the two queues EnsureOutboxQueues makes.
+type OutboxQueueURLs struct {
+	QueueURL, DeadLetterURL string
+}
+
+// Options returns OutboxOptions for the queues, with the other fields zero.
+func (u OutboxQueueURLs) Options() OutboxOptions {
+	return OutboxOptions{QueueURL: u.QueueURL, DeadLetterURL: u.DeadLetterURL}
+}
+
+// OutboxQueueNames returns the names EnsureOutboxQueues gives the outbox
+// queue and its dead-letter queue: NAME.fifo and NAME-dlq.fifo.
+func OutboxQueueNames(name string) (queue, dlq string) {
+	return name + ".fifo", name + "-dlq.fifo"
+}
+
+var outboxNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,71}$`)
+
+// outboxRetention is how long the outbox queues keep a message: 14 days,
+// SQS's most, for a PuppetDB down that long and for an operator to look
+// at dead letters.
+const outboxRetention = 14 * 24 * 60 * 60
+
+// EnsureOutboxQueues creates, when missing, the FIFO queues of an Outbox:
+// NAME.fifo and its dead-letter queue NAME-dlq.fifo, with explicit
+// deduplication IDs (no ContentBasedDeduplication), deduplication and
+// throughput per message group (SQS's high-throughput FIFO), a retention
+// of 14 days and a maximum message size of 256 KiB; the outbox queue has
+// no redrive policy (see Outbox). An existing queue gets these attributes
+// set. For tests and development; in AWS the CDK app creates the queues.
+// The name must be 1 to 71 letters, digits, '-' or '_'.
+func EnsureOutboxQueues(ctx context.Context, client *sqs.Client, name string) (OutboxQueueURLs, error) {
+	if !outboxNameRE.MatchString(name) {
+		return OutboxQueueURLs{}, fmt.Errorf("sqsqueue: outbox queue name %q must be 1 to 71 letters, digits, '-' or '_': %w", name, farm.ErrInvalid)
+	}
+	attrs := map[string]string{
+		string(types.QueueAttributeNameFifoQueue):                 "true",
+		string(types.QueueAttributeNameContentBasedDeduplication): "false",
+		string(types.QueueAttributeNameDeduplicationScope):        "messageGroup",
+		string(types.QueueAttributeNameFifoThroughputLimit):       "perMessageGroupId",
+		string(types.QueueAttributeNameMessageRetentionPeriod):    strconv.Itoa(outboxRetention),
+		string(types.QueueAttributeNameMaximumMessageSize):        strconv.Itoa(maxSQSMessage),
+	}
+	queue, dlq := OutboxQueueNames(name)
+	var urls OutboxQueueURLs
+	var err error
+	if urls.DeadLetterURL, err = ensureQueue(ctx, client, dlq, attrs); err != nil {
+		return OutboxQueueURLs{}, err
+	}
+	if urls.QueueURL, err = ensureQueue(ctx, client, queue, attrs); err != nil {
+		return OutboxQueueURLs{}, err
+	}
+	return urls, nil
 }

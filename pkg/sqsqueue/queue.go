@@ -10,7 +10,9 @@
 // checks make a duplicate or stale compile harmless.
 //
 // Inbox (inbox.go) is the PCP broker's farm.Inbox on SQS: one short-lived
-// queue per fleet task.
+// queue per fleet task. Outbox (outbox.go) is farm.Outbox on a FIFO queue
+// with a FIFO dead-letter queue: the PuppetDB sink's commands, in order
+// per node.
 package sqsqueue
 
 import (

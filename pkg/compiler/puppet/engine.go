@@ -39,6 +39,20 @@
 // Result.Collects the exported collectors it evaluated and whose resources
 // each collected. Neither is a fact read.
 //
+// PuppetDB (Options.PuppetDB) is reached through Debian's
+// puppet-terminus-puppetdb, loaded and configured as Puppet Server does
+// (puppetdb.conf and Puppet's SSL settings in each worker's own
+// directories): puppetdb_query() works in manifests, and with
+// Options.StoreConfigs "puppetdb" exported collectors read PuppetDB
+// through Puppet's resource/puppetdb terminus instead of Request.Exported.
+// Every query a compile makes is recorded in Result.Reads.Queries
+// (farm.QueryRead: the query and a digest of PuppetDB's answer), so the
+// farm can recompile a node when an answer changes. A query PuppetDB
+// refuses fails the compile (*compiler.CompileError with PuppetDB's
+// message); one no PuppetDB answers fails it with farm.ErrTransient, the
+// worker kept. Without a PuppetDB, puppetdb_query() fails the compile
+// saying so.
+//
 // Encrypted Hiera data (levels with lookup_key eyaml_lookup_key) is
 // decrypted by Puppet's own backend and hiera-eyaml, with keys found outside
 // the code snapshot (Options.EyamlKeys); decrypting is not a fact read.
@@ -100,11 +114,12 @@ type Options struct {
 	Timeout time.Duration
 	// Logger receives the workers' Puppet log. Default slog.Default().
 	Logger *slog.Logger
-	// DisableHooks switches off fact-read recording hooks of the workers by
-	// name (facts, topscope, qualified, erb, convert, hashargs, nondet; "all"
-	// turns recording off, and Result.Reads is then nil). For tests only: a
-	// catalog compiled with a hook off may depend on facts it does not
-	// report. An unknown name makes New fail.
+	// DisableHooks switches off recording hooks of the workers by name
+	// (facts, topscope, qualified, tohash, iterate, erb, convert, hashargs,
+	// nondet; queries for PuppetDB queries; "all" turns recording off, and
+	// Result.Reads is then nil). For tests only: a catalog compiled with a
+	// hook off may depend on facts or queries it does not report. An
+	// unknown name makes New fail.
 	DisableHooks []string
 	// EyamlKeys is the directory that holds the keys of encrypted Hiera
 	// data (hiera-eyaml's PKCS7 pair), kept out of every code snapshot.
@@ -119,6 +134,15 @@ type Options struct {
 	// exist work. New fails when it is set but is not a directory, or when
 	// hiera-eyaml cannot be loaded.
 	EyamlKeys string
+	// PuppetDB is the PuppetDB compiles query (puppetdb_query(), and
+	// exported collectors with StoreConfigs "puppetdb"). Nil: a manifest
+	// that calls puppetdb_query() fails to compile, saying the farm has no
+	// PuppetDB. New fails when it is invalid (see PuppetDB).
+	PuppetDB *PuppetDB
+	// StoreConfigs is where exported collectors (<<| |>>) collect from:
+	// StoreConfigsFarm (the default, also "") or StoreConfigsPuppetDB,
+	// which needs PuppetDB.
+	StoreConfigs string
 }
 
 // Engine compiles catalogs with Ruby Puppet. It is safe for concurrent use.
@@ -127,6 +151,7 @@ type Engine struct {
 	log     *slog.Logger
 	script  string
 	version string
+	pdb     *puppetdbSetup // nil without PuppetDB
 
 	workers []*worker
 	pool    pool // the workers not compiling
@@ -186,6 +211,20 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		}
 		opts.EyamlKeys = keys
 	}
+	pdb, err := checkPuppetDB(opts.PuppetDB)
+	if err != nil {
+		return nil, fmt.Errorf("puppet engine: %w: %w", err, farm.ErrInvalid)
+	}
+	switch opts.StoreConfigs {
+	case "", StoreConfigsFarm:
+		opts.StoreConfigs = StoreConfigsFarm
+	case StoreConfigsPuppetDB:
+		if pdb == nil {
+			return nil, fmt.Errorf("puppet engine: storeconfigs %q needs a PuppetDB: %w", opts.StoreConfigs, farm.ErrInvalid)
+		}
+	default:
+		return nil, fmt.Errorf("puppet engine: storeconfigs %q is not %q or %q: %w", opts.StoreConfigs, StoreConfigsFarm, StoreConfigsPuppetDB, farm.ErrInvalid)
+	}
 	if err := os.MkdirAll(workDir, 0o750); err != nil {
 		return nil, fmt.Errorf("puppet engine: create WorkDir: %w", err)
 	}
@@ -199,6 +238,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		opts:     opts,
 		log:      opts.Logger.With("engine", "puppet"),
 		script:   script,
+		pdb:      pdb,
 		life:     life,
 		stopLife: stop,
 	}
@@ -207,6 +247,10 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			stop()
 			return nil, fmt.Errorf("puppet engine: create worker directory: %w", err)
+		}
+		if err := pdb.write(dir); err != nil {
+			stop()
+			return nil, fmt.Errorf("puppet engine: write worker %d's PuppetDB configuration: %w", i, err)
 		}
 		e.workers = append(e.workers, &worker{n: i, dir: dir})
 	}
@@ -232,7 +276,8 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		e.pool.put(w)
 	}
 	e.log.Info("puppet engine ready", "workers", opts.Workers, "puppet_version", e.version,
-		"ruby_version", e.workers[0].proc.ready.RubyVersion, "workdir", workDir, "eyaml_keys", opts.EyamlKeys)
+		"ruby_version", e.workers[0].proc.ready.RubyVersion, "workdir", workDir, "eyaml_keys", opts.EyamlKeys,
+		"puppetdb", puppetdbURLs(opts.PuppetDB), "storeconfigs", opts.StoreConfigs)
 	return e, nil
 }
 
@@ -252,6 +297,7 @@ func (e *Engine) start(ctx context.Context, w *worker) error {
 	if e.opts.EyamlKeys != "" {
 		args = append(args, "--eyaml-keys="+e.opts.EyamlKeys)
 	}
+	args = append(args, e.pdb.args(e.opts.StoreConfigs)...)
 	p, err := startProcess(ctx, e.opts.Ruby, e.script, w.dir, args, startTimeout, e.log.With("worker", w.n))
 	if err != nil {
 		return fmt.Errorf("worker %d: %w", w.n, err)
@@ -413,6 +459,9 @@ func (e *Engine) result(what string, resp response, req compiler.Request, took t
 		if err != nil {
 			return compiler.Result{}, false, fmt.Errorf("%s: %w: %w", what, err, farm.ErrTransient)
 		}
+		if reads != nil {
+			reads.Queries = queryReads(resp.Queries)
+		}
 		n := -1
 		if reads != nil {
 			n = len(reads.Reads)
@@ -421,7 +470,7 @@ func (e *Engine) result(what string, resp response, req compiler.Request, took t
 			resp.Exports[i].Certname = req.Certname
 		}
 		e.log.Debug("compiled catalog", "what", what, "duration", took, "bytes", len(resp.Catalog), "fact_reads", n,
-			"exports", len(resp.Exports), "collects", len(resp.Collects))
+			"exports", len(resp.Exports), "collects", len(resp.Collects), "puppetdb_queries", len(resp.Queries))
 		return compiler.Result{Catalog: resp.Catalog, Reads: reads, Exports: resp.Exports, Collects: resp.Collects}, true, nil
 	}
 	we := resp.Error
@@ -433,6 +482,8 @@ func (e *Engine) result(what string, resp response, req compiler.Request, took t
 		return compiler.Result{}, true, &compiler.CompileError{Message: we.Message, File: we.File, Line: we.Line, Column: we.Column}
 	case kindInvalid:
 		return compiler.Result{}, true, fmt.Errorf("%s: %s: %w", what, we.Message, farm.ErrInvalid)
+	case kindUnavailable:
+		return compiler.Result{}, true, fmt.Errorf("%s: %s: %w", what, we.Message, farm.ErrTransient)
 	default:
 		return compiler.Result{}, false, fmt.Errorf("%s: worker failed: %s: %w", what, we.Message, farm.ErrTransient)
 	}

@@ -39,6 +39,9 @@ type response struct {
 	// Reads are the facts the compile read; absent when the worker does
 	// not record (--disable-hooks=all).
 	Reads *facts.ReadRecord `json:"reads"`
+	// Queries are the PuppetDB queries the compile made, with PuppetDB's
+	// answers; absent when it made none or does not record them.
+	Queries []queryAnswer `json:"queries"`
 	// Exports are the resources the node exports (certname not set);
 	// Collects the exported collectors the compile evaluated.
 	Exports  []compiler.ExportedResource `json:"exports"`
@@ -48,9 +51,12 @@ type response struct {
 
 // Kinds of workerError.
 const (
-	kindCompile  = "compile"  // Puppet failed to compile the code
-	kindInvalid  = "invalid"  // the request was malformed
-	kindInternal = "internal" // the worker failed; restart it
+	kindCompile = "compile" // Puppet failed to compile the code
+	kindInvalid = "invalid" // the request was malformed
+	// kindUnavailable: no PuppetDB answered a query; retrying may help
+	// and the worker is fine.
+	kindUnavailable = "unavailable"
+	kindInternal    = "internal" // the worker failed; restart it
 )
 
 type workerError struct {

@@ -584,7 +584,7 @@ func TestDisableHooks(t *testing.T) {
 	})
 	t.Run("per compile", func(t *testing.T) {
 		e := sharedEngine(t)
-		if ready := e.workers[0].proc.ready; !ready.Recording || !slices.Equal(ready.Hooks, []string{"facts", "topscope", "qualified", "tohash", "iterate", "erb", "convert", "hashargs", "nondet"}) {
+		if ready := e.workers[0].proc.ready; !ready.Recording || !slices.Equal(ready.Hooks, []string{"facts", "topscope", "qualified", "tohash", "iterate", "erb", "convert", "hashargs", "nondet", "queries"}) {
 			t.Errorf("ready = %+v, want every hook", ready)
 		}
 		if _, err := e.compile(t.Context(), req, []string{"nosuch"}); !errors.Is(err, farm.ErrInvalid) {

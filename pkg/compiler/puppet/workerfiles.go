@@ -18,8 +18,9 @@ import (
 // ruby/lib, one per concern: fact-read recording (compilefarm/reads.rb and
 // compilefarm/reads/), exported resources (compilefarm/exports.rb, with
 // their storeconfigs terminus where Puppet's autoloader finds it,
-// puppet/indirector/resource/compilefarm.rb) and encrypted Hiera data
-// (compilefarm/eyaml.rb).
+// puppet/indirector/resource/compilefarm.rb), encrypted Hiera data
+// (compilefarm/eyaml.rb) and PuppetDB's termini configured and recorded
+// (compilefarm/puppetdb.rb).
 //
 //go:embed ruby
 var workerFiles embed.FS

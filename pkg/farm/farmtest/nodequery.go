@@ -127,6 +127,47 @@ func nodeQueryTypes(t *testing.T, s farm.NodeStore) {
 	wantQuery(t, s, farm.NodeQuery{Environment: "production", Exports: "Concat::Fragment"})
 }
 
+// nodeQueryQueries: Query finds the nodes whose catalog made a PuppetDB
+// query, per environment, and follows changes of Node.Queries.
+func nodeQueryQueries(t *testing.T, s farm.NodeStore) {
+	ctx := ctxFor(t, waitLong)
+	q1 := farm.QueryReadOf([]byte(`"nodes { facts.os.family = 'Debian' }"`), []byte(`[]`)).QueryDigest
+	q2 := farm.QueryReadOf([]byte(`["from","resources",["=","type","Sshkey"]]`), []byte(`[]`)).QueryDigest
+	q3 := farm.DigestOf([]byte("never asked"))
+	nodes := []farm.Node{
+		{Certname: "mon1.example.com", Environment: "production", Queries: []farm.Digest{q1, q2}},
+		{Certname: "lb1.example.com", Environment: "production", Queries: []farm.Digest{q1}, Collects: []string{"Host"}},
+		{Certname: "web1.example.com", Environment: "production", ExportTypes: []string{"Host"}},
+		{Certname: "mon2.example.com", Environment: "test", Queries: []farm.Digest{q1}},
+	}
+	for _, n := range nodes {
+		putNode(t, s, n)
+	}
+	got := wantQuery(t, s, farm.NodeQuery{Environment: "production", Query: q1}, "lb1.example.com", "mon1.example.com")
+	wantNode(t, "querier's record", got[1], nodes[0])
+	wantQuery(t, s, farm.NodeQuery{Environment: "production", Query: q2, Limit: 1}, "mon1.example.com")
+	wantQuery(t, s, farm.NodeQuery{Environment: "test", Query: q1}, "mon2.example.com")
+	wantQuery(t, s, farm.NodeQuery{Environment: "production", Query: q3})
+	// A query digest is not a type: the entries never mix.
+	wantQuery(t, s, farm.NodeQuery{Environment: "production", Collects: string(q1)})
+
+	_, err := s.UpdateNode(ctx, "mon1.example.com", func(n *farm.Node) error {
+		n.Queries[0] = q3 // changed in place: the driver must still drop q1's entry
+		return nil
+	})
+	must(t, "change queries", err)
+	wantQuery(t, s, farm.NodeQuery{Environment: "production", Query: q1}, "lb1.example.com")
+	wantQuery(t, s, farm.NodeQuery{Environment: "production", Query: q3}, "mon1.example.com")
+	wantQuery(t, s, farm.NodeQuery{Environment: "production", Query: q2}, "mon1.example.com")
+	_, err = s.UpdateNode(ctx, "lb1.example.com", func(n *farm.Node) error {
+		n.Queries = nil
+		return nil
+	})
+	must(t, "drop queries", err)
+	wantQuery(t, s, farm.NodeQuery{Environment: "production", Query: q1})
+	wantQuery(t, s, farm.NodeQuery{Environment: "production", Collects: "Host"}, "lb1.example.com")
+}
+
 // nodeQueryFollows: a record's entries move with it when UpdateNode
 // changes its environment or types.
 func nodeQueryFollows(t *testing.T, s farm.NodeStore) {
@@ -180,6 +221,9 @@ func nodeQueryInvalid(t *testing.T, s farm.NodeStore) {
 		{Environment: "Production"},
 		{Environment: "production", Exports: "Sshkey", Collects: "Host"},
 		{Environment: "production", Exports: "Ssh|key"},
+		{Environment: "production", Query: "not-a-digest"},
+		{Environment: "production", Query: farm.DigestOf(nil), Collects: "Host"},
+		{Environment: "production", Query: farm.DigestOf(nil), Exports: "Host"},
 		{Environment: "production", Limit: -1},
 		{Environment: "production", Limit: farm.MaxNodePage + 1},
 	} {

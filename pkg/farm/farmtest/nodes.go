@@ -36,6 +36,7 @@ func TestNodeStore(t *testing.T, newStore func(t *testing.T) farm.NodeStore) {
 		{"QueryByEnvironment", nodeList},
 		{"QueryPages", nodeQueryPages},
 		{"QueryExportersAndCollectors", nodeQueryTypes},
+		{"QueryByPuppetDBQuery", nodeQueryQueries},
 		{"QueryFollowsChanges", nodeQueryFollows},
 		{"QueryInvalid", nodeQueryInvalid},
 		{"InvalidCertnameIsInvalid", nodeInvalidCertname},

@@ -34,19 +34,28 @@
 #   parameters as rich data) and "collects":[{"type":"Host",
 #   "matched":["n2",...]},...] (one per exported collector evaluated, with
 #   the nodes whose resources it collected).
+#   and, when the compile queried PuppetDB, "queries":[{"query":"nodes {...}",
+#   "result":[...]},...] (each distinct query with PuppetDB's answer; see
+#   lib/compilefarm/puppetdb.rb).
 #   "reads" lists the facts the compile read (see lib/compilefarm/reads.rb);
 #   kind is value, hash, present or keys; value is what the read observed
 #   (the value, keys sorted; true/false for hash and present; the sorted key
 #   list for keys), or "missing":true when the path is absent.
 #     {"id":1,"ok":false,"error":{"kind":"compile","message":"...","file":"...","line":3,"column":1}}
 #   "kind" is "compile" (the code failed; retrying cannot help), "invalid"
-#   (the request was malformed) or "internal" (the worker failed; it should
+#   (the request was malformed), "unavailable" (no PuppetDB answered a
+#   query: retrying may help) or "internal" (the worker failed; it should
 #   be restarted).
 #   stderr: Puppet's log as JSON lines {"level","msg","source","file","line"},
 #   and anything else Ruby prints.
 #
 # Usage: ruby worker.rb WORKDIR [--disable-hooks=NAME,...] [--eyaml-keys=DIR]
+#          [--puppetdb [--puppetdb-certname=NAME] [--storeconfigs=puppetdb]]
 # WORKDIR holds this worker's confdir, vardir, codedir, logdir and rundir.
+# --puppetdb: conf/puppetdb.conf in WORKDIR names a PuppetDB for
+# puppetdb_query(); --puppetdb-certname: the client certificate to present
+# is WORKDIR/puppetdb-ssl/{cert,key}.pem, PuppetDB's CA ca.pem there;
+# --storeconfigs=puppetdb: exported collectors read PuppetDB.
 # --eyaml-keys is where the keys of encrypted Hiera data are (see
 # lib/compilefarm/eyaml.rb).
 # --disable-hooks switches fact-read recording hooks off (tests only: they
@@ -75,6 +84,8 @@ $cf_node = nil
 $cf_exports = nil
 # The CompileFarm::Reads::Recorder of the compile in progress, if any.
 $cf_reads = nil
+# The CompileFarm::PuppetDB::Recorder of the compile in progress, if any.
+$cf_queries = nil
 
 def emit(obj)
   PROTO.write(JSON.generate(obj) << "\n")
@@ -96,10 +107,15 @@ workdir = ARGV[0] or abort('usage: worker.rb WORKDIR [--disable-hooks=NAME,...] 
 workdir = File.expand_path(workdir)
 disabled_hooks = []
 eyaml_keys = nil
+puppetdb = nil
+storeconfigs = 'compilefarm'
 ARGV[1..].each do |arg|
   case arg
   when /\A--disable-hooks=(.*)\z/ then disabled_hooks.concat(Regexp.last_match(1).split(',').map(&:strip).reject(&:empty?))
   when /\A--eyaml-keys=(.*)\z/ then eyaml_keys = Regexp.last_match(1)
+  when '--puppetdb' then puppetdb ||= {}
+  when /\A--puppetdb-certname=(.+)\z/ then (puppetdb ||= {})[:certname] = Regexp.last_match(1)
+  when /\A--storeconfigs=(.+)\z/ then storeconfigs = Regexp.last_match(1)
   else abort("worker.rb: unknown argument #{arg}")
   end
 end
@@ -124,14 +140,16 @@ $LOAD_PATH.push(File.join(__dir__, 'lib'))
 require_relative 'lib/compilefarm/reads'
 require_relative 'lib/compilefarm/exports'
 require_relative 'lib/compilefarm/eyaml'
+require_relative 'lib/compilefarm/puppetdb'
 
 module CompileFarm
   # Worker compiles catalogs for one process.
   class Worker
     ENV_CACHE_SIZE = 4
 
-    def initialize(workdir)
+    def initialize(workdir, storeconfigs)
       @workdir = workdir
+      @storeconfigs = storeconfigs
       @loaders = {} # environmentpath => Puppet::Environments::Cached, oldest first
       @last_env_key = nil
     end
@@ -180,7 +198,7 @@ module CompileFarm
       Puppet::Util::Log.level = :notice
 
       Puppet::ApplicationSupport.push_application_context(Puppet::Util::RunMode[:server], :not_required)
-      CompileFarm::Exports.install
+      CompileFarm::Exports.install(@storeconfigs)
       @server_facts = server_facts
     end
 
@@ -286,20 +304,23 @@ module CompileFarm
         Puppet.override({ current_environment: env }, 'compilefarm environment') do
           $cf_exports = exports
           begin
-            (catalog_json, exported), reads = recorded(req) do
+            (catalog_json, exported), reads, queries = recorded(req) do
               catalog, exported = compile_in(env, loader, certname, req)
               [render(catalog, env), exported]
             end
           ensure
             $cf_exports = nil
           end
-          { catalog: catalog_json, reads: reads, exports: exported, collects: exports.collects }
+          # Collectors that read PuppetDB are tracked by their queries.
+          collects = @storeconfigs == 'puppetdb' ? [] : exports.collects
+          { catalog: catalog_json, reads: reads, queries: queries, exports: exported, collects: collects }
         end
       end
     end
 
     # recorded runs the block (compile and render) while recording the facts
-    # it reads, and returns [its result, the reads or nil].
+    # it reads and the PuppetDB queries it makes, and returns [its result,
+    # the reads or nil, the queries or nil].
     def recorded(req)
       off = Array(req['disable_hooks']).map(&:to_s)
       begin
@@ -307,16 +328,19 @@ module CompileFarm
       rescue ArgumentError => e
         raise BadRequest, e.message
       end
-      return [yield, nil] if !CompileFarm::Reads.recording? || off.include?('all')
+      return [yield, nil, nil] if !CompileFarm::Reads.recording? || off.include?('all')
 
       rec = CompileFarm::Reads::Recorder.new(req['facts'], off, req['parameters'])
+      queries = CompileFarm::PuppetDB::Recorder.new if CompileFarm::Reads.hook?('queries') && !off.include?('queries')
       $cf_reads = rec
+      $cf_queries = queries
       begin
         out = yield
       ensure
         $cf_reads = nil
+        $cf_queries = nil
       end
-      [out, rec.finish]
+      [out, rec.finish, queries]
     end
 
     # Puppet::Resource::Catalog::Compiler#find and #compile, with the node
@@ -397,10 +421,16 @@ rescue Exception => e # rubocop:disable Lint/RescueException
   exit 4
 end
 
-worker = CompileFarm::Worker.new(workdir)
+worker = CompileFarm::Worker.new(workdir, storeconfigs)
 setup_step('setup failed') { worker.setup }
 setup_step('cannot install fact-read recording') { CompileFarm::Reads.install(disabled_hooks) }
 setup_step('cannot set up encrypted Hiera data', backtrace: false) { CompileFarm::Eyaml.install(eyaml_keys) }
+setup_step('cannot set up PuppetDB', backtrace: false) do
+  raise ArgumentError, '--storeconfigs=puppetdb needs --puppetdb' if storeconfigs == 'puppetdb' && !puppetdb
+
+  puppetdb[:storeconfigs] = storeconfigs if puppetdb
+  CompileFarm::PuppetDB.install(puppetdb, File.join(workdir, 'puppetdb-ssl'))
+end
 
 emit({ 'ready' => true, 'puppet_version' => Puppet.version.to_s, 'ruby_version' => RUBY_VERSION, 'pid' => Process.pid,
        'recording' => CompileFarm::Reads.recording?, 'hooks' => CompileFarm::Reads.enabled })
@@ -423,6 +453,7 @@ while (line = STDIN.gets)
     out = worker.compile(req)
     line = +'{"id":' << JSON.generate(id) << ',"ok":true,"catalog":' << out[:catalog]
     line << ',"reads":' << JSON.generate(out[:reads]) if out[:reads]
+    line << ',"queries":[' << out[:queries].to_json_list.join(',') << ']' if out[:queries] && !out[:queries].empty?
     line << ',"exports":' << JSON.generate(out[:exports]) unless out[:exports].empty?
     line << ',"collects":' << JSON.generate(out[:collects]) unless out[:collects].empty?
     emit_raw(line << '}')
@@ -434,9 +465,11 @@ while (line = STDIN.gets)
   rescue Exception => e # rubocop:disable Lint/RescueException
     # Puppet::Parser::Compiler.compile turns every StandardError into a
     # Puppet::Error; a Ruby syntax error or deep recursion in the code under
-    # compilation is just as deterministic.
+    # compilation is just as deterministic. A PuppetDB that did not answer
+    # is not.
     log_json(:debug, "compile failed: #{e.class}: #{e.message}", 'backtrace' => e.backtrace&.first(20))
-    emit({ 'id' => id, 'ok' => false, 'error' => CompileFarm.error_info(e).merge('kind' => 'compile') })
+    kind = CompileFarm::PuppetDB.unavailable?(e) ? 'unavailable' : 'compile'
+    emit({ 'id' => id, 'ok' => false, 'error' => CompileFarm.error_info(e).merge('kind' => kind) })
   ensure
     $cf_node = nil
   end

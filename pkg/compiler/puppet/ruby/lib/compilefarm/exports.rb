@@ -23,6 +23,9 @@
 # then adds them to the catalog as ordinary (not exported) resources. The
 # node's own exported resources are collected from its own catalog, by
 # Puppet itself.
+# With --storeconfigs=puppetdb the backend is :puppetdb instead, Puppet's
+# own terminus (see puppetdb.rb): collectors read PuppetDB, and the
+# request's "exported" list is not used.
 #
 # The storeconfigs setting also makes Puppet cache catalogs and facts in the
 # storeconfigs backend (its hook sets the catalog and facts indirections'
@@ -42,27 +45,34 @@ module CompileFarm
     # collector's location.
     class QueryError < Puppet::Error; end
 
+    # The storeconfigs backends a worker may use, by name: their termini.
+    BACKENDS = { 'compilefarm' => 'Puppet::Resource::Compilefarm', 'puppetdb' => 'Puppet::Resource::Puppetdb' }.freeze
+
     class << self
-      # install switches storeconfigs on with this worker's terminus as its
-      # backend, and nothing else.
-      def install
-        Puppet[:storeconfigs_backend] = 'compilefarm'
+      # install switches storeconfigs on with backend (this worker's
+      # terminus, "compilefarm", or PuppetDB's, "puppetdb"), and nothing
+      # else.
+      def install(backend = 'compilefarm')
+        raise ArgumentError, "unknown storeconfigs backend #{backend} (known: compilefarm, puppetdb)" unless BACKENDS.key?(backend)
+
+        Puppet[:storeconfigs_backend] = backend
         Puppet[:storeconfigs] = true
         Puppet::Resource::Catalog.indirection.set_global_setting(:cache_class, nil)
         Puppet::Node::Facts.indirection.set_global_setting(:cache_class, nil)
         Puppet.settings.override_default(:catalog_cache_terminus, nil)
         Puppet::Pops::Evaluator::Collectors::ExportedCollector.prepend(CollectorHook)
         Puppet::Pops::Evaluator::CollectorTransformer.prepend(TransformHook)
-        check
+        check(backend)
       end
 
-      # check fails unless collection reaches this worker's terminus and
+      # check fails unless collection reaches backend's terminus and
       # nothing is cached anywhere.
-      def check
+      def check(backend)
         resource = Puppet::Resource.indirection
-        backend = resource.terminus(resource.terminus_class)
-        backend = backend.target if backend.respond_to?(:target)
-        raise "exported resources would be searched with #{backend.class}" unless backend.is_a?(Puppet::Resource::Compilefarm)
+        found = resource.terminus(resource.terminus_class)
+        found = found.target if found.respond_to?(:target)
+        want = BACKENDS[backend]
+        raise "exported resources would be searched with #{found.class}, not #{want}" unless found.class.to_s == want
 
         [Puppet::Resource::Catalog, Puppet::Node::Facts, Puppet::Node].each do |model|
           cache = model.indirection.cache_class

@@ -43,7 +43,8 @@ module CompileFarm
     KIND_NAMES = [[VALUE, 'value'], [HASH, 'hash'], [PRESENT, 'present'], [KEYS, 'keys']].freeze
 
     # Hook names, for --disable-hooks.
-    HOOKS = %w[facts topscope qualified tohash iterate erb convert hashargs nondet].freeze
+    # "queries" records PuppetDB queries (see puppetdb.rb).
+    HOOKS = %w[facts topscope qualified tohash iterate erb convert hashargs nondet queries].freeze
 
     # Top-scope names that never come from facts.
     RESERVED = %w[facts trusted server_facts environment module_name caller_module_name].to_h { |n| [n, true] }.freeze

@@ -1,0 +1,4 @@
+# A class in another stage.
+class wire::early {
+  notify { 'early': }
+}

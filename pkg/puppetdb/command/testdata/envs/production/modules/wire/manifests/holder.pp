@@ -1,0 +1,4 @@
+# Exports from inside a defined resource.
+define wire::holder {
+  @@notify { "held ${title}": message => "in ${title}" }
+}

@@ -1,6 +1,7 @@
 package puppetdbref
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -26,7 +27,7 @@ func short(v any) string {
 	if v == absent {
 		return absent
 	}
-	b, _ := json.Marshal(v)
+	b := bytes.TrimSuffix(canonicalLine(v), []byte("\n"))
 	if len(b) > 400 {
 		return string(b[:400]) + "..."
 	}
@@ -128,6 +129,17 @@ func multisetDiff(a, b []any) (onlyA, onlyB []any) {
 		onlyB = append(onlyB, v)
 	}
 	return onlyA, onlyB
+}
+
+// canonicalLine renders v as one line of JSON, <placeholders> as they are.
+func canonicalLine(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(err) // only JSON values reach here
+	}
+	return b.Bytes()
 }
 
 func equalJSON(a, b any) bool { return string(mustJSON(a)) == string(mustJSON(b)) }

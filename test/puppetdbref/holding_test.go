@@ -102,10 +102,10 @@ const (
 //     tags, messages): each side is its own node;
 //   - the agent's directory becomes <agent>: each side has its own agent,
 //     whose files (cf_root, the state file) live there;
-//   - the directory the environments were read from becomes
-//     <environments> in resources', events' and logs' file fields: Puppet
-//     Server reads its environmentpath, the farm a snapshot of the same
-//     code kept elsewhere;
+//   - the directory of the environments becomes <environments> in
+//     resources', events' and logs' file fields: Puppet Server names its
+//     environmentpath, the farm the public name of its code's snapshots
+//     (/compilefarm/environments, code.PublicDir);
 //   - timestamps are dropped (node, factset, catalog, report, event and
 //     log times; producer_timestamp, receive_time, start_time, end_time):
 //     two sets of runs happen at two times;

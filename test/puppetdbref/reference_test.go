@@ -5,12 +5,14 @@ import (
 	"flag"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/compilefarm/compilefarm/internal/puppetdbtest"
 	"github.com/compilefarm/compilefarm/internal/puppetserver"
+	"github.com/compilefarm/compilefarm/pkg/code"
 	"github.com/compilefarm/compilefarm/test/e2e"
 )
 
@@ -63,8 +65,13 @@ func farmSide(t *testing.T, pdb *puppetdbtest.PuppetDB) map[string]any {
 	for _, bad := range checkLinks(r) {
 		t.Errorf("the farm's side: %s", bad)
 	}
-	return normalize(identity{Certname: certname, AgentDir: a.Dir, Environments: envs}, r)
+	return normalize(identity{Certname: certname, AgentDir: a.Dir, Environments: farmEnvironments}, r)
 }
+
+// farmEnvironments is where the farm says its environments' code is, in
+// catalogs and reports, whatever checkout a compile read: the parent of
+// code.PublicDir, as Puppet Server's is its environmentpath.
+var farmEnvironments = path.Dir(code.PublicDir("production"))
 
 // TestSideBySide runs the scenario through a real Puppet Server 7 with
 // the puppetdb termini and through the farm, both feeding the shared

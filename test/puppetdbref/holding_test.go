@@ -55,7 +55,9 @@ func fetch(t *testing.T, pdb *puppetdbtest.PuppetDB, certname string) raw {
 		}
 		return false
 	})
-	r.Node = one("nodes", func(row map[string]any) bool { return row["latest_report_status"] == "unchanged" })
+	r.Node = one("nodes", func(row map[string]any) bool {
+		return row["latest_report_status"] == last.wantStatus && row["latest_report_hash"] == r.Reports[len(r.Reports)-1]["hash"]
+	})
 	return r
 }
 

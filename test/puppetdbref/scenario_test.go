@@ -18,20 +18,27 @@ func environments() string {
 
 // step is one agent run of the scenario.
 type step struct {
-	name     string
-	role     string // the cf_role fact
-	fix      bool   // create <root>/fixed before the run: Exec[check-fixed] stops failing
-	wantExit int    // puppet agent -t's detailed exit code
+	name       string
+	role       string // the cf_role fact
+	fix        bool   // create <root>/fixed before the run: Exec[check-fixed] stops failing
+	drift      bool   // change <root>/motd behind Puppet's back before the run
+	noop       bool   // run with --noop
+	wantExit   int    // puppet agent -t's detailed exit code
+	wantStatus string // the run's report status
 }
 
-// scenario is the same three runs on each side: a first run with changes,
+// scenario is the same five runs on each side: a first run with changes,
 // a failure (Exec[check-fixed]), a resource skipped for it and a notify;
 // a run after a fact change and the fix, with changes and refreshes only;
-// and a run with nothing to do.
+// a run with nothing to do; a --noop run after a managed file drifted
+// (noop events, noop_pending); and the run that corrects the drift
+// (corrective_change).
 var scenario = []step{
-	{name: "first", role: "web", wantExit: 6},
-	{name: "changed", role: "db", fix: true, wantExit: 2},
-	{name: "unchanged", role: "db", wantExit: 0},
+	{name: "first", role: "web", wantExit: 6, wantStatus: "failed"},
+	{name: "changed", role: "db", fix: true, wantExit: 2, wantStatus: "changed"},
+	{name: "unchanged", role: "db", wantExit: 0, wantStatus: "unchanged"},
+	{name: "noop", role: "db", drift: true, noop: true, wantExit: 0, wantStatus: "unchanged"},
+	{name: "corrective", role: "db", wantExit: 2, wantStatus: "changed"},
 }
 
 // runScenario runs the scenario's agent runs for certname against s and
@@ -46,7 +53,16 @@ func runScenario(t *testing.T, s e2e.Server, certname string) *e2e.Agent {
 				t.Fatal(err)
 			}
 		}
-		code, out := a.Run(t, s, "--facts_terminus", "yaml")
+		if st.drift {
+			if err := os.WriteFile(filepath.Join(a.Root, "motd"), []byte("drifted\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		args := []string{"--facts_terminus", "yaml"}
+		if st.noop {
+			args = append(args, "--noop")
+		}
+		code, out := a.Run(t, s, args...)
 		if code != st.wantExit {
 			t.Fatalf("%s: %s run: exit %d, want %d\n%s", certname, st.name, code, st.wantExit, out)
 		}

@@ -105,6 +105,9 @@ func NewCompile(scope constructs.Construct, id string, cfg Config, p CompileProp
 	// puppetdb_query() and collectors (puppetdb.go).
 	if p.PuppetDB != nil {
 		maps.Copy(env, p.PuppetDB.CompileEnvironment())
+		// Where compiles record the queries they make (the fleet's
+		// refresher runs them again).
+		env["COMPILEFARM_QUERIES_TABLE"] = st.Table(dynamostate.RoleQueries).TableName()
 	}
 	c.Function = awslambda.NewDockerImageFunction(c.Construct, jsii.String("Function"), &awslambda.DockerImageFunctionProps{
 		FunctionName: jsii.String(cfg.Name("compile")),
@@ -137,6 +140,7 @@ func NewCompile(scope constructs.Construct, id string, cfg Config, p CompileProp
 	q.Bulk.Queue.GrantSendMessages(fn)
 	if pdb := p.PuppetDB; pdb != nil {
 		pdb.GrantCompile(fn)
+		st.Table(dynamostate.RoleQueries).GrantReadWriteData(fn)
 		if len(pdb.CompileSubnetIDs) > 0 {
 			// In the VPC PuppetDB is reached from (puppetdbSubnetIds), set
 			// on the CloudFormation resource: the L2 function wants an

@@ -212,6 +212,8 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 	var secrets *map[string]awsecs.Secret
 	if pdb := p.PuppetDB; pdb != nil {
 		command = append(command, pdb.ServeArgs()...)
+		// The queries compiles made of PuppetDB, which the tasks run again.
+		command = append(command, jsii.String("--queries-table"), st.Table(dynamostate.RoleQueries).TableName())
 		if e := pdb.ServeEnvironment(); len(e) > 0 {
 			if env == nil {
 				env = &map[string]*string{}

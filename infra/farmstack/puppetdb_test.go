@@ -255,8 +255,10 @@ func TestPuppetDBFleet(t *testing.T) {
 	flags := s.flags(t)
 	outboxID, _ := s.find(t, "AWS::SQS::Queue", "QueueName", "compilefarm-dev-puppetdb-outbox.fifo")
 	dlqID, _ := s.find(t, "AWS::SQS::Queue", "QueueName", "compilefarm-dev-puppetdb-dlq.fifo")
+	queriesID, _ := s.find(t, "AWS::DynamoDB::Table", "TableName", "compilefarm-dev-queries")
 	for flag, want := range map[string]string{
 		"puppetdb": `"` + testURLs + `"`, "puppetdb-query-refresh": `"2m0s"`, "storeconfigs": `"puppetdb"`,
+		"queries-table": queriesID,
 		"puppetdb-outbox-queue": outboxID, "puppetdb-dead-letter-queue": dlqID,
 		"puppetdb-ca": `"env:COMPILEFARM_PUPPETDB_CA"`, "puppetdb-cert": `"env:COMPILEFARM_PUPPETDB_CERT"`, "puppetdb-key": `"env:COMPILEFARM_PUPPETDB_KEY"`,
 	} {
@@ -350,6 +352,10 @@ func TestPuppetDBCompileFunction(t *testing.T) {
 		if env[k] != v {
 			t.Errorf("compile %s = %v, want %s", k, env[k], v)
 		}
+	}
+	queriesID, _ := s.find(t, "AWS::DynamoDB::Table", "TableName", "compilefarm-dev-queries")
+	if q := jsonString(env["COMPILEFARM_QUERIES_TABLE"]); !strings.Contains(q, queriesID) {
+		t.Errorf("compile COMPILEFARM_QUERIES_TABLE = %s, want the queries table", q)
 	}
 	for _, k := range []string{EnvPuppetDBCert, EnvPuppetDBKey, EnvPuppetDBCA} {
 		if _, ok := env[k]; ok {

@@ -48,6 +48,11 @@ type ExportedResource struct {
 	Parameters json.RawMessage `json:"parameters,omitempty"`
 	File       string          `json:"file,omitempty"`
 	Line       int             `json:"line,omitempty"`
+	// Kind is Puppet's kind of the resource ("" for a plain one) and
+	// Container the resource that contains it ("Class[Foo]"): PuppetDB's
+	// catalog has its containment edge, as Puppet Server sends it.
+	Kind      string `json:"kind,omitempty"`
+	Container string `json:"container,omitempty"`
 }
 
 // Collect is one exported-resource collector a compile evaluated.

@@ -51,6 +51,11 @@ const (
 	CASecret = "compilefarm/ca-key"
 )
 
+// QueriesTable is the table of the PuppetDB queries compiles made
+// (broker serve's --queries-table, the compile function's
+// COMPILEFARM_QUERIES_TABLE).
+const QueriesTable = "queries"
+
 func StartAWS(t *testing.T, ctx context.Context) *AWS {
 	t.Helper()
 	s3emu, err := emulator.StartS3(ctx, t.TempDir())
@@ -75,7 +80,7 @@ func StartAWS(t *testing.T, ctx context.Context) *AWS {
 	}
 	ddbc := dynamodb.New(dynamodb.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(ddb.URL)})
 	state := dynamostate.New(ddbc, dynamostate.Options{NodesTable: "nodes", IndexTable: "node-index", EnvironmentsTable: "environments",
-		PresenceTable: "pcp-presence", JobsTable: "jobs"})
+		PresenceTable: "pcp-presence", JobsTable: "jobs", QueriesTable: QueriesTable})
 	if err := state.EnsureTables(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -373,7 +373,7 @@ module CompileFarm
       # What the node exports, as PuppetDB would store it from the whole
       # catalog (still inside recording: a fact in an exported parameter is
       # read here, and a change of it changes the exports).
-      exported = catalog.resources.select(&:exported?).map { |r| CompileFarm::Exports.describe(r) }
+      exported = catalog.resources.select(&:exported?).map { |r| CompileFarm::Exports.describe(r, catalog) }
       # Puppet::Indirector::Indirection#find filters through the terminus:
       # virtual and exported resources are not sent to agents.
       [catalog.filter { |r| r.virtual? }, exported]

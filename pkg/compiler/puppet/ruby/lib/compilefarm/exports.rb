@@ -103,7 +103,7 @@ module CompileFarm
       # describe renders an exported resource of the catalog as the farm
       # stores it: parameters as rich data (a sensitive parameter stays
       # Sensitive), whatever the environment's rich_data setting.
-      def describe(resource)
+      def describe(resource, catalog = nil)
         data = Puppet.override({ rich_data: true }, 'compilefarm exports') { resource.to_data_hash }
         params = data['parameters']
         if params
@@ -115,6 +115,11 @@ module CompileFarm
         out['parameters'] = params if params && !params.empty?
         out['file'] = data['file'] if data['file']
         out['line'] = data['line'] if data['line']
+        out['kind'] = data['kind'] if data['kind']
+        # Its container (a class, node or defined resource), for the
+        # containment edge PuppetDB's catalog has, as Puppet Server sends it.
+        container = catalog&.container_of(resource)
+        out['container'] = container.ref if container
         out
       end
 

@@ -96,9 +96,10 @@ func (p *Pool) loadExports(ctx context.Context, d farm.Digest) ([]ExportedResour
 }
 
 // storeExports writes a compile's exports (stamped with the exporting
-// node) and returns their digest ("" for none), their types and the types
-// the compile collected.
-func (p *Pool) storeExports(ctx context.Context, certname string, res Result) (farm.Digest, []string, []string, error) {
+// node, and with the public paths agents and PuppetDB see, as the catalog
+// has them) and returns their digest ("" for none), their types and the
+// types the compile collected.
+func (p *Pool) storeExports(ctx context.Context, certname, codeID string, res Result) (farm.Digest, []string, []string, error) {
 	var collects []string
 	for _, c := range res.Collects {
 		if !slices.Contains(collects, c.Type) {
@@ -127,6 +128,9 @@ func (p *Pool) storeExports(ctx context.Context, certname string, res Result) (f
 	b, err := json.Marshal(list)
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("encode exports of %s: %w", certname, err)
+	}
+	if b, err = p.Code.Publish(ctx, codeID, b); err != nil {
+		return "", nil, nil, fmt.Errorf("exports of %s: %w", certname, err)
 	}
 	d, err := p.Content.Put(ctx, farm.SpaceCatalogs, b)
 	if err != nil {

@@ -257,7 +257,7 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 			return fmt.Errorf("store fact reads of %s: %w", d.Certname, err)
 		}
 	}
-	exportsDigest, exportTypes, collects, err := p.storeExports(ctx, d.Certname, res)
+	exportsDigest, exportTypes, collects, err := p.storeExports(ctx, d.Certname, d.CodeID, res)
 	if err != nil {
 		return err
 	}

@@ -240,6 +240,11 @@ write_puppetdb_conf() {
 
 		[command-processing]
 		threads = 1
+		# Refuse commands over 16 MiB (413), as a site that bounds them
+		# does: the farm must log such a command and set it aside, not
+		# retry it (pkg/puppetdb's TestDrainer).
+		reject-large-commands = true
+		max-command-size = 16777216
 
 		[puppetdb]
 		# No phoning home from a test bed; no certificate-allowlist: every

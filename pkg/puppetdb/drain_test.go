@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,8 +13,10 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/memstore"
 )
 
-// renamed builds a message's command under another name: one PuppetDB
-// does not know, which it refuses at once.
+// renamed builds a message's command under another name (one PuppetDB
+// does not know, which it refuses at once) or, for the name "large", with
+// a payload over the test PuppetDB's max-command-size (16 MiB,
+// scripts/puppetdb.sh), which it refuses too.
 type renamed struct {
 	Builder
 	names map[farm.Digest]string // facts digest → command name
@@ -21,7 +24,11 @@ type renamed struct {
 
 func (r renamed) Build(ctx context.Context, m Message) (Command, error) {
 	c, err := r.Builder.Build(ctx, m)
-	if n, ok := r.names[m.Facts]; ok {
+	switch n, ok := r.names[m.Facts]; {
+	case !ok:
+	case n == "large":
+		c.Payload = []byte(`{"certname":"` + m.Node + `","values":{"junk":"` + strings.Repeat("x", 17<<20) + `"}}`)
+	default:
 		c.Name = n
 	}
 	return c, err
@@ -38,7 +45,7 @@ func TestDrainer(t *testing.T) {
 	name := puppetdbtest.Certname(t, "drainer")
 	sink := &Sink{Outbox: o, Spill: store}
 	var digests []farm.Digest
-	for i := 1; i <= 3; i++ {
+	for i := 1; i <= 4; i++ {
 		doc, _ := json.Marshal(map[string]any{"name": name, "values": map[string]any{"cf_seq": i}})
 		d, err := store.Put(ctx, farm.SpaceFacts, doc)
 		if err != nil {
@@ -68,27 +75,25 @@ func TestDrainer(t *testing.T) {
 		// does not, and makes the retried command visible again at once.
 		waitVisible(t, o)
 	}
-	if st, _ := o.Stats(ctx); st.Backlog != 3 || st.DeadLetters != 0 {
-		t.Fatalf("while PuppetDB is away: %+v, want all 3 waiting", st)
+	if st, _ := o.Stats(ctx); st.Backlog != 4 || st.DeadLetters != 0 {
+		t.Fatalf("while PuppetDB is away: %+v, want all 4 waiting", st)
 	}
 
-	// Back, and refusing the second command (an unknown name): the first
-	// and third are delivered, in order; the second is set aside.
-	up := drainer(p.URL, map[farm.Digest]string{digests[1]: "no such command"})
+	// Back, and refusing the second command (an unknown name) and the
+	// third (too large): the first and fourth are delivered, in order; the
+	// others are set aside.
+	up := drainer(p.URL, map[farm.Digest]string{digests[1]: "no such command", digests[2]: "large"})
 	for st, _ := o.Stats(ctx); st.Backlog > 0; st, _ = o.Stats(ctx) {
 		if _, err := up.DrainOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if st, _ := o.Stats(ctx); st.DeadLetters != 1 {
-		t.Errorf("dead letters %d, want the refused command", st.DeadLetters)
-	}
 	dead, err := o.DeadLetters(ctx, 10)
-	if err != nil || len(dead) != 1 || dead[0].Group != name {
-		t.Fatalf("dead letters %+v (%v)", dead, err)
+	if err != nil || len(dead) != 2 || dead[0].Group != name || !strings.Contains(dead[0].Reason, "HTTP 400") || !strings.Contains(dead[1].Reason, "HTTP 413") {
+		t.Fatalf("dead letters %+v (%v), want the unknown command (400) and the large one (413)", dead, err)
 	}
 	p.Eventually(t, "facts", fmt.Sprintf(`["and",["=","certname",%q],["=","name","cf_seq"]]`, name), func(rows []map[string]any) bool {
-		return len(rows) == 1 && rows[0]["value"] == float64(3)
+		return len(rows) == 1 && rows[0]["value"] == float64(4)
 	})
 }
 

@@ -258,7 +258,7 @@ func TestPuppetDBFleet(t *testing.T) {
 	queriesID, _ := s.find(t, "AWS::DynamoDB::Table", "TableName", "compilefarm-dev-queries")
 	for flag, want := range map[string]string{
 		"puppetdb": `"` + testURLs + `"`, "puppetdb-query-refresh": `"2m0s"`, "storeconfigs": `"puppetdb"`,
-		"queries-table": queriesID,
+		"queries-table":         queriesID,
 		"puppetdb-outbox-queue": outboxID, "puppetdb-dead-letter-queue": dlqID,
 		"puppetdb-ca": `"env:COMPILEFARM_PUPPETDB_CA"`, "puppetdb-cert": `"env:COMPILEFARM_PUPPETDB_CERT"`, "puppetdb-key": `"env:COMPILEFARM_PUPPETDB_KEY"`,
 	} {

@@ -57,6 +57,8 @@ die() {
 	[ -z "$FAILED" ] || printf '%s\n' "$*" >"$FAILED" || true
 	exit 1
 }
+# free_port, alive, running, stop_group.
+. "$(dirname "${BASH_SOURCE[0]}")/lib/service.sh"
 usage() {
 	echo "usage: scripts/puppetdb.sh install | start DIR | stop DIR" >&2
 	exit 2
@@ -106,32 +108,6 @@ cmd_install() {
 	say "ok (puppetdb $(dpkg-query -W -f='${Version}' puppetdb), $("$PG_BIN/postgres" --version), pypuppetdb $(dpkg-query -W -f='${Version}' python3-pypuppetdb 2>/dev/null || echo '?'))"
 }
 
-# used_ports prints the TCP ports in use on this host, one per line.
-used_ports() {
-	local h
-	awk 'FNR > 1 { n = split($2, a, ":"); print a[n] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null |
-		while read -r h; do echo $((16#$h)); done
-}
-
-# free_port prints a TCP port nobody uses, below the ephemeral range (so no
-# outgoing connection takes it meanwhile), and not one of its arguments
-# (ports already picked but not bound yet). A port can still be taken
-# between this and the bind: the callers retry with another.
-free_port() {
-	local lo=15000 hi eph used port i
-	eph=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-	hi=$((eph - 1))
-	[ "$hi" -gt $((lo + 1000)) ] || { lo=$((eph + 0)) && hi=65000; }
-	used=" $(used_ports | tr '\n' ' ') $* "
-	for i in $(seq 1 200); do
-		port=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo)))
-		case "$used" in *" $port "*) continue ;; esac
-		echo "$port"
-		return 0
-	done
-	die "no free TCP port found between $lo and $hi"
-}
-
 # as_pg runs a command as the postgres user when root (PostgreSQL refuses
 # to run as root), as the caller otherwise.
 as_pg() {
@@ -140,15 +116,6 @@ as_pg() {
 	else
 		"$@"
 	fi
-}
-
-# alive PIDFILE WORD: the process in PIDFILE runs and its command line
-# contains WORD (so a recycled PID is never taken for it).
-alive() {
-	local pid
-	[ -s "$1" ] || return 1
-	pid=$(head -1 "$1")
-	[ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$2"
 }
 
 make_ca() {
@@ -313,11 +280,6 @@ status_of() {
 	curl -fsS --max-time 5 "$1/status/v1/simple" 2>/dev/null || true
 }
 
-# running PID: the process exists and is not a zombie.
-running() {
-	[ -r "/proc/$1/stat" ] && ! grep -q '^[0-9]* (.*) Z ' "/proc/$1/stat"
-}
-
 # start_puppetdb DIR PGPORT starts PuppetDB and waits until it is running;
 # it sets PDB_PORT and PDB_SSLPORT.
 start_puppetdb() {
@@ -435,15 +397,7 @@ cmd_stop() {
 	if alive "$dir/puppetdb.pid" "$dir/puppetdb/conf"; then
 		pid=$(cat "$dir/puppetdb.pid")
 		say "stopping PuppetDB (process group $pid)..."
-		kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-		for i in $(seq 1 30); do
-			running "$pid" || break
-			sleep 1
-		done
-		if running "$pid"; then
-			say "PuppetDB still runs after 30 s; killing it"
-			kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-		fi
+		stop_group PuppetDB "$pid"
 	fi
 	rm -f "$dir/puppetdb.pid"
 	if [ -s "$dir/pg/data/postmaster.pid" ]; then

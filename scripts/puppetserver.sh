@@ -57,6 +57,8 @@ die() {
 	say "$*"
 	exit 1
 }
+# free_port, alive, running, stop_group.
+. "$(dirname "${BASH_SOURCE[0]}")/lib/service.sh"
 usage() {
 	echo "usage: scripts/puppetserver.sh install | start DIR --environments ENVS [--puppetdb URL --cadir CADIR] | stop DIR" >&2
 	exit 2
@@ -94,26 +96,6 @@ check_installed() {
 	if [ -n "$PUPPETDB" ] && [ ! -f "$TERMINUS" ]; then
 		die "puppet-terminus-puppetdb is missing: apt-get install -y --no-install-recommends puppet-terminus-puppetdb"
 	fi
-}
-
-# free_port prints a loopback TCP port nobody listens on (the kernel's
-# pick, released at once); a port taken meanwhile makes start retry.
-free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# alive PIDFILE WORD: the process in PIDFILE runs and its command line
-# contains WORD (so a recycled PID is never taken for it).
-alive() {
-	local pid
-	[ -s "$1" ] || return 1
-	pid=$(head -1 "$1")
-	[ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$2"
-}
-
-# running PID: the process exists and is not a zombie.
-running() {
-	[ -r "/proc/$1/stat" ] && ! grep -q '^[0-9]* (.*) Z ' "/proc/$1/stat"
 }
 
 # write_conf DIR PORT writes Puppet Server's and Puppet's configuration.
@@ -342,15 +324,7 @@ cmd_stop() {
 	if alive "$dir/puppetserver.pid" "$dir/conf.d"; then
 		pid=$(cat "$dir/puppetserver.pid")
 		say "stopping Puppet Server (process group $pid): $(usage_of "$pid")..."
-		kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-		for i in $(seq 1 30); do
-			running "$pid" || break
-			sleep 1
-		done
-		if running "$pid"; then
-			say "Puppet Server still runs after 30 s; killing it"
-			kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-		fi
+		stop_group "Puppet Server" "$pid"
 	fi
 	rm -f "$dir/puppetserver.pid"
 	say "stopped ($dir)"

@@ -3,7 +3,7 @@
 #
 #  1. go test -count=1 over every package, with the end-to-end packages
 #     (test/...), the longest, first so that they start at once and run
-#     side by side with the rest (TEST_P test binaries at a time, default 6:
+#     side by side with the rest (TEST_P test binaries at a time, default 8:
 #     each end-to-end package leaves the CPU idle while it waits on its
 #     brokers, agents and emulators, so together they keep both cores
 #     busy). bench/ runs with -short:
@@ -27,7 +27,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 GO=${GO:-go}
-P=${TEST_P:-6}
+P=${TEST_P:-8}
 TIMEOUT=${TEST_TIMEOUT:-20m}
 LOG=${TEST_LOG:-.tools/test.log}
 case $LOG in /*) ;; *) LOG=$PWD/$LOG ;; esac
@@ -109,11 +109,14 @@ phase() {
 gotest() {
 	local pkgs
 	pkgs=$($GO list ./... | grep -v -e '/bench/' -e '/bench$') || return 1
-	# test/... first: the longest packages start at once.
+	# test/... and the puppet engine's package (the most CPU of all: its
+	# mutation proof) first: the longest packages start at once, so none of
+	# them is the tail.
+	local first='/test/|/pkg/compiler/puppet$'
 	# shellcheck disable=SC2046 # one word per package
 	{
 		$GO test -count=1 -p "$P" -timeout "$TIMEOUT" -exec "$PWD/scripts/testexec.sh" \
-			$(echo "$pkgs" | grep '/test/') $(echo "$pkgs" | grep -v '/test/') &&
+			$(echo "$pkgs" | grep -E "$first") $(echo "$pkgs" | grep -v -E "$first") &&
 			$GO test -count=1 -short -exec "$PWD/scripts/testexec.sh" ./bench/...
 	} 2>&1 | tee -a "$LOG"
 }

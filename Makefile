@@ -67,7 +67,7 @@ fmt-check:
 # targets, the CDK app's tests and a synth (infra/; these need node, and fail
 # without it). scripts/test.sh runs them, beside a real PuppetDB it starts
 # and stops, and ends with the ten slowest packages; TEST_P test binaries
-# run at a time (default 8).
+# run at a time (default 6).
 test: deps puppetdb-deps emulators pcp-clients fmt-check vet
 	GO=$(GO) scripts/test.sh
 

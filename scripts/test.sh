@@ -3,7 +3,7 @@
 #
 #  1. go test -count=1 over every package, with the end-to-end packages
 #     (test/...), the longest, first so that they start at once and run
-#     side by side with the rest (TEST_P test binaries at a time, default 8:
+#     side by side with the rest (TEST_P test binaries at a time, default 6:
 #     each end-to-end package leaves the CPU idle while it waits on its
 #     brokers, agents and emulators, so together they keep both cores
 #     busy). bench/ runs with -short:
@@ -27,7 +27,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 GO=${GO:-go}
-P=${TEST_P:-8}
+P=${TEST_P:-6}
 TIMEOUT=${TEST_TIMEOUT:-20m}
 LOG=${TEST_LOG:-.tools/test.log}
 case $LOG in /*) ;; *) LOG=$PWD/$LOG ;; esac

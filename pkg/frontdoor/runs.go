@@ -26,7 +26,13 @@ import (
 // compile request, newer facts) it writes through NodeStore.UpdateNode,
 // which reads the record afresh. The node request itself reads the
 // record every time.
-const nodeReuse = 10 * time.Second
+//
+// Between the two requests the agent syncs plugins and runs Facter: a few
+// seconds on a quiet host, more than 10 on a busy one (seen with make
+// test's eight test binaries on 2 cores, where TestAWSCallsPerRun counted
+// the second read). 30 s covers a slow Facter; the staleness above is
+// bounded by it.
+const nodeReuse = 30 * time.Second
 
 // maxRecentNodes bounds the records kept for reuse; past it, expired
 // ones are dropped, and then all (a burst of node requests without

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bufio"
+	_ "embed"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/compilefarm/compilefarm/bench/internal/loopback"
+)
+
+// sitePP is the site manifest of the environment pdbbench compiles (see
+// the file): the benchmark profile, and PuppetDB queries for the nodes
+// pdbbench makes.
+//
+//go:embed site.pp
+var sitePP []byte
+
+// groupQuery is the query site.pp makes for a node of group: its text as
+// the compile records it and the refresher runs it.
+func groupQuery(group string) string {
+	return fmt.Sprintf("inventory[certname] { facts.pdbbench_group = '%s' }", group)
+}
+
+// puppetDB is the PuppetDB pdbbench feeds: what scripts/puppetdb.sh start
+// DIR writes in DIR/env.
+type puppetDB struct {
+	URL    string // http://127.0.0.1:PORT: pdbbench's own queries
+	TLSURL string // https://127.0.0.1:PORT: the farm's, through the gate
+	CADir  string // its CA, in broker dev's DATA/ca layout
+}
+
+// readPuppetDBEnv reads DIR/env (KEY=value lines) and checks that
+// PuppetDB is on loopback.
+func readPuppetDBEnv(dir string) (puppetDB, error) {
+	path := filepath.Join(dir, "env")
+	f, err := os.Open(path)
+	if err != nil {
+		return puppetDB{}, fmt.Errorf("PuppetDB settings (start one with scripts/puppetdb.sh start DIR): %w", err)
+	}
+	defer f.Close()
+	kv := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "="); ok {
+			kv[k] = v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return puppetDB{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	p := puppetDB{URL: kv["COMPILEFARM_PUPPETDB_URL"], TLSURL: kv["COMPILEFARM_PUPPETDB_TLS_URL"], CADir: kv["COMPILEFARM_PUPPETDB_CADIR"]}
+	if p.URL == "" || p.TLSURL == "" || p.CADir == "" {
+		return puppetDB{}, fmt.Errorf("%s lacks COMPILEFARM_PUPPETDB_URL, _TLS_URL or _CADIR", path)
+	}
+	for what, u := range map[string]string{"COMPILEFARM_PUPPETDB_URL": p.URL, "COMPILEFARM_PUPPETDB_TLS_URL": p.TLSURL} {
+		if err := loopback.CheckURL(what, u); err != nil {
+			return puppetDB{}, err
+		}
+	}
+	return p, nil
+}
+
+// tlsHostPort is host:port of PuppetDB's https URL (the gate's target).
+func (p puppetDB) tlsHostPort() string {
+	return strings.TrimSuffix(strings.TrimPrefix(p.TLSURL, "https://"), "/")
+}
+
+// assembleEnvironments makes dir/production: the benchmark environment
+// (benchDir/environments/production) with the herd's counts
+// (benchDir/herd/common.yaml) and pdbbench's site.pp, and returns dir.
+func assembleEnvironments(benchDir, dir string) (string, error) {
+	prod := filepath.Join(dir, "production")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.CopyFS(prod, os.DirFS(filepath.Join(benchDir, "environments", "production"))); err != nil {
+		return "", fmt.Errorf("copy the benchmark environment: %w", err)
+	}
+	herd, err := os.ReadFile(filepath.Join(benchDir, "herd", "common.yaml"))
+	if err != nil {
+		return "", fmt.Errorf("the herd's counts: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(prod, "data", "common.yaml"), herd, 0o644); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(prod, "manifests", "site.pp"), sitePP, 0o644); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// copyCA makes PuppetDB's CA the CA of a broker whose data directory is
+// data, keys and modes as they are (cp -a), so that each trusts the
+// other's certificate.
+func copyCA(p puppetDB, data string) error {
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return err
+	}
+	if out, err := exec.Command("cp", "-a", p.CADir, filepath.Join(data, "ca")).CombinedOutput(); err != nil {
+		return fmt.Errorf("copy PuppetDB's CA into the broker's data: %v: %s", err, out)
+	}
+	return nil
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/compilefarm/compilefarm/bench/internal/latency"
 )
 
 // Backlog is the delivery of a backlog of commands into PuppetDB: built
@@ -14,16 +16,27 @@ type Backlog struct {
 	Commands    float64 `json:"commands"`     // the outbox's backlog at the release
 	// Delivered are the commands PuppetDB accepted from the release until
 	// the backlog was 0, by command, and how long that took.
-	Delivered       map[string]float64 `json:"delivered"`
-	DeliverSeconds  float64            `json:"deliver_seconds"`
-	Retried         float64            `json:"retried"`
-	Refused         float64            `json:"refused"`
-	BrokerCPU       float64            `json:"broker_cpu_seconds"` // the broker's CPU over the delivery (compiles are in workers)
-	RefreshRounds   float64            `json:"refresh_rounds"`     // rounds the deliveries started meanwhile
-	Reports         int                `json:"reports"`            // reports of the agents PuppetDB held at the end
-	ReportsExpected float64            `json:"reports_expected"`   // every store report the farm queued for them
-	StoredSeconds   float64            `json:"stored_seconds"`     // from the release until PuppetDB held them all
-	Errors          []string           `json:"errors,omitempty"`
+	Delivered      map[string]float64 `json:"delivered"`
+	DeliverSeconds float64            `json:"deliver_seconds"`
+	Retried        float64            `json:"retried"`
+	Refused        float64            `json:"refused"`
+	BrokerCPU      float64            `json:"broker_cpu_seconds"` // the broker's CPU over the delivery (compiles are in workers)
+	RefreshRounds  float64            `json:"refresh_rounds"`     // rounds that finished meanwhile
+	// Answers are PuppetDB's answer times to the farm's requests during
+	// the delivery, at the gate: a request's first bytes to its answer's
+	// (ms).
+	Answers latency.Summary `json:"answer_ms"`
+	// PuppetDBProcessed is the commands PuppetDB's queue processed from
+	// the release until it held every report; PuppetDBProcessing* its own
+	// time to process a command (its command-processing metrics, over
+	// its recent commands; ms).
+	PuppetDBProcessed      float64  `json:"puppetdb_processed"`
+	PuppetDBProcessingP50  float64  `json:"puppetdb_processing_p50_ms"`
+	PuppetDBProcessingMean float64  `json:"puppetdb_processing_mean_ms"`
+	Reports                int      `json:"reports"`          // reports of the agents PuppetDB held at the end
+	ReportsExpected        float64  `json:"reports_expected"` // every store report the farm queued for them
+	StoredSeconds          float64  `json:"stored_seconds"`   // from the release until PuppetDB held them all
+	Errors                 []string `json:"errors,omitempty"`
 }
 
 // PerSecond is the commands delivered per second.
@@ -48,6 +61,10 @@ func (r *runner) backlog(ctx context.Context) error {
 	if err := r.waitQuiet(ctx); err != nil {
 		return err
 	}
+	before, err := r.b.scrape(ctx)
+	if err != nil {
+		return err
+	}
 	r.gate.Hold()
 	held := time.Now()
 	released := false
@@ -64,12 +81,14 @@ func (r *runner) backlog(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	before, err := r.b.scrape(ctx)
+	atRelease, err := r.b.scrape(ctx)
 	if err != nil {
 		return err
 	}
-	bl.Commands = before[mBacklog]
+	bl.Commands = atRelease[mBacklog]
+	processed, _ := r.pdb.processed(ctx)
 	cpu := r.brokerCPU()
+	r.gate.ResetAnswers()
 	release()
 	start := time.Now()
 	bl.HeldSeconds = start.Sub(held).Seconds()
@@ -84,21 +103,25 @@ func (r *runner) backlog(ctx context.Context) error {
 		}
 		bl.DeliverSeconds = time.Since(start).Seconds()
 		bl.BrokerCPU = r.brokerCPU() - cpu
+		// Since the hold: what was delivered, and the deliveries tried
+		// again (while held, the drainer's first ones, had they timed
+		// out; none should have).
 		bl.Delivered = commandsBetween(before, s, "delivered")
 		bl.Retried = allCommands(s, "retried") - allCommands(before, "retried")
 		bl.Refused = allCommands(s, "refused") - allCommands(before, "refused")
-		bl.RefreshRounds = s[mRoundsCount] - before[mRoundsCount]
+		bl.RefreshRounds = s[mRoundsCount] - atRelease[mRoundsCount]
 		bl.ReportsExpected = command(s, "store_report", "queued")
 		return true, "", nil
 	})
 	if err != nil {
 		return err
 	}
+	bl.Answers = latency.Summarize(r.gate.Answers())
 	r.progress(fmt.Sprintf("backlog: delivered in %.1fs (%.0f commands/s); waiting for PuppetDB to store them", bl.DeliverSeconds, bl.PerSecond()))
 	// Every store report the farm queued came from the agents; PuppetDB
 	// stores a command some time after it accepts it.
 	agents := fmt.Sprintf("reports[count()] { certname ~ '^%s-[0-9]' }", r.o.prefix)
-	return r.waitFor(ctx, "PuppetDB to store every report", r.o.phaseTimeout, 250*time.Millisecond, func() (bool, string, error) {
+	err = r.waitFor(ctx, "PuppetDB to store every report", r.o.phaseTimeout, 250*time.Millisecond, func() (bool, string, error) {
 		n, err := r.pdb.count(ctx, agents)
 		if err != nil {
 			return false, "", err
@@ -107,4 +130,12 @@ func (r *runner) backlog(ctx context.Context) error {
 		bl.StoredSeconds = time.Since(start).Seconds()
 		return float64(n) >= bl.ReportsExpected, fmt.Sprintf("%d of %.0f reports", n, bl.ReportsExpected), nil
 	})
+	if err != nil {
+		return err
+	}
+	if after, err := r.pdb.processed(ctx); err == nil && processed.Count > 0 {
+		bl.PuppetDBProcessed = after.Count - processed.Count
+		bl.PuppetDBProcessingP50, bl.PuppetDBProcessingMean = after.P50, after.Mean
+	}
+	return nil
 }

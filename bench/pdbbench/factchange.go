@@ -39,7 +39,7 @@ func (r *runner) factChange(ctx context.Context) error {
 	if err := r.fleet.uploadAll(ctx, nodes); err != nil {
 		return err
 	}
-	if err := r.waitQuiet(ctx); err != nil {
+	if _, err := r.settle(ctx); err != nil {
 		return err
 	}
 	for i := range r.o.factRounds {

@@ -117,7 +117,7 @@ func echoServer(t *testing.T) string {
 // connection already open and on a new one) until released, and answers
 // flow again at once.
 func TestGateHoldsAndReleases(t *testing.T) {
-	g, err := newGate(echoServer(t))
+	g, err := newGate(echoServer(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestMarkdownPartial(t *testing.T) {
 		"| store report | 1,000.0 |", "| replace facts | 40.0 | 41.0:", "| replace catalog | 0.0 |",
 		"### Delivering a backlog\n\nNot measured in this run.",
 		"### A fact change to the dependent node's recompile\n\nNot measured in this run.",
-		"| 10 | 20 | 10 | 0.100, 0.120 s | 10 | 10.0–12.0 ms |",
+		"| 10 | 20 | 10 | 0 | 0.100, 0.120 s | 10 | 10.0–12.0 ms |",
 		"pdbbench --agents 1",
 	} {
 		if !strings.Contains(md, want) {

@@ -88,3 +88,24 @@ func (c *pdbClient) factValue(ctx context.Context, node, name string) (string, e
 	}
 	return fmt.Sprint(rows[0]["value"]), nil
 }
+
+// processing is PuppetDB's command-processing timer
+// (puppetlabs.puppetdb.mq global.processing-time): commands processed so
+// far, and the median and mean of its recent ones (ms).
+type processing struct {
+	Count     float64
+	P50, Mean float64
+}
+
+// processed reads PuppetDB's command-processing timer (its /metrics/v2).
+func (c *pdbClient) processed(ctx context.Context) (processing, error) {
+	var m struct {
+		Value struct {
+			Count float64 `json:"Count"`
+			P50   float64 `json:"50thPercentile"`
+			Mean  float64 `json:"Mean"`
+		} `json:"value"`
+	}
+	err := c.get(ctx, "/metrics/v2/read/"+url.PathEscape("puppetlabs.puppetdb.mq:name=global.processing-time"), &m)
+	return processing{Count: m.Value.Count, P50: m.Value.P50, Mean: m.Value.Mean}, err
+}

@@ -42,6 +42,14 @@ type Machine struct {
 	Go         string  `json:"go"`
 	LoadBefore string  `json:"load_before"`
 	LoadAfter  string  `json:"load_after"`
+	// PhaseLoad is the load average as each phase started.
+	PhaseLoad []PhaseLoad `json:"phase_load,omitempty"`
+}
+
+// PhaseLoad is the load average (1, 5, 15 minutes) as a phase started.
+type PhaseLoad struct {
+	Phase string `json:"phase"`
+	Load  string `json:"load"`
 }
 
 func (r *Results) writeJSON(w io.Writer) error {
@@ -62,13 +70,14 @@ func (r *Results) writeMarkdown(w io.Writer) error {
 	p("")
 	report := ""
 	if s := r.Steady; s != nil && s.ReportBytes > 0 {
-		report = fmt.Sprintf(", %s KB reports (%s KB catalogs)", numfmt.Float(float64(s.ReportBytes)/1000, 0), numfmt.Float(float64(s.CatalogJSON)/1000, 0))
+		report = fmt.Sprintf(": %s KB catalogs, %s KB reports", numfmt.Float(float64(s.CatalogJSON)/1000, 0), numfmt.Float(float64(s.ReportBytes)/1000, 0))
 	}
 	para("What feeding PuppetDB and keeping `puppetdb_query()` answers fresh cost the farm (issue 22), measured by "+
 		"`bench/pdbbench` against a real PuppetDB %s on loopback (PostgreSQL 15; %s active nodes at the end, this run's "+
 		"included). One `broker dev --puppetdb` (`--puppetdb-query-refresh 1h`, so that every refresh round here is one "+
 		"a delivered command started; the other settings are the defaults) reaches PuppetDB over mutual TLS through a "+
-		"TCP gate in pdbbench, which can hold the farm's traffic. Every node compiles the herd environment (the "+
+		"gate in pdbbench, which can hold the farm's requests: it is PuppetDB's https port as the farm sees it (PuppetDB's "+
+		"own certificate, client certificates checked against its CA) and forwards to PuppetDB's plain-http port. Every node compiles the herd environment (the "+
 		"benchmark profile with bench/herd's counts: 84 resources%s) with bench/pdbbench/site.pp, whose nodes with "+
 		"pdbbench's facts ask PuppetDB. Agent runs are bench/agentsim's: a new mTLS connection, pluginsync, the "+
 		"catalog request with the recorded agent's facts, a report of the catalog's resources.",
@@ -100,8 +109,13 @@ func (r *Results) writeMarkdown(w io.Writer) error {
 		"the new catalog.", 100))
 	p("")
 	m := r.Machine
-	para("Machine: %s, %d CPUs, %.1f GiB; %s; %s; load average %s before the run, %s after (PuppetDB, PostgreSQL, "+
-		"the broker, its Ruby workers and agentsim share these CPUs).", m.CPU, m.CPUs, m.MemGiB, m.Kernel, m.Go, m.LoadBefore, m.LoadAfter)
+	var loads []string
+	for _, l := range m.PhaseLoad {
+		loads = append(loads, l.Phase+" "+l.Load)
+	}
+	para("Machine: %s, %d CPUs, %.1f GiB; %s; %s; load average %s before the run, %s after; at the start of each "+
+		"phase: %s (PuppetDB, PostgreSQL, the broker, its Ruby workers and agentsim share these CPUs, and other "+
+		"processes took what the load shows).", m.CPU, m.CPUs, m.MemGiB, m.Kernel, m.Go, m.LoadBefore, m.LoadAfter, strings.Join(loads, "; "))
 	p("```")
 	p("go build -o bin/broker ./broker && go build -o agentsim ./bench/agentsim   # make bench: bench/run.sh")
 	p("%s", r.Command)
@@ -120,11 +134,16 @@ func (r *Results) writeSteady(p, para printer) {
 		p("")
 		return
 	}
-	para("%d agents ran once (their first compiles, facts and catalogs: %s), then %d herds of them, each herd "+
-		"within a few seconds: %s runs (%d failed), the same facts but for what facter measures anew at every "+
-		"run, the same catalogs (%s compiles). The commands those runs put in the outbox, from the broker's "+
+	compiles := numfmt.Float(s.Compiles, 0) + " compiles"
+	if s.Compiles > 0 {
+		compiles += fmt.Sprintf(": %s queued by refresh rounds that found a query answered otherwise, %s ending with "+
+			"the catalog the node had", numfmt.Float(s.QueryQueued, 0), numfmt.Float(s.Unchanged, 0))
+	}
+	para("%d agents ran once (their first compiles, facts and catalogs: %s), then %d herds of them, each herd's "+
+		"runs starting within %s: %s runs (%d failed), the same facts but for what facter measures anew at every "+
+		"run, the same catalogs (%s). The commands those runs put in the outbox, from the broker's "+
 		"`compilefarm_puppetdb_commands_total{result=\"queued\"}`, per 1,000 runs:",
-		s.Agents, secs(s.Warmup), s.Rounds, numfmt.Int(s.Runs), s.Failed, numfmt.Float(s.Compiles, 0))
+		s.Agents, secs(s.Warmup), s.Rounds, secs(s.Window), numfmt.Int(s.Runs), s.Failed, compiles)
 	p("| command | per 1,000 runs | expected |")
 	p("|:--|--:|:--|")
 	p("| store report | %s | 1,000: one per run |", numfmt.Float(s.Per1000(s.Queued["store_report"]), 1))
@@ -152,25 +171,33 @@ func (r *Results) writeBacklog(p, para printer) {
 			kinds = append(kinds, fmt.Sprintf("%s %s", numfmt.Float(b.Delivered[k], 0), commandNames[k]))
 		}
 	}
-	para("The gate held the farm's traffic to PuppetDB while the agents made %s more runs (%s): the drainer's "+
-		"first deliveries waited at the gate, the rest of the commands in the outbox. Then the gate let everything "+
-		"through. Timed: from the release until the outbox's backlog (`compilefarm_puppetdb_outbox_backlog`, read "+
-		"every 100 ms) was 0, and until PuppetDB answered every report of the agents (a count query every 250 ms).",
-		numfmt.Int(b.Runs), secs(b.HeldSeconds))
+	para("The gate held the farm's requests to PuppetDB (TLS handshakes still completed) while the agents made %s "+
+		"more runs (%s): the drainer's first deliveries waited at the gate, the other commands in the outbox. Then the "+
+		"gate let everything through. Timed: from the release until the outbox's backlog "+
+		"(`compilefarm_puppetdb_outbox_backlog`, read every 100 ms) was 0, and until PuppetDB answered every report "+
+		"of the agents (a count query every 250 ms). The drainer delivers a batch of at most 10 commands at a time, "+
+		"8 nodes at once, and receives the next batch when the batch is done.", numfmt.Int(b.Runs), secs(b.HeldSeconds))
 	p("| | |")
 	p("|:--|--:|")
 	p("| commands in the outbox at the release | %s |", numfmt.Float(b.Commands, 0))
 	p("| delivered (PuppetDB accepted them) | %s in %s |", strings.Join(kinds, ", "), secs(b.DeliverSeconds))
 	p("| **commands delivered per second** | **%s** |", numfmt.Float(b.PerSecond(), 0))
+	if b.Answers.P50 > 0 {
+		p("| PuppetDB's answer to a request, at the gate: p50 / p90 / max | %.0f / %.0f / %.0f ms |", b.Answers.P50, b.Answers.P90, b.Answers.Max)
+	}
 	if n := sum(b.Delivered); n > 0 {
 		p("| broker CPU per command delivered (reading the outbox, building the command, TLS) | %s ms |", numfmt.Float(1000*b.BrokerCPU/n, 2))
 	}
-	p("| retried / refused | %s / %s |", numfmt.Float(b.Retried, 0), numfmt.Float(b.Refused, 0))
+	p("| retried (since the hold) / refused | %s / %s |", numfmt.Float(b.Retried, 0), numfmt.Float(b.Refused, 0))
 	if b.StoredSeconds > 0 {
 		p("| PuppetDB holds all %s reports of the agents, after the release | %s (%s reports stored per second) |",
 			numfmt.Int(int64(b.Reports)), secs(b.StoredSeconds), numfmt.Float(b.Delivered["store_report"]/b.StoredSeconds, 0))
 	}
-	p("| refresh rounds the deliveries started meanwhile | %s |", numfmt.Float(b.RefreshRounds, 0))
+	if b.PuppetDBProcessed > 0 {
+		p("| PuppetDB's own processing of a command (its `global.processing-time`, recent commands): p50 / mean | %.1f / %.1f ms |",
+			b.PuppetDBProcessingP50, b.PuppetDBProcessingMean)
+	}
+	p("| refresh rounds that finished meanwhile | %s |", numfmt.Float(b.RefreshRounds, 0))
 	p("")
 }
 
@@ -227,13 +254,15 @@ func (r *Results) writeRefresh(p, para printer) {
 	}
 	para("Nodes in groups, %d per group, each listing its group's members "+
 		"(`puppetdb_query(\"inventory[certname] { facts.pdbbench_group = 'G' }\")`): one distinct query per group, "+
-		"however many nodes make it. After their first compiles, each round was started by a delivered command "+
+		"however many nodes make it. After their first compiles, rounds ran until one found every answer as its "+
+		"compiles recorded it (*rounds to settle*: a node compiled before its group's other members reached PuppetDB "+
+		"is recompiled); then each timed round was started by a delivered command "+
 		"no recorded answer depends on (node A's replace facts: its tick fact changed) and timed by the broker "+
 		"(`compilefarm_puppetdb_query_refresh_seconds`: listing the recorded queries, taking each up, asking "+
 		"PuppetDB, comparing the answer's digest). *PuppetDB alone*: pdbbench asked PuppetDB the same distinct "+
 		"queries itself, one after the other, over plain http.", nodes)
-	p("| distinct queries | nodes making them | queries recorded | round, each measured | queries run per round | per query (round ÷ queries) | PuppetDB alone: per query p50 / p90 / max | PuppetDB alone: all |")
-	p("|--:|--:|--:|--:|--:|--:|--:|--:|")
+	p("| distinct queries | nodes making them | queries recorded | rounds to settle | round, each measured | queries run per round | per query (round ÷ queries) | PuppetDB alone: per query p50 / p90 / max | PuppetDB alone: all |")
+	p("|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, s := range r.Refresh {
 		var rounds []string
 		var runs, per []float64
@@ -242,8 +271,8 @@ func (r *Results) writeRefresh(p, para printer) {
 			runs = append(runs, rd.Runs)
 			per = append(per, rd.PerQueryMs())
 		}
-		p("| %s | %s | %s | %s s | %s | %s ms | %.1f / %.1f / %.1f ms | %s ms |", numfmt.Int(int64(s.Queries)), numfmt.Int(int64(s.Nodes)),
-			numfmt.Int(int64(s.Recorded)), strings.Join(rounds, ", "), spread(runs, 0), spread(per, 1),
+		p("| %s | %s | %s | %d | %s s | %s | %s ms | %.1f / %.1f / %.1f ms | %s ms |", numfmt.Int(int64(s.Queries)), numfmt.Int(int64(s.Nodes)),
+			numfmt.Int(int64(s.Recorded)), s.SettleRounds, strings.Join(rounds, ", "), spread(runs, 0), spread(per, 1),
 			s.Direct.P50, s.Direct.P90, s.Direct.Max, numfmt.Float(s.DirectTotal, 0))
 	}
 	p("")

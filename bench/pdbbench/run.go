@@ -94,7 +94,9 @@ func run(ctx context.Context, o options, progress func(string)) (*Results, error
 		if ctx.Err() != nil {
 			break
 		}
-		progress("phase: " + ph.name)
+		load, _ := procstat.LoadAverage()
+		res.Machine.PhaseLoad = append(res.Machine.PhaseLoad, PhaseLoad{Phase: ph.name, Load: load})
+		progress(fmt.Sprintf("phase: %s (load average %s)", ph.name, load))
 		if err := ph.fn(ctx); err != nil {
 			err = fmt.Errorf("%s: %w", ph.name, err)
 			progress("FAILED " + err.Error())
@@ -123,7 +125,11 @@ func (r *runner) start(ctx context.Context, p puppetDB) error {
 	if err := copyCA(p, data); err != nil {
 		return err
 	}
-	if r.gate, err = newGate(p.tlsHostPort()); err != nil {
+	conf, err := p.gateTLS()
+	if err != nil {
+		return err
+	}
+	if r.gate, err = newGate(p.httpHostPort(), conf); err != nil {
 		return err
 	}
 	args := []string{"--environments", envs, "--data", data, "--workers", strconv.Itoa(r.o.workers), "--autosign",
@@ -133,8 +139,8 @@ func (r *runner) start(ctx context.Context, p puppetDB) error {
 		return err
 	}
 	r.res.Broker = "broker " + strings.Join(r.b.args, " ")
-	r.progress(fmt.Sprintf("broker up (pid %d): front door https://%s, metrics %s; PuppetDB %s behind the gate %s",
-		r.b.pid, r.b.addr, r.b.metrics, p.TLSURL, r.gate.Addr()))
+	r.progress(fmt.Sprintf("broker up (pid %d): front door https://%s, metrics %s; PuppetDB %s behind the gate https://%s",
+		r.b.pid, r.b.addr, r.b.metrics, p.URL, r.gate.Addr()))
 	r.admin = &admin.Client{Base: r.b.admin, HTTP: &http.Client{Timeout: time.Minute}}
 	farm, err := agentcert.FetchCA(ctx, r.b.addr)
 	if err != nil {

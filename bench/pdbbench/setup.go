@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	_ "embed"
 	"fmt"
 	"os"
@@ -28,8 +30,9 @@ func groupQuery(group string) string {
 // puppetDB is the PuppetDB pdbbench feeds: what scripts/puppetdb.sh start
 // DIR writes in DIR/env.
 type puppetDB struct {
-	URL    string // http://127.0.0.1:PORT: pdbbench's own queries
-	TLSURL string // https://127.0.0.1:PORT: the farm's, through the gate
+	Dir    string // the directory scripts/puppetdb.sh start made
+	URL    string // http://127.0.0.1:PORT: pdbbench's queries, and the gate's target
+	TLSURL string // https://127.0.0.1:PORT
 	CADir  string // its CA, in broker dev's DATA/ca layout
 }
 
@@ -52,7 +55,7 @@ func readPuppetDBEnv(dir string) (puppetDB, error) {
 	if err := sc.Err(); err != nil {
 		return puppetDB{}, fmt.Errorf("read %s: %w", path, err)
 	}
-	p := puppetDB{URL: kv["COMPILEFARM_PUPPETDB_URL"], TLSURL: kv["COMPILEFARM_PUPPETDB_TLS_URL"], CADir: kv["COMPILEFARM_PUPPETDB_CADIR"]}
+	p := puppetDB{Dir: dir, URL: kv["COMPILEFARM_PUPPETDB_URL"], TLSURL: kv["COMPILEFARM_PUPPETDB_TLS_URL"], CADir: kv["COMPILEFARM_PUPPETDB_CADIR"]}
 	if p.URL == "" || p.TLSURL == "" || p.CADir == "" {
 		return puppetDB{}, fmt.Errorf("%s lacks COMPILEFARM_PUPPETDB_URL, _TLS_URL or _CADIR", path)
 	}
@@ -64,9 +67,36 @@ func readPuppetDBEnv(dir string) (puppetDB, error) {
 	return p, nil
 }
 
-// tlsHostPort is host:port of PuppetDB's https URL (the gate's target).
-func (p puppetDB) tlsHostPort() string {
-	return strings.TrimSuffix(strings.TrimPrefix(p.TLSURL, "https://"), "/")
+// httpHostPort is host:port of PuppetDB's plain-http URL (the gate's
+// target).
+func (p puppetDB) httpHostPort() string {
+	return strings.TrimSuffix(strings.TrimPrefix(p.URL, "http://"), "/")
+}
+
+// serverCertName is the certname of PuppetDB's own certificate in a
+// scripts/puppetdb.sh directory (DIR/ssl/certs/NAME.pem, its key in
+// DIR/ssl/private_keys/NAME.pem).
+const serverCertName = "puppetdb.test"
+
+// gateTLS is PuppetDB's https port as scripts/puppetdb.sh configures it:
+// its own certificate and key, client certificates required and checked
+// against its CA.
+func (p puppetDB) gateTLS() (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(filepath.Join(p.Dir, "ssl", "certs", serverCertName+".pem"),
+		filepath.Join(p.Dir, "ssl", "private_keys", serverCertName+".pem"))
+	if err != nil {
+		return nil, fmt.Errorf("PuppetDB's certificate: %w", err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(p.CADir, "ca_crt.pem"))
+	if err != nil {
+		return nil, fmt.Errorf("PuppetDB's CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("PuppetDB's CA %s holds no certificate", filepath.Join(p.CADir, "ca_crt.pem"))
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
+		MinVersion: tls.VersionTLS12}, nil
 }
 
 // assembleEnvironments makes dir/production: the benchmark environment

@@ -24,7 +24,12 @@ type Steady struct {
 	Failed   int64   `json:"failed_runs"`
 	Seconds  float64 `json:"seconds"` // agentsim's run of the herds
 	Warmup   float64 `json:"warmup_seconds"`
-	Compiles float64 `json:"compiles"` // during the measured runs (want 0)
+	Window   float64 `json:"window_seconds"` // each herd's runs start within it
+	Compiles float64 `json:"compiles"`       // during the measured runs
+	// Of them, compiles that ended with the node's catalog unchanged, and
+	// recompiles queued by refresh rounds (a query answered otherwise).
+	Unchanged   float64 `json:"compiles_unchanged"`
+	QueryQueued float64 `json:"query_queued"`
 	// Queued are the commands put in the outbox, by command.
 	Queued map[string]float64 `json:"queued"`
 	// InSlot is how many of the runs fell in their node's daily slot for
@@ -54,7 +59,7 @@ func (s *Steady) Per1000(n float64) float64 {
 // facter measures anew, the same catalogs), and counts the commands those
 // runs put in the outbox.
 func (r *runner) steady(ctx context.Context) error {
-	st := &Steady{Agents: r.o.agents, Rounds: r.o.steadyRounds}
+	st := &Steady{Agents: r.o.agents, Rounds: r.o.steadyRounds, Window: r.o.window.Seconds()}
 	r.res.Steady = st
 	start := time.Now()
 	r.progress(fmt.Sprintf("steady: first runs of %d agents (enrolment, first compiles)", r.o.agents))
@@ -98,7 +103,9 @@ func (r *runner) steady(ctx context.Context) error {
 		return err
 	}
 	st.Queued = commandsBetween(before, after, "queued")
-	st.Compiles = brokermetrics.CompilesBetween(before, after).Total()
+	c := brokermetrics.CompilesBetween(before, after)
+	st.Compiles, st.Unchanged = c.Total(), c.Unchanged
+	st.QueryQueued = after[mNodesQueued] - before[mNodesQueued]
 	st.RefreshRounds = after[mRoundsCount] - before[mRoundsCount]
 	st.QueryRuns = queryRuns(after) - queryRuns(before)
 	st.Recorded = after[mQueries]

@@ -70,7 +70,7 @@ func (r *Results) writeMarkdown(w io.Writer) error {
 	p("")
 	report := ""
 	if s := r.Steady; s != nil && s.ReportBytes > 0 {
-		report = fmt.Sprintf(": %s KB catalogs, %s KB reports", numfmt.Float(float64(s.CatalogJSON)/1000, 0), numfmt.Float(float64(s.ReportBytes)/1000, 0))
+		report = fmt.Sprintf(", %s KB catalogs, %s KB reports", numfmt.Float(float64(s.CatalogJSON)/1000, 0), numfmt.Float(float64(s.ReportBytes)/1000, 0))
 	}
 	para("What feeding PuppetDB and keeping `puppetdb_query()` answers fresh cost the farm (issue 22), measured by "+
 		"`bench/pdbbench` against a real PuppetDB %s on loopback (PostgreSQL 15; %s active nodes at the end, this run's "+
@@ -176,7 +176,9 @@ func (r *Results) writeBacklog(p, para printer) {
 		"gate let everything through. Timed: from the release until the outbox's backlog "+
 		"(`compilefarm_puppetdb_outbox_backlog`, read every 100 ms) was 0, and until PuppetDB answered every report "+
 		"of the agents (a count query every 250 ms). The drainer delivers a batch of at most 10 commands at a time, "+
-		"8 nodes at once, and receives the next batch when the batch is done.", numfmt.Int(b.Runs), secs(b.HeldSeconds))
+		"8 nodes at once, and receives the next batch when the batch is done. (A request held on a connection "+
+		"PuppetDB closed as idle meanwhile fails and is retried a second later, within the hold: the retries "+
+		"below.)", numfmt.Int(b.Runs), secs(b.HeldSeconds))
 	p("| | |")
 	p("|:--|--:|")
 	p("| commands in the outbox at the release | %s |", numfmt.Float(b.Commands, 0))

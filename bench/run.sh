@@ -30,6 +30,13 @@
 #     drivers against the emulators with their DynamoDB calls, and exported
 #     resources; it installs the emulators first, with scripts/emulators/);
 #     it fails the script, after the report is written;
+#  5b. runs bench/pdbbench against a real PuppetDB (scripts/puppetdb.sh,
+#     started in the background at the beginning in the work directory, or
+#     the one COMPILEFARM_PUPPETDB_DIR names when its env file exists):
+#     commands sent per 1,000 steady agent runs, commands delivered per
+#     second, a fact change to the dependent node's recompile through
+#     PuppetDB, and the query refresh's cost; it starts its own broker; it
+#     fails the script, after the report is written;
 #  6. runs the warm compile benchmark of the puppet engine, the CA and the
 #     classifier benchmarks, and the queue-age scaling simulation (pkg/scaling:
 #     a model of both compile lanes on AWS under a 100,000-node deploy, with
@@ -60,6 +67,10 @@
 # agent once, which takes about half an hour on 2 cores; later runs reuse them).
 # PCPBENCH_CONNS (10000: PCP connections held by one broker; 0 skips it),
 # PCPBENCH_DURATION (10s: the PCP routing phase).
+# PDBBENCH_AGENTS (100: pdbbench's agents, each running 10 steady times and
+# 5 times while PuppetDB is held; 0 skips the measurement, not the start of
+# PuppetDB, which go test ./bench/... needs), PDBBENCH_QUERY_SIZES (10,100:
+# the distinct queries recorded when the refresh is timed).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -82,6 +93,8 @@ HERD_WINDOW=${BENCH_HERD_WINDOW:-60s}
 HERD_DIR=$(realpath -m "${BENCH_HERD_DIR:-.tools/bench-herd}") # absolute: the broker compiles from it
 PCP_CONNS=${PCPBENCH_CONNS:-10000}
 PCP_DURATION=${PCPBENCH_DURATION:-10s}
+PDB_AGENTS=${PDBBENCH_AGENTS:-100}
+PDB_QUERY_SIZES=${PDBBENCH_QUERY_SIZES:-10,100}
 # Set but empty skips a part: hence - and not :-.
 SCALE_SIZES=${BENCH_SCALE_SIZES-1000,10000,100000}
 SCALE_AWS_SIZES=${BENCH_SCALE_AWS_SIZES-1000,10000}
@@ -159,6 +172,7 @@ fi
 
 work=$(mktemp -d /tmp/cfbench.XXXXXX)
 broker_pid="" broker_log=""
+pdb_dir="" pdb_start_pid="" pdb_started_here=0
 stop_broker() {
   [ -n "$broker_pid" ] || return 0
   if kill -0 "$broker_pid" 2>/dev/null; then
@@ -176,9 +190,22 @@ stop_broker() {
   wait "$broker_pid" 2>/dev/null || true
   broker_pid=""
 }
+# stop_puppetdb stops the PuppetDB this script started (a start still
+# running first); one COMPILEFARM_PUPPETDB_DIR named is left alone.
+stop_puppetdb() {
+  [ "$pdb_started_here" = 1 ] || return 0
+  if [ -n "$pdb_start_pid" ]; then
+    kill "$pdb_start_pid" 2>/dev/null || true
+    wait "$pdb_start_pid" 2>/dev/null || true
+    pdb_start_pid=""
+  fi
+  scripts/puppetdb.sh stop "$pdb_dir" >>"$work/puppetdb.log" 2>&1 || say "scripts/puppetdb.sh stop $pdb_dir failed; see its log"
+  pdb_started_here=0
+}
 cleanup() {
   local rc=$?
   stop_broker
+  stop_puppetdb
   if [ $rc -ne 0 ] && [ -n "$broker_log" ] && [ -f "$broker_log" ]; then
     say "failed (exit $rc); last lines of the broker log ($broker_log):"
     tail -n 30 "$broker_log" >&2 || true
@@ -216,6 +243,38 @@ go build -o "$work/agentsim" ./bench/agentsim
 go build -o "$work/scalebench" ./bench/scalebench
 go build -o "$work/pcpbench" ./bench/pcpbench
 go build -o "$work/tlsfloor" ./bench/tlsfloor
+go build -o "$work/pdbbench" ./bench/pdbbench
+
+# A real PuppetDB for pdbbench and its test: the one COMPILEFARM_PUPPETDB_DIR
+# names when it is up, else one of our own, started in the background now
+# (20-90 s, mostly the JVM; idle, it then takes ~0.2% of a CPU and ~600 MB)
+# and stopped at the end.
+if [ -n "${COMPILEFARM_PUPPETDB_DIR:-}" ] && [ -f "$COMPILEFARM_PUPPETDB_DIR/env" ]; then
+  pdb_dir=$COMPILEFARM_PUPPETDB_DIR
+  say "PuppetDB: reusing the one in $pdb_dir (COMPILEFARM_PUPPETDB_DIR)"
+else
+  pdb_dir=$work/puppetdb
+  mkdir -p "$pdb_dir"
+  chmod 0711 "$work" # PostgreSQL's user must traverse it to its data
+  say "PuppetDB: starting one in $pdb_dir, in the background (scripts/puppetdb.sh start; log $work/puppetdb.log)"
+  scripts/puppetdb.sh start "$pdb_dir" >"$work/puppetdb.log" 2>&1 &
+  pdb_start_pid=$!
+  pdb_started_here=1
+fi
+export COMPILEFARM_PUPPETDB_DIR=$pdb_dir
+# puppetdb_up waits for a start this script made, and fails with its log
+# when it failed.
+puppetdb_up() {
+  local rc=0
+  [ -n "$pdb_start_pid" ] || return 0
+  wait "$pdb_start_pid" || rc=$?
+  pdb_start_pid=""
+  if [ "$rc" -ne 0 ]; then
+    say "scripts/puppetdb.sh start $pdb_dir failed (exit $rc; make puppetdb-deps installs what it needs); its log:"
+    tail -n 30 "$work/puppetdb.log" >&2
+    return "$rc"
+  fi
+}
 scale_run=0
 if [ -n "$SCALE_SIZES$SCALE_AWS_SIZES$SCALE_EXPORT_SIZES" ]; then scale_run=1; fi
 if [ "$scale_run" = 1 ] && [ -n "$SCALE_AWS_SIZES" ]; then
@@ -230,6 +289,7 @@ fi
 # make test runs them with -short only, so they run here, before anything
 # is measured with the commands they check.
 say "testing the measurement commands (go test ./bench/...)"
+puppetdb_up || exit 1
 go test -count=1 ./bench/... >&2 || { say "go test ./bench/... failed (above): fix the measurement commands before measuring with them"; exit 1; }
 
 waited=0
@@ -421,6 +481,20 @@ if [ "$scale_run" = 1 ]; then
 else
   say "BENCH_SCALE_SIZES, BENCH_SCALE_AWS_SIZES and BENCH_SCALE_EXPORT_SIZES are empty: skipping scalebench"
 fi
+
+# 5b. What feeding PuppetDB costs (bench/pdbbench): its own broker on the
+# herd environment with pdbbench's site manifest, bench/agentsim's agents,
+# the PuppetDB started above. It writes its section even when a phase
+# fails; the script fails after writing docs/benchmarks.md.
+pdb_cmd=("$work/pdbbench" --puppetdb-dir "$pdb_dir" --broker "$BROKER" --agentsim "$work/agentsim" --workers "$WORKERS"
+  --agents "$PDB_AGENTS" --query-sizes "$PDB_QUERY_SIZES")
+pdb_rc=0
+if [ "$PDB_AGENTS" -gt 0 ]; then
+  say "PuppetDB: ${pdb_cmd[*]}"
+  "${pdb_cmd[@]}" --markdown "$work/pdb.md" --json "$work/pdb.json" >&2 || pdb_rc=$?
+  if [ "$pdb_rc" -ne 0 ]; then say "pdbbench FAILED (exit $pdb_rc); the report shows what it measured before"; fi
+fi
+stop_puppetdb
 
 # run_bench WHAT LINES CMD...: runs a Go benchmark command, shows the lines
 # of its output matching LINES (or its tail when it fails) on stderr, and
@@ -753,6 +827,16 @@ mkdir -p "$(dirname "$OUT")"
     echo "Not run: BENCH_SCALE_SIZES, BENCH_SCALE_AWS_SIZES and BENCH_SCALE_EXPORT_SIZES were empty."
   fi
   echo
+  if [ "$PDB_AGENTS" -gt 0 ]; then
+    if [ -s "$work/pdb.md" ]; then
+      sed "s#$work/#\$TMP/#g" "$work/pdb.md"
+    else
+      echo "## PuppetDB: commands, delivery, queries"
+      echo
+      echo "**pdbbench failed (exit $pdb_rc) before it measured anything**: see the output of \`make bench\`."
+    fi
+    echo
+  fi
   echo "## Compile time"
   echo
   if [ -n "$compiles" ]; then
@@ -848,6 +932,10 @@ fi
 if [ "$scale_rc" -ne 0 ]; then
   say "scalebench FAILED (exit $scale_rc): see its output above ($OUT holds what it measured before)"
   exit "$scale_rc"
+fi
+if [ "$pdb_rc" -ne 0 ]; then
+  say "pdbbench FAILED (exit $pdb_rc): see its output above ($OUT holds what it measured before)"
+  exit "$pdb_rc"
 fi
 if [ "$sim_rc" -ne 0 ]; then
   say "the queue-age scaling simulation FAILED (exit $sim_rc): see its section in $OUT"

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/compilefarm/compilefarm/bench/internal/numfmt"
+	"github.com/compilefarm/compilefarm/bench/internal/textwrap"
 )
 
 // writeMarkdown writes the run as docs/benchmarks.md's section "PCP
@@ -24,7 +25,7 @@ func (r *result) writeMarkdown(w io.Writer) {
 	if r.RestartSignal == "SIGKILL" {
 		restart = "SIGKILL (a crash) and, once it is gone,"
 	}
-	para := func(format string, a ...any) { p("%s", wrap(fmt.Sprintf(format, a...), 100)); p("") }
+	para := func(format string, a ...any) { p("%s", textwrap.Wrap(fmt.Sprintf(format, a...), 100)); p("") }
 	para("One broker process (`pcpbench serve`: `pkg/pcp/broker` alone in its process, TLS 1.2 or later, "+
 		"client certificates required and verified) holds %s PCP v1 connections that the driver "+
 		"(`pcpbench run`, bench/pcpbench) opens on loopback as pxp-agent does: `wss://…/pcp/`, a full "+
@@ -122,10 +123,10 @@ func (r *result) writeMarkdown(w io.Writer) {
 			text += fmt.Sprintf(" Broker CPU per message routed: %.0f µs (its CPU time over the routing phase, "+
 				"divided by two messages per round trip).", 1e6*r.Routing.Broker/(2*float64(r.RoundTrips)))
 		}
-		p("%s", wrap(text, 100))
+		p("%s", textwrap.Wrap(text, 100))
 	}
 	// block is a paragraph after a blank line.
-	block := func(format string, a ...any) { p(""); p("%s", wrap(fmt.Sprintf(format, a...), 100)) }
+	block := func(format string, a ...any) { p(""); p("%s", textwrap.Wrap(fmt.Sprintf(format, a...), 100)) }
 	if len(r.Errors) > 0 {
 		block("Failed tries while associating the first time, by error: %s.", strings.Join(r.Errors, "; "))
 	}
@@ -203,21 +204,3 @@ func secs(s float64) string {
 }
 
 func kib(b float64) string { return fmt.Sprintf("%.1f KiB", b/1024) }
-
-// wrap breaks text into lines of at most width bytes, at spaces.
-func wrap(text string, width int) string {
-	var b strings.Builder
-	n := 0
-	for _, w := range strings.Fields(text) {
-		if n > 0 && n+1+len(w) > width {
-			b.WriteByte('\n')
-			n = 0
-		} else if n > 0 {
-			b.WriteByte(' ')
-			n++
-		}
-		b.WriteString(w)
-		n += len(w)
-	}
-	return b.String()
-}

@@ -1,7 +1,9 @@
 package farm
 
 import (
+	"bytes"
 	"encoding/json"
+	"slices"
 
 	"github.com/compilefarm/compilefarm/internal/canonjson"
 )
@@ -33,7 +35,21 @@ func QueryReadOf(query, result json.RawMessage) QueryRead {
 
 // QueryResultDigest is the digest of a PuppetDB query result (its JSON
 // body) in canonical JSON: equal for equal results whatever their white
-// space or key order; rows keep their order (a manifest may depend on it).
+// space, key order or row order. PuppetDB returns the rows of a query
+// without order_by in no set order (the same two rows came back both ways
+// between two calls), so a digest that kept the order would recompile
+// nodes for nothing; a query with order_by changes its digest when its
+// rows change, in which order they come is a function of them. A body
+// that is not a JSON array is digested as it is, canonically.
 func QueryResultDigest(result json.RawMessage) Digest {
-	return DigestOf(canonjson.Of(result))
+	var rows []json.RawMessage
+	if err := json.Unmarshal(result, &rows); err != nil {
+		return DigestOf(canonjson.Of(result))
+	}
+	canon := make([][]byte, len(rows))
+	for i, r := range rows {
+		canon[i] = canonjson.Of(r)
+	}
+	slices.SortFunc(canon, bytes.Compare)
+	return DigestOf(append(append([]byte("["), bytes.Join(canon, []byte(","))...), ']'))
 }

@@ -188,7 +188,8 @@ func dev(ctx context.Context, c devConfig, log *slog.Logger) error {
 	// Environment records from memory, as serve's: every write to them is
 	// this process's deployer's, through the cache, so none is stale.
 	envs := envcache.New(store, 0)
-	in := &intake.Intake{Content: store, Nodes: store, Envs: envs, Queue: queue, Filter: filter, Log: log, ClockMaxAge: c.clockMaxAge}
+	in := &intake.Intake{Content: store, Nodes: store, Envs: envs, Queue: queue, Filter: filter, Log: log, ClockMaxAge: c.clockMaxAge,
+		WholeFacts: len(pdbURLs) > 0} // PuppetDB sees every non-volatile change
 	deployer := &release.Deployer{Content: store, Envs: envs.ReadThrough(), Nodes: store, Intake: in, Root: envRoot, BaseModulepath: baseModulepath, Log: log}
 	pool := &compiler.Pool{Queue: queue, Nodes: store, Content: store, Engine: engine, Code: lib, Metrics: m, Log: log, Collectors: in}
 	if enginePDB != nil {

@@ -133,6 +133,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		return err
 	}
 	content, state, queue, envs, in, deployer := f.content, f.state, f.queue, f.envs, f.intake, f.deployer
+	in.WholeFacts = c.puppetdb.urls != "" // PuppetDB sees every non-volatile change
 	authority, serverCert, closeCA, err := c.aws.ca.open(ctx, awsCfg, c.work, ca.Options{Name: c.certname, Autosign: c.autosign, AllowSubjectAltNames: c.allowSANs, Logger: log},
 		c.certname, serverAltNames(c.certname, c.dnsAltNames), c.serverKey, log)
 	if err != nil {

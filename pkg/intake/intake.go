@@ -44,6 +44,13 @@ type Intake struct {
 	Classifier Classifier
 	Log        *slog.Logger
 	Now        func() time.Time
+	// WholeFacts has every upload decoded whole, and its facts stored
+	// whenever a fact outside the volatile ones changed, not only one the
+	// node's catalog read (which is what decides a compile): a site's
+	// PuppetDB must see every change (other nodes query it), as Puppet
+	// Server sends every run's facts. It costs the decode of each upload's
+	// whole document (an identical upload still costs none).
+	WholeFacts bool
 	// FactsRefresh is how often a node's stored facts are brought up to
 	// date when they changed only in ways no catalog depends on (uptime,
 	// free memory...); such uploads otherwise cost no write. Default 30m.
@@ -128,9 +135,11 @@ type Outcome struct {
 	Node   farm.Node
 	Queued bool   // a compile was queued
 	Reason string // why, when queued
-	// FactsChanged says the upload changed the node's stored facts
-	// (Node.FactsDigest): new facts, or volatile ones brought up to date
-	// (FactsRefresh). What feeds the site's PuppetDB sends them then.
+	// FactsChanged says the upload changed the node's stored facts other
+	// than the volatile ones (Node.RelevantDigest): what feeds the site's
+	// PuppetDB sends them then (volatile ones brought up to date alone, by
+	// FactsRefresh, are not a change here). With WholeFacts, any such
+	// change is stored at once.
 	FactsChanged bool
 }
 
@@ -198,6 +207,9 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 			return Outcome{}, err
 		}
 		only = in.factsRead(&node)
+		if in.WholeFacts {
+			only = nil
+		}
 	}
 	digests, err := in.digests(ctx, up, node.FactsDigest, only)
 	if err != nil {
@@ -209,6 +221,9 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 		if jobs, _ := in.plan(&node, env, digests, lane, true); len(jobs) == 0 && node.Environment == up.Environment &&
 			node.NodeInfo == info && node.ClassifierFailure == nil {
 			same := in.now().Sub(node.FactsAt) < in.factsRefresh()
+			if in.WholeFacts && digests.relevant != node.RelevantDigest {
+				same = false // a non-volatile fact changed: PuppetDB must see it
+			}
 			if !same {
 				d, err := digests.factsDigest()
 				if err != nil {
@@ -248,7 +263,7 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 		}
 	}
 	var jobs []plannedJob
-	previous := node.FactsDigest
+	previous := node.RelevantDigest
 	node, err = in.Nodes.UpdateNode(ctx, up.Certname, func(n *farm.Node) error {
 		n.Environment = up.Environment
 		n.FactsDigest = digests.facts
@@ -265,7 +280,7 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 	if digests.rawKey != "" {
 		in.recent.Store(up.Certname, recentFacts{rawKey: digests.rawKey, facts: digests.facts, relevant: digests.relevant, nodeInfo: info})
 	}
-	out := Outcome{Node: node, FactsChanged: node.FactsDigest != previous}
+	out := Outcome{Node: node, FactsChanged: node.RelevantDigest != previous}
 	for _, j := range jobs {
 		if err := in.enqueue(ctx, node, j.slot); err != nil {
 			return Outcome{}, err

@@ -157,12 +157,13 @@ func TestIntakeUsesRecordedReads(t *testing.T) {
 		name       string
 		second     map[string]any
 		wantQueued bool
+		relevant   bool // a non-volatile fact changed (Outcome.FactsChanged once stored)
 	}{
-		{"unread fact changed", with("kernel", "6.2"), false},
-		{"new unread fact", with("extra", 1), false},
-		{"volatile fact changed", with("uptime_seconds", 99), false},
-		{"read fact changed", with("cf_role", "db"), true},
-		{"read fact changed type", with("cf_role", 1), true},
+		{"unread fact changed", with("kernel", "6.2"), false, true},
+		{"new unread fact", with("extra", 1), false, true},
+		{"volatile fact changed", with("uptime_seconds", 99), false, false},
+		{"read fact changed", with("cf_role", "db"), true, true},
+		{"read fact changed type", with("cf_role", 1), true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -177,6 +178,16 @@ func TestIntakeUsesRecordedReads(t *testing.T) {
 			if out.FactsChanged != tt.wantQueued {
 				t.Errorf("FactsChanged = %v, want %v (stored facts change only with a compile)", out.FactsChanged, tt.wantQueued)
 			}
+			// With WholeFacts (a PuppetDB to feed), any non-volatile
+			// change is stored and said at once, compile or not.
+			w := flowtest.New(t)
+			w.Engine.Reads = []string{"cf_role"}
+			w.Intake.WholeFacts = true
+			w.Submit(t, "n1", base)
+			w.Drain(t)
+			if out := w.Submit(t, "n1", tt.second); out.FactsChanged != tt.relevant || out.Queued != tt.wantQueued {
+				t.Errorf("WholeFacts: FactsChanged = %v, queued = %v; want %v, %v", out.FactsChanged, out.Queued, tt.relevant, tt.wantQueued)
+			}
 			// An upload that queues nothing is not written until the
 			// facts are FactsRefresh old; then the node takes them.
 			n, _ := r.Store.GetNode(context.Background(), "n1")
@@ -190,8 +201,8 @@ func TestIntakeUsesRecordedReads(t *testing.T) {
 			if n, _ := r.Store.GetNode(context.Background(), "n1"); n.FactsDigest != latest {
 				t.Errorf("facts not refreshed after FactsRefresh")
 			}
-			if refreshed.FactsChanged == tt.wantQueued {
-				t.Errorf("refresh: FactsChanged = %v, want %v (the stored facts change when refreshed)", refreshed.FactsChanged, !tt.wantQueued)
+			if want := tt.relevant && !tt.wantQueued; refreshed.FactsChanged != want {
+				t.Errorf("refresh: FactsChanged = %v, want %v (a non-volatile change stored only now)", refreshed.FactsChanged, want)
 			}
 		})
 	}

@@ -97,4 +97,21 @@ func TestQueriesInCompiles(t *testing.T) {
 	if got := members(); got != strings.Join(want, "\n")+"\n" {
 		t.Errorf("lb members after web2 joined: %q, want %q", got, want)
 	}
+
+	// web2 leaves the cluster: a fact no catalog of web2's own reads, so
+	// nothing of web2 compiles, but PuppetDB must still see it at once
+	// (the farm stores every non-volatile change when it feeds PuppetDB),
+	// and the lb is recompiled without web2.
+	before = f.FinishedCompiles()
+	web2.SetFact(t, "cf_cluster", cluster+"-other")
+	if code, out := web2.Run(t, f); code != 0 {
+		t.Fatalf("web2 after leaving: exit %d, want 0 (its catalog does not read the cluster)\n%s", code, out)
+	}
+	e2e.WaitFor(t, "the lb's recompile after web2 left", 2*time.Minute, func() bool { return f.FinishedCompiles() >= before+1 })
+	if code, out := lb.Run(t, f); code != 2 {
+		t.Fatalf("lb after web2 left: exit %d\n%s", code, out)
+	}
+	if got := members(); got != web1.Certname+"\n" {
+		t.Errorf("lb members after web2 left: %q, want web1 only", got)
+	}
 }

@@ -137,7 +137,7 @@ unit:
 e2e: deps emulators pcp-clients
 	$(GO) test -count=1 -timeout 20m -p 6 -v ./test/...
 
-bench: deps emulators build
+bench: deps puppetdb-deps emulators build
 	bench/run.sh
 
 clean:

@@ -203,12 +203,20 @@ func (p *puppetdbFlags) open(ctx context.Context, urls []*url.URL, outbox farm.O
 			Commands: &puppetdb.Commands{Content: content, Nodes: nodes, Producer: producer}},
 	}
 	// Each distinct query compiles made runs again every
-	// --puppetdb-query-refresh, and soon after commands were delivered
-	// (they may change an answer).
+	// --puppetdb-query-refresh, and soon after facts or a catalog were
+	// delivered (they may change an answer).
 	s.refresher = querywatch.New(client, qw.queries, content, qw.intake)
 	s.refresher.Interval, s.refresher.Metrics = p.queryRefresh, m.QueryRefresh()
 	s.refresher.Log = log.With("component", "puppetdb-queries")
-	s.drainer.Delivered = func(puppetdb.Message) { s.refresher.Trigger() }
+	// Facts and catalogs are what manifests query (inventory, resources);
+	// a report delivered triggers nothing, or a fleet that reports every
+	// few seconds would run every query every few seconds: queries over
+	// reports see them at the next interval.
+	s.drainer.Delivered = func(m puppetdb.Message) {
+		if m.Kind != puppetdb.KindReport {
+			s.refresher.Trigger()
+		}
+	}
 	if err := client.Ping(ctx); err != nil {
 		log.Warn("PuppetDB does not answer yet: commands wait in the outbox until it does", "puppetdb", p.urls, "err", err)
 	} else {

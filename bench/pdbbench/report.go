@@ -95,14 +95,14 @@ func (r *Results) writeMarkdown(w io.Writer) error {
 		"accepts them (`delivered`: `/pdb/cmd/v1` answered; PuppetDB stores a command later, from its own queue). "+
 		"A steady run should cost one store report and nothing else; unchanged facts still go once a day per node, "+
 		"at the check-ins in its one-hour slot (about 2 of a day's 48 runs at a 30-minute runinterval, the same "+
-		"share as measured here). The measured runs came seconds apart, within the intake's facts refresh: a "+
-		"node's facts that changed only where no catalog reads them (uptime, memory, load) are written, and "+
-		"then sent as replace facts, at most once per refresh: 30 minutes in broker dev (so at a 30-minute "+
-		"runinterval most runs send facts there), `--facts-refresh` (24 h) in broker serve.", 100))
-	p("%s", textwrap.Wrap(fmt.Sprintf("- Every delivered command, a store report too, asks the refresher for a round %s later (one "+
-		"round per burst): while agents run, a round follows every ~%s and runs every distinct recorded query "+
-		"once. The refresh's load on PuppetDB is then about (distinct queries × a query's time) per round, "+
-		"not per --puppetdb-query-refresh: the last table gives both factors.", querywatch.DefaultDebounce, querywatch.DefaultDebounce), 100))
+		"share as measured here). A change of any fact outside the volatile ones (uptime, memory, load) is "+
+		"stored and sent at once, whether or not a catalog of the node reads it; volatile facts alone are "+
+		"sent only in that daily slot.", 100))
+	p("%s", textwrap.Wrap(fmt.Sprintf("- Every delivered replace facts or replace catalog (not a store report) asks the refresher "+
+		"for a round %s later (one round per burst): while facts change, a round follows every ~%s and runs "+
+		"every distinct recorded query once. The refresh's load on PuppetDB is then about (distinct queries × "+
+		"a query's time) per round, not per --puppetdb-query-refresh: the last table gives both factors.",
+		querywatch.DefaultDebounce, querywatch.DefaultDebounce), 100))
 	p("%s", textwrap.Wrap("- A fact change reaches the nodes that query it after: the upload and the outbox (milliseconds), "+
 		"the refresher's debounce (10 s, from the first delivery of a burst), the round's queries until the "+
 		"changed one, the compile queue and one compile. The next agent run of the dependent node then gets "+
@@ -212,8 +212,7 @@ func (r *Results) writeFactChanges(p, para printer) {
 		return
 	}
 	para("Node A's fact `pdbbench_value` changes (`PUT /puppet/v3/facts`, as `puppet facts upload`; A's own catalog " +
-		"reads it too, as a node's role or address usually is: a change no catalog of A reads reaches PuppetDB only " +
-		"with A's facts refresh, see below); node B's catalog holds the value PuppetDB has for it (`puppetdb_query(\"facts[value] { certname = 'A' and name = " +
+		"reads it too, as a node's role or address usually is); node B's catalog holds the value PuppetDB has for it (`puppetdb_query(\"facts[value] { certname = 'A' and name = " +
 		"'pdbbench_value' }\")`). Each row is one change on a quiet farm, in seconds from the start of A's upload: " +
 		"when the upload was answered (its replace facts in the outbox), PuppetDB accepted the command (the outbox's " +
 		"wait, `compilefarm_puppetdb_delivery_seconds`), PuppetDB answered the new value (polled every 50 ms), the " +

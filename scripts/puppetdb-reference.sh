@@ -20,4 +20,4 @@ if [ -z "${COMPILEFARM_PUPPETDB_DIR:-}" ]; then
 	GO=$GO scripts/puppetdb.sh start "$dir"
 	export COMPILEFARM_PUPPETDB_DIR=$dir
 fi
-$GO test -count=1 -v -timeout 20m ./test/puppetdbref/ -run '^TestSideBySide$' -puppetserver -record
+$GO test -tags puppetserver -count=1 -v -timeout 20m ./test/puppetdbref/ -run '^TestSideBySide$' -record

@@ -4,8 +4,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -58,8 +60,10 @@ func TestPuppetDBSecrets(t *testing.T) {
 	sm := secretsmanager.New(secretsmanager.Options{
 		Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), BaseEndpoint: aws.String(emu.URL),
 	})
+	// Names of this run's own: the emulator outlives a -count=N run.
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	put := func(name, value string) string {
-		out, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(value)})
+		out, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name + "-" + run), SecretString: aws.String(value)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -217,11 +217,15 @@ func (p *puppetdbFlags) open(ctx context.Context, urls []*url.URL, outbox farm.O
 			s.refresher.Trigger()
 		}
 	}
-	if err := client.Ping(ctx); err != nil {
-		log.Warn("PuppetDB does not answer yet: commands wait in the outbox until it does", "puppetdb", p.urls, "err", err)
-	} else {
-		log.Info("feeding PuppetDB", "puppetdb", p.urls)
-	}
+	// Told, not waited for: a PuppetDB that does not answer (up to 10 s
+	// per URL) must not hold up the farm's start.
+	go func() {
+		if err := client.Ping(ctx); err != nil {
+			log.Warn("PuppetDB does not answer yet: commands wait in the outbox until it does", "puppetdb", p.urls, "err", err)
+		} else {
+			log.Info("feeding PuppetDB", "puppetdb", p.urls)
+		}
+	}()
 	return s, nil
 }
 

@@ -57,7 +57,7 @@ die() {
 	[ -z "$FAILED" ] || printf '%s\n' "$*" >"$FAILED" || true
 	exit 1
 }
-# free_port, alive, running, stop_group.
+# free_port, alive, running, await_running, stop_group.
 . "$(dirname "${BASH_SOURCE[0]}")/lib/service.sh"
 usage() {
 	echo "usage: scripts/puppetdb.sh install | start DIR | stop DIR" >&2
@@ -275,15 +275,10 @@ write_puppetdb_conf() {
 	EOF
 }
 
-# status_of URL prints PuppetDB's simple status ("running", "starting", ...) or nothing.
-status_of() {
-	curl -fsS --max-time 5 "$1/status/v1/simple" 2>/dev/null || true
-}
-
 # start_puppetdb DIR PGPORT starts PuppetDB and waits until it is running;
 # it sets PDB_PORT and PDB_SSLPORT.
 start_puppetdb() {
-	local dir=$1 pgport=$2 try port sslport pid began now st last
+	local dir=$1 pgport=$2 try port sslport pid rc
 	local log=$dir/puppetdb/log
 	for try in 1 2 3; do
 		port=$(free_port)
@@ -298,36 +293,13 @@ start_puppetdb() {
 			</dev/null >>"$log/stdout.log" 2>&1 &
 		pid=$!
 		echo "$pid" >"$dir/puppetdb.pid"
-		began=$(date +%s)
-		last=$began
-		while :; do
-			st=$(status_of "http://127.0.0.1:$port")
-			if [ "$st" = running ]; then
-				PDB_PORT=$port PDB_SSLPORT=$sslport
-				return 0
-			fi
-			if ! running "$pid"; then
-				if grep -qs "Address already in use" "$log/stdout.log" "$log/puppetdb.log" && [ "$try" -lt 3 ]; then
-					say "a port was taken; trying others"
-					continue 2
-				fi
-				die "PuppetDB exited before it was running; the end of its logs ($log):
-$(tail -n 30 "$log/puppetdb.log" 2>/dev/null)
-$(tail -n 15 "$log/stdout.log")"
-			fi
-			now=$(date +%s)
-			if [ $((now - began)) -ge "$START_TIMEOUT" ]; then
-				kill -TERM -- "-$pid" 2>/dev/null || true
-				die "PuppetDB was not running after ${START_TIMEOUT}s (status '${st:-no answer}'); the end of its log ($log/puppetdb.log):
-$(tail -n 30 "$log/puppetdb.log" 2>/dev/null)
-$(tail -n 15 "$log/stdout.log")"
-			fi
-			if [ $((now - last)) -ge 10 ]; then
-				say "waiting for PuppetDB ($((now - began)) s, status '${st:-no answer}')..."
-				last=$now
-			fi
-			sleep 1
-		done
+		rc=0
+		await_running PuppetDB "$pid" "http://127.0.0.1:$port/status/v1/simple" "$log/puppetdb.log" "$log/stdout.log" || rc=$?
+		if [ "$rc" -eq 0 ]; then
+			PDB_PORT=$port PDB_SSLPORT=$sslport
+			return 0
+		fi
+		[ "$try" -lt 3 ] && say "a port was taken; trying others"
 	done
 	die "PuppetDB found no free ports in 3 tries"
 }

@@ -57,7 +57,7 @@ die() {
 	say "$*"
 	exit 1
 }
-# free_port, alive, running, stop_group.
+# free_port, alive, running, await_running, stop_group.
 . "$(dirname "${BASH_SOURCE[0]}")/lib/service.sh"
 usage() {
 	echo "usage: scripts/puppetserver.sh install | start DIR --environments ENVS [--puppetdb URL --cadir CADIR] | stop DIR" >&2
@@ -208,7 +208,7 @@ write_conf() {
 # start_server DIR starts Puppet Server and waits until it is running; it
 # sets PORT.
 start_server() {
-	local dir=$1 try pid began now st last
+	local dir=$1 try pid rc
 	for try in 1 2 3; do
 		PORT=$(free_port)
 		write_conf "$dir" "$PORT"
@@ -222,32 +222,10 @@ start_server() {
 			</dev/null >>"$dir/log/stdout.log" 2>&1 &
 		pid=$!
 		echo "$pid" >"$dir/puppetserver.pid"
-		began=$(date +%s)
-		last=$began
-		while :; do
-			st=$(curl -ksS --max-time 5 "https://127.0.0.1:$PORT/status/v1/simple" 2>/dev/null || true)
-			[ "$st" = running ] && return 0
-			if ! running "$pid"; then
-				if grep -qs "Address already in use" "$dir/log/stdout.log" "$dir/log/puppetserver.log" && [ "$try" -lt 3 ]; then
-					say "port $PORT was taken; trying another"
-					continue 2
-				fi
-				die "Puppet Server exited before it was running; the end of its logs ($dir/log):
-$(tail -n 30 "$dir/log/puppetserver.log" 2>/dev/null)
-$(tail -n 15 "$dir/log/stdout.log")"
-			fi
-			now=$(date +%s)
-			if [ $((now - began)) -ge "$START_TIMEOUT" ]; then
-				die "Puppet Server was not running after ${START_TIMEOUT}s (status '${st:-no answer}'); the end of its log ($dir/log/puppetserver.log):
-$(tail -n 30 "$dir/log/puppetserver.log" 2>/dev/null)
-$(tail -n 15 "$dir/log/stdout.log")"
-			fi
-			if [ $((now - last)) -ge 10 ]; then
-				say "waiting for Puppet Server ($((now - began)) s, status '${st:-no answer}')..."
-				last=$now
-			fi
-			sleep 1
-		done
+		rc=0
+		await_running "Puppet Server" "$pid" "https://127.0.0.1:$PORT/status/v1/simple" "$dir/log/puppetserver.log" "$dir/log/stdout.log" || rc=$?
+		[ "$rc" -eq 0 ] && return 0
+		[ "$try" -lt 3 ] && say "port $PORT was taken; trying another"
 	done
 	die "Puppet Server found no free port in 3 tries"
 }

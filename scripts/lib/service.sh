@@ -1,8 +1,9 @@
 # Shell functions shared by the scripts that run a server of their own in a
 # directory (scripts/puppetdb.sh, scripts/puppetserver.sh): free ports,
-# whether a recorded process still runs, stopping one by its process group.
-# Sourced, not run; the sourcing script defines say (a progress line on
-# stderr) and die (say, then exit 1).
+# whether a recorded process still runs, waiting until the server answers,
+# stopping one by its process group. Sourced, not run; the sourcing script
+# defines say (a progress line on stderr), die (say, then exit 1) and
+# START_TIMEOUT (seconds).
 
 # used_ports prints the TCP ports in use on this host, one per line.
 used_ports() {
@@ -56,4 +57,37 @@ stop_group() {
 	done
 	say "$name still runs after 30 s; killing it"
 	kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+}
+
+# await_running NAME PID URL LOG STDOUT waits until URL (a Trapperkeeper
+# /status/v1/simple) answers `running`: 0. When the server (process PID)
+# exits because its port was taken, 2: the caller tries other ports. When
+# it exits otherwise, or START_TIMEOUT seconds pass, it dies with the end
+# of LOG and STDOUT. A progress line every 10 s.
+await_running() {
+	local name=$1 pid=$2 url=$3 log=$4 out=$5 began last now st
+	began=$(date +%s)
+	last=$began
+	while :; do
+		st=$(curl -fksS --max-time 5 "$url" 2>/dev/null || true)
+		[ "$st" = running ] && return 0
+		if ! running "$pid"; then
+			grep -qs "Address already in use" "$out" "$log" && return 2
+			die "$name exited before it was running; the end of its logs:
+$(tail -n 30 "$log" 2>/dev/null)
+$(tail -n 15 "$out")"
+		fi
+		now=$(date +%s)
+		if [ $((now - began)) -ge "$START_TIMEOUT" ]; then
+			kill -TERM -- "-$pid" 2>/dev/null || true
+			die "$name was not running after ${START_TIMEOUT}s (status '${st:-no answer}'); the end of its log ($log):
+$(tail -n 30 "$log" 2>/dev/null)
+$(tail -n 15 "$out")"
+		fi
+		if [ $((now - last)) -ge 10 ]; then
+			say "waiting for $name ($((now - began)) s, status '${st:-no answer}')..."
+			last=$now
+		fi
+		sleep 1
+	done
 }

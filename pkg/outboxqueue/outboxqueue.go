@@ -470,22 +470,9 @@ func (c *Core) Ack(ctx context.Context, id string) error {
 	if err := farm.CheckOutboxAck(ctx, id); err != nil {
 		return err
 	}
-	op := "ack outbox delivery " + id
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := time.Now()
-	m, err := c.inFlight(op, id, now)
-	if err != nil {
-		return err
-	}
-	if err := c.backend.Remove(m.ID); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	c.land(m)
-	c.drop(m)
-	c.place(c.groups[m.Group], now)
-	c.broadcast()
-	return nil
+	return c.finish("ack outbox delivery "+id, id, func(m *message, _ time.Time) error {
+		return c.backend.Remove(m.ID)
+	}, true)
 }
 
 // Retry makes a delivered message its group's first again, received no
@@ -494,24 +481,15 @@ func (c *Core) Retry(ctx context.Context, id string, after time.Duration) error 
 	if err := farm.CheckOutboxRetry(ctx, id, after); err != nil {
 		return err
 	}
-	op := "retry outbox delivery " + id
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := time.Now()
-	m, err := c.inFlight(op, id, now)
-	if err != nil {
-		return err
-	}
-	rec := m.Stored
-	rec.AvailableAt = now.Add(max(after, 0)).UTC()
-	if err := c.backend.Update(rec); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	c.land(m)
-	m.Stored = rec
-	c.place(c.groups[m.Group], now)
-	c.broadcast()
-	return nil
+	return c.finish("retry outbox delivery "+id, id, func(m *message, now time.Time) error {
+		rec := m.Stored
+		rec.AvailableAt = now.Add(max(after, 0)).UTC()
+		if err := c.backend.Update(rec); err != nil {
+			return err
+		}
+		m.Stored = rec
+		return nil
+	}, false)
 }
 
 // DeadLetter sets a delivered message aside with reason.
@@ -519,7 +497,19 @@ func (c *Core) DeadLetter(ctx context.Context, id, reason string) error {
 	if err := farm.CheckOutboxDeadLetter(ctx, id, reason); err != nil {
 		return err
 	}
-	op := "dead-letter outbox delivery " + id
+	return c.finish("dead-letter outbox delivery "+id, id, func(m *message, now time.Time) error {
+		if err := c.backend.DeadLetter(m.Stored, farm.OutboxReason(reason), now.UTC()); err != nil {
+			return err
+		}
+		c.dead++
+		return nil
+	}, true)
+}
+
+// finish ends the unfinished delivery id the way store says (the
+// backend's change; on its error nothing changes), then lands it, drops
+// the message when gone, and schedules its group again.
+func (c *Core) finish(op, id string, store func(m *message, now time.Time) error, gone bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
@@ -527,12 +517,13 @@ func (c *Core) DeadLetter(ctx context.Context, id, reason string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.backend.DeadLetter(m.Stored, farm.OutboxReason(reason), now.UTC()); err != nil {
+	if err := store(m, now); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	c.land(m)
-	c.drop(m)
-	c.dead++
+	if gone {
+		c.drop(m)
+	}
 	c.place(c.groups[m.Group], now)
 	c.broadcast()
 	return nil

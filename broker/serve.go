@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,6 +46,7 @@ type serveConfig struct {
 	emf                                         emfFlags
 	pcp                                         pcpFlags
 	puppetdb                                    puppetdbFlags
+	pdbURLs                                     []*url.URL // --puppetdb, parsed by validate
 }
 
 // runServe runs the fleet's front door (and operator API) on the AWS
@@ -99,7 +101,8 @@ func runServe(ctx context.Context, args []string) error {
 			return fmt.Errorf("serve: %w", err)
 		}
 	}
-	if _, err := c.puppetdb.validate(true); err != nil {
+	var err error
+	if c.pdbURLs, err = c.puppetdb.validate(true); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	if c.puppetdb.urls != "" && c.aws.queriesTable == "" {
@@ -165,9 +168,8 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	pdbURLs, _ := c.puppetdb.validate(true) // checked before the logger was made
 	var pdb *puppetdbSide
-	if len(pdbURLs) > 0 {
+	if pdbURLs := c.pdbURLs; len(pdbURLs) > 0 {
 		caPEM, err := authority.CACertificate(ctx)
 		if err != nil {
 			return fmt.Errorf("read the CA certificate: %w", err)

@@ -43,7 +43,7 @@ puppetdb-reference: puppetdb-deps
 
 # Local emulators of AWS APIs for the AWS drivers' tests, installed into
 # .tools (cached: later runs take no time).
-EMULATORS = scripts/emulators/s3.sh scripts/emulators/sqs.sh scripts/emulators/dynamodb.sh scripts/emulators/secretsmanager.sh
+EMULATORS = scripts/emulators/s3.sh scripts/emulators/sqs.sh scripts/emulators/dynamodb.sh scripts/emulators/secretsmanager.sh scripts/emulators/kms.sh
 emulators:
 	@for s in $(EMULATORS); do $$s || exit 1; done
 

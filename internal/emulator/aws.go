@@ -15,6 +15,7 @@ const (
 	DynamoDBInstallScript = "scripts/emulators/dynamodb.sh"
 	SQSInstallScript      = "scripts/emulators/sqs.sh"
 	SecretsInstallScript  = "scripts/emulators/secretsmanager.sh"
+	KMSInstallScript      = "scripts/emulators/kms.sh"
 )
 
 // installed returns the path of rel under ToolsDir, or an error naming
@@ -114,6 +115,27 @@ func StartSecretsManager(ctx context.Context) (*Process, error) {
 	// -s: no user site-packages; PYTHONPATH puts the unpacked moto first.
 	return start(ctx, "Secrets Manager (moto)", port, []string{"PYTHONPATH=" + lib},
 		whileAlive(motoPython, "-s", "-m", "moto.server", "-H", "127.0.0.1", "-p", strconv.Itoa(port))...)
+}
+
+// StartKMS runs local-kms (built by scripts/emulators/kms.sh from
+// scripts/emulators/kms, which keeps it on loopback, serves one request at
+// a time and signs in Go's FIPS 140-3 mode) on a free loopback port, for
+// AWS KMS, keeping its keys in dir. Like dynalite it is ended when this
+// process is gone. Moto, which serves Secrets Manager, is no KMS emulator
+// for signing: moto 5.1 ignores MessageType DIGEST (it hashes the digest
+// again) and signs RSASSA-PSS with the longest salt, not the digest's
+// length.
+func StartKMS(ctx context.Context, dir string) (*Process, error) {
+	bin, err := installed("KMS emulator local-kms", KMSInstallScript, "local-kms", "local-kms")
+	if err != nil {
+		return nil, err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	return start(ctx, "KMS (local-kms)", port, nil,
+		whileAlive(bin, "-listen", "127.0.0.1:"+strconv.Itoa(port), "-data", dir, "-region", "us-east-1")...)
 }
 
 // whileAlive wraps argv in a small shell that ends it when this process is

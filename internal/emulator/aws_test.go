@@ -3,6 +3,7 @@ package emulator
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -79,4 +80,22 @@ func findProcess(t *testing.T, module, port string) (string, []string) {
 	}
 	t.Fatalf("no process runs %s on port %s", module, port)
 	return "", nil
+}
+
+// The KMS emulator's command serves on loopback only: asked for another
+// address it refuses to start.
+func TestKMSRefusesNonLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the KMS emulator; skipped with -short")
+	}
+	bin, err := installed("KMS emulator local-kms", KMSInstallScript, "local-kms", "local-kms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []string{"0.0.0.0:0", ":0", "localhost:0"} {
+		out, err := exec.Command(bin, "-listen", addr, "-data", t.TempDir()).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "want a loopback IP address") {
+			t.Errorf("local-kms -listen %s: err = %v, output %q; want a refusal", addr, err, out)
+		}
+	}
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // Need is one emulator a package's tests run against, and where Main puts
-// it: S3, DynamoDB, SQS or SecretsManager.
+// it: S3, DynamoDB, SQS, SecretsManager or KMS.
 type Need struct {
 	what  string
 	start func(ctx context.Context, dir string) (*Process, error)
@@ -45,6 +45,18 @@ func SQS(p **Process) Need {
 // CloudWatch APIs), into *p.
 func SecretsManager(p **Process) Need {
 	return Need{"the Secrets Manager emulator", func(ctx context.Context, _ string) (*Process, error) { return StartSecretsManager(ctx) }, p}
+}
+
+// KMS asks Main for local-kms, keeping its keys in a directory of its own
+// (Process.Dir), into *p.
+func KMS(p **Process) Need {
+	return Need{"the KMS emulator", func(ctx context.Context, dir string) (*Process, error) {
+		e, err := StartKMS(ctx, dir)
+		if e != nil {
+			e.Dir = dir
+		}
+		return e, err
+	}, p}
 }
 
 // Main is the TestMain of a package whose tests run against emulators. With

@@ -165,7 +165,7 @@ func TestEventSourceMappings(t *testing.T) {
 
 // TestNoCompileFunction: compileFunction=false leaves out the compile
 // function, its event sources and the scaler that steers them; the queues
-// and their DLQ alarms stay.
+// and their DLQ and age alarms stay.
 func TestNoCompileFunction(t *testing.T) {
 	s := synth(t, map[string]string{"compileFunction": "false", "fleet": "false"})
 	for _, typ := range []string{"AWS::Lambda::EventSourceMapping", "AWS::Events::Rule", "AWS::Lambda::Permission"} {
@@ -180,7 +180,7 @@ func TestNoCompileFunction(t *testing.T) {
 		}
 	}
 	for _, r := range s.resources("AWS::CloudWatch::Alarm") {
-		if n, _ := props(r)["AlarmName"].(string); !containsAll(n, "dlq-not-empty") {
+		if n, _ := props(r)["AlarmName"].(string); !strings.HasSuffix(n, "-dlq-not-empty") && !strings.HasSuffix(n, "-queue-age") {
 			t.Errorf("compileFunction=false: alarm %s", n)
 		}
 	}

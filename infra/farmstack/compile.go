@@ -61,8 +61,9 @@ type Compile struct {
 	Function  awslambda.Function
 	// Sources by lane name, for the scaler (their mapping IDs and ARNs).
 	Sources map[string]awslambdaeventsources.SqsEventSource
-	// Initial MaximumConcurrency by lane name: the lane's minimum; the
-	// scaler moves it within [min, max].
+	// InitialConcurrency is each lane's MaximumConcurrency as deployed:
+	// urgent's maximum, where it stays; bulk's minimum, which the scaler
+	// moves within [min, max].
 	InitialConcurrency map[string]int
 }
 
@@ -156,17 +157,23 @@ func NewCompile(scope constructs.Construct, id string, cfg Config, p CompileProp
 		}
 	}
 
+	// The urgent lane at its maximum: MaximumConcurrency is a cap, not a
+	// reservation, and Lambda's own SQS scaling adds invocations as the
+	// queue fills, so agents' compiles start within seconds (stepping it
+	// up from a low cap took minutes; scaling.Urgent says more). The bulk
+	// lane starts at its minimum and the scaler steers it: its cap is what
+	// protects classifiers and Hiera backends from a deploy's flood.
 	for _, l := range []struct {
 		lane     *Lane
-		min      int
+		initial  int
 		settings scaling.Lane
 	}{
-		{q.Urgent, cfg.UrgentConcurrencyMin, scaling.Urgent},
+		{q.Urgent, cfg.UrgentConcurrencyMax, scaling.Urgent},
 		{q.Bulk, cfg.BulkConcurrencyMin, scaling.Bulk},
 	} {
 		props := &awslambdaeventsources.SqsEventSourceProps{
 			BatchSize:               jsii.Number(l.settings.BatchSize),
-			MaxConcurrency:          jsii.Number(l.min),
+			MaxConcurrency:          jsii.Number(l.initial),
 			ReportBatchItemFailures: jsii.Bool(true),
 		}
 		if w := l.settings.BatchingWindow; w > 0 {
@@ -176,7 +183,7 @@ func NewCompile(scope constructs.Construct, id string, cfg Config, p CompileProp
 		src := awslambdaeventsources.NewSqsEventSource(l.lane.Queue, props)
 		fn.AddEventSource(src)
 		c.Sources[l.lane.Name] = src
-		c.InitialConcurrency[l.lane.Name] = l.min
+		c.InitialConcurrency[l.lane.Name] = l.initial
 	}
 	if EngineTimeout(cfg.CompileTimeoutSeconds) < 10*time.Second {
 		panic(fmt.Sprintf("farmstack: compileTimeoutSeconds %d leaves %s per compile", cfg.CompileTimeoutSeconds, EngineTimeout(cfg.CompileTimeoutSeconds)))

@@ -118,16 +118,17 @@ func TestEngineTimeout(t *testing.T) {
 }
 
 // TestEventSourceMappings: one per lane, with partial batch responses,
-// the lane's batching (pkg/scaling's, which the simulation models) and its
-// minimum concurrency to start from.
+// the lane's batching (pkg/scaling's, which the simulation models), the
+// urgent lane at its maximum and the bulk lane at its minimum to start
+// from.
 func TestEventSourceMappings(t *testing.T) {
-	s := synth(t, map[string]string{"urgentConcurrencyMin": "4", "urgentConcurrencyMax": "40", "bulkConcurrencyMin": "3", "bulkConcurrencyMax": "9"})
+	s := synth(t, map[string]string{"urgentConcurrencyMax": "40", "bulkConcurrencyMin": "3", "bulkConcurrencyMax": "9"})
 	esms := s.resources("AWS::Lambda::EventSourceMapping")
 	if len(esms) != 2 {
 		t.Fatalf("%d event source mappings, want 2", len(esms))
 	}
 	want := map[string]struct{ batch, window, conc float64 }{
-		"urgent": {float64(scaling.Urgent.BatchSize), scaling.Urgent.BatchingWindow.Seconds(), 4},
+		"urgent": {float64(scaling.Urgent.BatchSize), scaling.Urgent.BatchingWindow.Seconds(), 40},
 		"bulk":   {float64(scaling.Bulk.BatchSize), scaling.Bulk.BatchingWindow.Seconds(), 3},
 	}
 	for lane, w := range want {

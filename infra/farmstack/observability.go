@@ -93,9 +93,10 @@ const (
 	// UrgentAgeAlarm: the urgent lane serves agents waiting for a first
 	// catalog, which broker serve answers 503 + Retry-After after
 	// --first-compile-wait (60 s by default): an urgent job older than
-	// that is an agent turned away. A lane that keeps up shows the age of
-	// one compile and a cold start, seconds; past a minute its load is
-	// above its concurrency, the account's concurrency ran out (the
+	// that is an agent turned away. The lane runs at urgentConcurrencyMax
+	// and Lambda's pollers fill it within seconds, so a lane that keeps up
+	// shows the age of a cold start and a compile; past a minute its load
+	// is above that maximum, the account's concurrency ran out (the
 	// throttles alarm), or compiles fail and are delivered again.
 	UrgentAgeAlarm = 60 * time.Second
 	// BulkAgeAlarm: a code deploy's recompiles are not draining. A deploy
@@ -169,7 +170,7 @@ func NewObservability(scope constructs.Construct, id string, cfg Config, p Obser
 			"(the scaler not raising the bulk cap, compiles failing or slow, or the function throttled)"
 		if l.Name == "urgent" {
 			limit, desc = UrgentAgeAlarm, "An urgent job has waited more than "+UrgentAgeAlarm.String()+", an agent's first-compile wait: "+
-				"the urgent lane is behind (load above its concurrency, the account's concurrency exhausted, or compiles failing)"
+				"the urgent lane is behind at urgentConcurrencyMax (load above it, the account's concurrency exhausted, or compiles failing)"
 		}
 		o.QueueAge[l.Name] = above(l.Queue.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{
 			Period: fiveMinutes, Statistic: jsii.String("Maximum"),

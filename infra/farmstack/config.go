@@ -39,6 +39,11 @@ type Config struct {
 
 	CompileMemoryMiB      int // compileMemoryMiB
 	CompileTimeoutSeconds int // compileTimeoutSeconds: the compile function's timeout
+	// compileDeployment: how a new compile function version takes the
+	// compiles (compile.go): DeployCanary (CodeDeploy, the default) or
+	// DeployAllAtOnce (the stack update moves the alias; the default of
+	// the local stage, as LocalStack has no CodeDeploy).
+	CompileDeployment string
 
 	// compileFunction: false leaves out the compile function, its event
 	// sources and the scaler that steers them (LocalStack's free tier runs
@@ -124,6 +129,7 @@ func Defaults() Config {
 		BulkConcurrencyMin:   scaling.Bulk.Config.Min, BulkConcurrencyMax: scaling.Bulk.Config.Max,
 		CompileMemoryMiB:      2048,
 		CompileTimeoutSeconds: 300,
+		CompileDeployment:     DeployCanary,
 		CompileFunction:       true,
 		Fleet:                 true,
 		FleetDesiredCount:     2,
@@ -172,6 +178,9 @@ func (c Config) Validate() error {
 	}
 	if c.CompileTimeoutSeconds < 60 || c.CompileTimeoutSeconds > 900 {
 		return fmt.Errorf("compileTimeoutSeconds %d: want 60..900", c.CompileTimeoutSeconds)
+	}
+	if c.CompileDeployment != DeployCanary && c.CompileDeployment != DeployAllAtOnce {
+		return fmt.Errorf("compileDeployment %q: want %s or %s", c.CompileDeployment, DeployCanary, DeployAllAtOnce)
 	}
 	if c.Fleet {
 		if c.FleetDesiredCount < 1 || c.FleetMaxCount < c.FleetDesiredCount {
@@ -414,6 +423,10 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 			*dst = d
 		}
 	}
+	if c.Local() {
+		c.CompileDeployment = DeployAllAtOnce // LocalStack has no CodeDeploy
+	}
+	text("compileDeployment", &c.CompileDeployment)
 	p := &c.PuppetDB
 	list("puppetdbUrls", &p.URLs)
 	text("puppetdbCa", &p.CA)

@@ -245,6 +245,11 @@ func NewObservability(scope constructs.Construct, id string, cfg Config, p Obser
 			}),
 		)
 		alarms = append(alarms, o.CompileErrors, o.CompileThrottles)
+		// The canary's rollback alarm (compile.go): CodeDeploy acts on it,
+		// the topic says it happened.
+		if a := p.Compile.CanaryErrors; a != nil {
+			alarms = append(alarms, withActions(a))
+		}
 	}
 	if sc := p.Scaling; sc != nil {
 		// The scaler runs every minute. A broken one (its IAM, a mapping

@@ -106,8 +106,8 @@ func TestAlarms(t *testing.T) {
 				jsonString(p["AlarmActions"]), jsonString(p["OKActions"]))
 		}
 	}
-	if n != 11 { // 2 DLQs, 2 queue ages, compile errors and throttles, scaler errors, 2 target groups, fleet errors, 5xx
-		t.Errorf("%d operator alarms, want 11", n)
+	if n != 12 { // 2 DLQs, 2 queue ages, compile errors, throttles and canary errors, scaler errors, 2 target groups, fleet errors, 5xx
+		t.Errorf("%d operator alarms, want 12", n)
 	}
 
 	type want struct {

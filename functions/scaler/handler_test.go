@@ -68,6 +68,14 @@ var seq atomic.Int64
 // batch, and returns the queue's name and the mapping's UUID.
 func newLane(t *testing.T, name string, maxConc, batch int32) (queue, uuid string) {
 	t.Helper()
+	return newLaneOn(t, name, maxConc, batch, "")
+}
+
+// newLaneOn is newLane with the mapping on alias, a version of the
+// function published for it, as the stack wires the compile function;
+// with alias "" on the function itself.
+func newLaneOn(t *testing.T, name string, maxConc, batch int32, alias string) (queue, uuid string) {
+	t.Helper()
 	ctx := t.Context()
 	n := seq.Add(1)
 	queue = fmt.Sprintf("compilefarm-%s-%d", name, n)
@@ -87,6 +95,16 @@ func newLane(t *testing.T, name string, maxConc, batch int32) (queue, uuid strin
 		Handler: aws.String("bootstrap"), Code: &lambdatypes.FunctionCode{ZipFile: bootstrapZip(t)},
 	}); err != nil {
 		t.Fatalf("create function: %v", err)
+	}
+	if alias != "" {
+		v, err := l.PublishVersion(ctx, &lambda.PublishVersionInput{FunctionName: aws.String(fn)})
+		if err != nil {
+			t.Fatalf("publish a version of %s: %v", fn, err)
+		}
+		if _, err := l.CreateAlias(ctx, &lambda.CreateAliasInput{FunctionName: aws.String(fn), Name: aws.String(alias), FunctionVersion: v.Version}); err != nil {
+			t.Fatalf("create alias %s of %s: %v", alias, fn, err)
+		}
+		fn += ":" + alias
 	}
 	m, err := l.CreateEventSourceMapping(ctx, &lambda.CreateEventSourceMappingInput{
 		FunctionName: aws.String(fn), EventSourceArn: aws.String(attrs.Attributes[string(types.QueueAttributeNameQueueArn)]),
@@ -406,4 +424,28 @@ func (r *recordingReader) GetMetricData(ctx context.Context, in *cloudwatch.GetM
 	}
 	r.queries = append(r.queries, q)
 	return r.metricReader.GetMetricData(ctx, in, opts...)
+}
+
+// The stack's mappings invoke the compile function's alias live (its
+// CodeDeploy canary moves the alias): the handler finds such a mapping by
+// its UUID and sets its MaximumConcurrency like any other.
+func TestHandlerScalesAliasMapping(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the moto emulator; skipped with -short")
+	}
+	queue, mapping := newLaneOn(t, "bulk", 300, 2, "live") // above the lane's max: brought down at once
+	// AWS names the alias in the mapping's FunctionArn; moto the version
+	// the alias points at. Either way a qualified ARN, not the function's.
+	m, err := lambdaClient().GetEventSourceMapping(t.Context(), &lambda.GetEventSourceMappingInput{UUID: aws.String(mapping)})
+	if arn := aws.ToString(m.FunctionArn); err != nil || strings.Count(arn, ":") != 7 {
+		t.Fatalf("mapping %s invokes %s (%v), want a qualified function ARN", mapping, arn, err)
+	}
+	h := &handler{lanes: []lane{{Name: "bulk", Queue: queue, Mapping: mapping, Config: scaling.Config{Min: 2, Max: 200, Step: 10}.WithDefaults("bulk")}},
+		metrics: cloudwatchClient(), mappings: lambdaClient(), log: slog.New(slog.NewJSONHandler(io.Discard, nil)), now: time.Now}
+	if err := h.handle(t.Context(), json.RawMessage(`{}`)); err != nil {
+		t.Fatalf("handle: %v", err)
+	}
+	if got, _ := maxConcurrency(t, mapping); got != 200 {
+		t.Errorf("the alias mapping's MaximumConcurrency %d, want the lane's max 200", got)
+	}
 }

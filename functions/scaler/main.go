@@ -11,6 +11,10 @@
 // messages in flight in the last low_for or -1 for none, datapoints, from,
 // to, reason).
 //
+// The stack (infra/) gives it the bulk lane only: the urgent lane's event
+// source sits at its maximum and Lambda's own SQS scaling fills it
+// (scaling.Urgent says why). Any lane it is given, it steers.
+//
 // Configuration (environment): COMPILEFARM_SCALER_LANES, a JSON array of
 // {"lane":"urgent"|"bulk","queue":"<queue name>","mapping":"<event source
 // mapping UUID>","min":N,"max":M,"step":S}, each optionally with "high",

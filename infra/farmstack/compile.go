@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscodedeploy"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsecrassets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
@@ -55,14 +57,52 @@ func EngineTimeout(functionTimeoutSeconds int) time.Duration {
 // MaxBatchSize is the larger of the lanes' batch sizes.
 func MaxBatchSize() int { return max(scaling.Urgent.BatchSize, scaling.Bulk.BatchSize) }
 
+// CompileAlias is the compile function's alias that both event sources
+// invoke: a new image or configuration is a new version, and moving the
+// alias to it (CodeDeploy's canary, or the stack update) is the release.
+const CompileAlias = "live"
+
+// compileDeployment values (Config.CompileDeployment).
+const (
+	// DeployCanary: CodeDeploy moves the alias to a new version, 10% of
+	// the compiles for 10 minutes first, and moves it back if the new
+	// version's Errors alarm fires (or the deployment fails or is stopped).
+	DeployCanary = "canary"
+	// DeployAllAtOnce: the stack update moves the alias at once, with no
+	// CodeDeploy (a dev stage; LocalStack).
+	DeployAllAtOnce = "all-at-once"
+)
+
+// CanaryConfig is the canary's traffic shift: the CodeDeploy predefined
+// configuration of 10% for 10 minutes. Ten minutes at 10% are tens of
+// compiles on a quiet stage and thousands during a deploy, enough for a
+// Puppet or worker that fails at start or on ordinary catalogs to show as
+// errors; a longer bake holds every stack update that changes the image
+// for as long (cdk deploy waits for the deployment).
+func CanaryConfig() awscodedeploy.ILambdaDeploymentConfig {
+	return awscodedeploy.LambdaDeploymentConfig_CANARY_10PERCENT_10MINUTES()
+}
+
 // Compile is the compile Lambda (functions/compile) and its event sources.
 type Compile struct {
 	Construct constructs.Construct // the construct holding the resources
 	Function  awslambda.Function
+	// Version is the function's current version (a new one whenever its
+	// image or configuration changes), Alias its CompileAlias, which the
+	// event sources invoke.
+	Version awslambda.Version
+	Alias   awslambda.Alias
+	// Deployment is the CodeDeploy deployment group that moves Alias, and
+	// CanaryErrors its rollback alarm: the current version's Errors
+	// through the alias (dimension ExecutedVersion). Both nil with
+	// compileDeployment all-at-once.
+	Deployment   awscodedeploy.LambdaDeploymentGroup
+	CanaryErrors awscloudwatch.Alarm
 	// Sources by lane name, for the scaler (their mapping IDs and ARNs).
 	Sources map[string]awslambdaeventsources.SqsEventSource
-	// Initial MaximumConcurrency by lane name: the lane's minimum; the
-	// scaler moves it within [min, max].
+	// InitialConcurrency is each lane's MaximumConcurrency as deployed:
+	// urgent's maximum, where it stays; bulk's minimum, which the scaler
+	// moves within [min, max].
 	InitialConcurrency map[string]int
 }
 
@@ -128,6 +168,10 @@ func NewCompile(scope constructs.Construct, id string, cfg Config, p CompileProp
 		EphemeralStorageSize: awscdk.Size_Mebibytes(jsii.Number(2048)),
 		LogGroup:             logs,
 		Environment:          &env,
+		// Versions are kept when a newer one replaces them (release):
+		// the alias can go back to the one before after a deployment has
+		// finished, not only during its canary.
+		CurrentVersionOptions: &awslambda.VersionOptions{RemovalPolicy: awscdk.RemovalPolicy_RETAIN},
 	})
 	fn := c.Function
 	st.Bucket.GrantReadWrite(fn, nil)
@@ -156,17 +200,25 @@ func NewCompile(scope constructs.Construct, id string, cfg Config, p CompileProp
 		}
 	}
 
+	c.release(cfg)
+
+	// The urgent lane at its maximum: MaximumConcurrency is a cap, not a
+	// reservation, and Lambda's own SQS scaling adds invocations as the
+	// queue fills, so agents' compiles start within seconds (stepping it
+	// up from a low cap took minutes; scaling.Urgent says more). The bulk
+	// lane starts at its minimum and the scaler steers it: its cap is what
+	// protects classifiers and Hiera backends from a deploy's flood.
 	for _, l := range []struct {
 		lane     *Lane
-		min      int
+		initial  int
 		settings scaling.Lane
 	}{
-		{q.Urgent, cfg.UrgentConcurrencyMin, scaling.Urgent},
+		{q.Urgent, cfg.UrgentConcurrencyMax, scaling.Urgent},
 		{q.Bulk, cfg.BulkConcurrencyMin, scaling.Bulk},
 	} {
 		props := &awslambdaeventsources.SqsEventSourceProps{
 			BatchSize:               jsii.Number(l.settings.BatchSize),
-			MaxConcurrency:          jsii.Number(l.min),
+			MaxConcurrency:          jsii.Number(l.initial),
 			ReportBatchItemFailures: jsii.Bool(true),
 		}
 		if w := l.settings.BatchingWindow; w > 0 {
@@ -174,12 +226,74 @@ func NewCompile(scope constructs.Construct, id string, cfg Config, p CompileProp
 			props.MaxBatchingWindow = awscdk.Duration_Seconds(jsii.Number(w.Round(time.Second).Seconds()))
 		}
 		src := awslambdaeventsources.NewSqsEventSource(l.lane.Queue, props)
-		fn.AddEventSource(src)
+		c.Alias.AddEventSource(src)
 		c.Sources[l.lane.Name] = src
-		c.InitialConcurrency[l.lane.Name] = l.min
+		c.InitialConcurrency[l.lane.Name] = l.initial
 	}
 	if EngineTimeout(cfg.CompileTimeoutSeconds) < 10*time.Second {
 		panic(fmt.Sprintf("farmstack: compileTimeoutSeconds %d leaves %s per compile", cfg.CompileTimeoutSeconds, EngineTimeout(cfg.CompileTimeoutSeconds)))
 	}
 	return c
+}
+
+// release declares the function's current version and CompileAlias on it
+// and, with compileDeployment canary, the CodeDeploy deployment group that
+// moves the alias to each new version: a new Puppet or worker in the image
+// (or a new configuration) takes 10% of the compiles for 10 minutes first,
+// and goes back to the old version if it errs (docs/operations.md,
+// Upgrading the compile image). The SQS event sources invoke the alias,
+// and Lambda applies the alias's weights to their invocations too.
+//
+// Old versions are kept (RETAIN): the one before is what the alias goes
+// back to, also after a deployment finished. They pile up, one per
+// release; docs/operations.md says how to delete old ones.
+func (c *Compile) release(cfg Config) {
+	fn := c.Function
+	c.Version = fn.CurrentVersion()
+	c.Alias = awslambda.NewAlias(c.Construct, jsii.String("Live"), &awslambda.AliasProps{
+		AliasName:   jsii.String(CompileAlias),
+		Version:     c.Version,
+		Description: jsii.String("the version that compiles: both event sources invoke it"),
+	})
+	if cfg.CompileDeployment != DeployCanary {
+		return
+	}
+	// The new version's errors: invocations through the alias carry the
+	// version that ran as ExecutedVersion. (Version.MetricErrors names
+	// the version by ARN in Resource, which Lambda never publishes.)
+	// Any error rolls back, as any error pages (CompileErrors): a healthy
+	// farm's baseline is none. Compiles that fail as catalogs are batch
+	// item failures, not Errors: a Puppet that compiles nothing right
+	// shows in the dashboard's catalog outcomes and the dead-letter
+	// queues, not here.
+	errs := awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace: jsii.String("AWS/Lambda"), MetricName: jsii.String("Errors"),
+		DimensionsMap: &map[string]*string{
+			"FunctionName":    fn.FunctionName(),
+			"Resource":        awscdk.Fn_Join(jsii.String(":"), &[]*string{fn.FunctionName(), jsii.String(CompileAlias)}),
+			"ExecutedVersion": c.Version.Version(),
+		},
+		Statistic: jsii.String("Sum"), Period: awscdk.Duration_Minutes(jsii.Number(1)),
+	})
+	c.CanaryErrors = awscloudwatch.NewAlarm(c.Construct, jsii.String("CanaryErrors"), &awscloudwatch.AlarmProps{
+		Metric:             errs,
+		AlarmName:          jsii.String(cfg.Name("compile-canary-errors")),
+		AlarmDescription:   jsii.String("The compile function's current version failed invocations through the alias " + CompileAlias + ": during a deployment CodeDeploy moves the alias back"),
+		Threshold:          jsii.Number(0),
+		EvaluationPeriods:  jsii.Number(1),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+	c.Deployment = awscodedeploy.NewLambdaDeploymentGroup(c.Construct, jsii.String("Deployment"), &awscodedeploy.LambdaDeploymentGroupProps{
+		Application: awscodedeploy.NewLambdaApplication(c.Construct, jsii.String("Application"), &awscodedeploy.LambdaApplicationProps{
+			ApplicationName: jsii.String(cfg.Name("compile")),
+		}),
+		DeploymentGroupName: jsii.String(cfg.Name("compile")),
+		Alias:               c.Alias,
+		DeploymentConfig:    CanaryConfig(),
+		Alarms:              &[]awscloudwatch.IAlarm{c.CanaryErrors},
+		AutoRollback: &awscodedeploy.AutoRollbackConfig{
+			FailedDeployment: jsii.Bool(true), StoppedDeployment: jsii.Bool(true), DeploymentInAlarm: jsii.Bool(true),
+		},
+	})
 }

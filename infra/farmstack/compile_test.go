@@ -118,16 +118,17 @@ func TestEngineTimeout(t *testing.T) {
 }
 
 // TestEventSourceMappings: one per lane, with partial batch responses,
-// the lane's batching (pkg/scaling's, which the simulation models) and its
-// minimum concurrency to start from.
+// the lane's batching (pkg/scaling's, which the simulation models), the
+// urgent lane at its maximum and the bulk lane at its minimum to start
+// from.
 func TestEventSourceMappings(t *testing.T) {
-	s := synth(t, map[string]string{"urgentConcurrencyMin": "4", "urgentConcurrencyMax": "40", "bulkConcurrencyMin": "3", "bulkConcurrencyMax": "9"})
+	s := synth(t, map[string]string{"urgentConcurrencyMax": "40", "bulkConcurrencyMin": "3", "bulkConcurrencyMax": "9"})
 	esms := s.resources("AWS::Lambda::EventSourceMapping")
 	if len(esms) != 2 {
 		t.Fatalf("%d event source mappings, want 2", len(esms))
 	}
 	want := map[string]struct{ batch, window, conc float64 }{
-		"urgent": {float64(scaling.Urgent.BatchSize), scaling.Urgent.BatchingWindow.Seconds(), 4},
+		"urgent": {float64(scaling.Urgent.BatchSize), scaling.Urgent.BatchingWindow.Seconds(), 40},
 		"bulk":   {float64(scaling.Bulk.BatchSize), scaling.Bulk.BatchingWindow.Seconds(), 3},
 	}
 	for lane, w := range want {
@@ -165,7 +166,7 @@ func TestEventSourceMappings(t *testing.T) {
 
 // TestNoCompileFunction: compileFunction=false leaves out the compile
 // function, its event sources and the scaler that steers them; the queues
-// and their DLQ alarms stay.
+// and their DLQ and age alarms stay.
 func TestNoCompileFunction(t *testing.T) {
 	s := synth(t, map[string]string{"compileFunction": "false", "fleet": "false"})
 	for _, typ := range []string{"AWS::Lambda::EventSourceMapping", "AWS::Events::Rule", "AWS::Lambda::Permission"} {
@@ -180,7 +181,7 @@ func TestNoCompileFunction(t *testing.T) {
 		}
 	}
 	for _, r := range s.resources("AWS::CloudWatch::Alarm") {
-		if n, _ := props(r)["AlarmName"].(string); !containsAll(n, "dlq-not-empty") {
+		if n, _ := props(r)["AlarmName"].(string); !strings.HasSuffix(n, "-dlq-not-empty") && !strings.HasSuffix(n, "-queue-age") {
 			t.Errorf("compileFunction=false: alarm %s", n)
 		}
 	}
@@ -190,5 +191,80 @@ func TestNoCompileFunction(t *testing.T) {
 	outs := jsonString(s.json["Outputs"])
 	if !containsAll(outs, "UrgentQueueUrl", "BulkQueueUrl", "CATable", "CAKeySecret") || containsAll(outs, "CompileFunction") {
 		t.Errorf("compileFunction=false: outputs %s", outs)
+	}
+}
+
+// TestCompileRelease (issue 23, D12): the compile function is released
+// like code. Both event sources invoke the alias live on the function's
+// current version (kept when a newer one comes); with compileDeployment
+// canary (the default) CodeDeploy moves the alias, 10% for 10 minutes
+// first, rolling back on the new version's Errors alarm, a failure or a
+// stop; with all-at-once (and on the local stage) the stack update moves
+// it and there is no CodeDeploy.
+func TestCompileRelease(t *testing.T) {
+	s := dev(t)
+	fnID, _ := s.find(t, "AWS::Lambda::Function", "FunctionName", "compilefarm-dev-compile")
+	versions := s.resources("AWS::Lambda::Version")
+	versionID, version := firstID(versions)
+	if len(versions) != 1 || !containsAll(jsonString(props(version)["FunctionName"]), fnID) || version["DeletionPolicy"] != "Retain" {
+		t.Fatalf("versions %s, want one of the compile function, retained", jsonString(versions))
+	}
+	aliasID, alias := s.find(t, "AWS::Lambda::Alias", "Name", CompileAlias)
+	if !containsAll(jsonString(alias["FunctionName"]), fnID) || jsonString(alias["FunctionVersion"]) != `{"Fn::GetAtt":["`+versionID+`","Version"]}` {
+		t.Errorf("alias %s, want the compile function's current version", jsonString(alias))
+	}
+	// Both mappings invoke the alias; the scaler finds the bulk one by
+	// its UUID and its ARN (TestScaler), whatever function it invokes.
+	for lane, id := range eventSourceMappings(t, s) {
+		if f := jsonString(props(s.resources("AWS::Lambda::EventSourceMapping")[id])["FunctionName"]); !containsAll(f, aliasID, ":"+CompileAlias) {
+			t.Errorf("%s event source mapping invokes %s, not the alias", lane, f)
+		}
+	}
+
+	update, _ := s.resources("AWS::Lambda::Alias")[aliasID]["UpdatePolicy"].(map[string]interface{})
+	cd, _ := update["CodeDeployLambdaAliasUpdate"].(map[string]interface{})
+	appID, _ := s.find(t, "AWS::CodeDeploy::Application", "ApplicationName", "compilefarm-dev-compile")
+	groupID, group := s.find(t, "AWS::CodeDeploy::DeploymentGroup", "DeploymentGroupName", "compilefarm-dev-compile")
+	if jsonString(cd["ApplicationName"]) != `{"Ref":"`+appID+`"}` || jsonString(cd["DeploymentGroupName"]) != `{"Ref":"`+groupID+`"}` {
+		t.Errorf("the alias's UpdatePolicy %s is not the deployment group's", jsonString(update))
+	}
+	alarmID, alarm := s.find(t, "AWS::CloudWatch::Alarm", "AlarmName", "compilefarm-dev-compile-canary-errors")
+	rb := jsonString(group["AutoRollbackConfiguration"])
+	if group["DeploymentConfigName"] != "CodeDeployDefault.LambdaCanary10Percent10Minutes" ||
+		!containsAll(jsonString(group["AlarmConfiguration"]), `"Enabled":true`, `{"Ref":"`+alarmID+`"}`) ||
+		!containsAll(rb, `"Enabled":true`, "DEPLOYMENT_FAILURE", "DEPLOYMENT_STOP_ON_REQUEST", "DEPLOYMENT_STOP_ON_ALARM") {
+		t.Errorf("deployment group %s", jsonString(group))
+	}
+	// The new version's Errors through the alias, as Lambda publishes
+	// them: FunctionName, Resource NAME:live, ExecutedVersion.
+	dims := jsonString(alarm["Dimensions"])
+	if alarm["Namespace"] != "AWS/Lambda" || alarm["MetricName"] != "Errors" || alarm["Statistic"] != "Sum" || num(alarm["Threshold"]) != 0 ||
+		alarm["ComparisonOperator"] != "GreaterThanThreshold" ||
+		!containsAll(dims, `{"Name":"ExecutedVersion","Value":{"Fn::GetAtt":["`+versionID+`","Version"]}}`,
+			`{"Name":"FunctionName","Value":{"Ref":"`+fnID+`"}}`, `{"Name":"Resource","Value":{"Fn::Join":[":",[{"Ref":"`+fnID+`"},"live"]]}}`) {
+		t.Errorf("canary alarm %s", jsonString(alarm))
+	}
+
+	for _, ctx := range []map[string]string{{"compileDeployment": DeployAllAtOnce}, {"stage": "local"}} {
+		a := synth(t, ctx)
+		aliasID, _ := a.find(t, "AWS::Lambda::Alias", "Name", CompileAlias)
+		if _, ok := a.resources("AWS::Lambda::Alias")[aliasID]["UpdatePolicy"]; ok {
+			t.Errorf("%v: the alias has an UpdatePolicy", ctx)
+		}
+		for _, typ := range []string{"AWS::CodeDeploy::Application", "AWS::CodeDeploy::DeploymentGroup"} {
+			if n := len(a.resources(typ)); n != 0 {
+				t.Errorf("%v: %d %s", ctx, n, typ)
+			}
+		}
+		for _, r := range a.resources("AWS::CloudWatch::Alarm") {
+			if n, _ := props(r)["AlarmName"].(string); strings.HasSuffix(n, "-canary-errors") {
+				t.Errorf("%v: alarm %s", ctx, n)
+			}
+		}
+	}
+	for _, bad := range []string{"blue-green", "Canary"} {
+		if _, err := configFrom(t, map[string]interface{}{"compileDeployment": bad}); err == nil || !strings.Contains(err.Error(), "compileDeployment") {
+			t.Errorf("compileDeployment=%s: %v", bad, err)
+		}
 	}
 }

@@ -29,15 +29,21 @@ type Config struct {
 	Stage       string   // stage: part of every resource name (compilefarm-<stage>-...)
 	DNSAltNames []string // dnsAltNames: extra names for the front door's certificate, besides the NLB's DNS name
 
-	// urgentConcurrencyMin/Max, bulkConcurrencyMin/Max: the scaler's range
-	// for each lane's MaximumConcurrency; by default the lane's Min and Max
-	// in pkg/scaling (scaling.Urgent, scaling.Bulk: 2/50 and 2/200, chosen
-	// there), like every other setting of the lanes.
-	UrgentConcurrencyMin, UrgentConcurrencyMax int
-	BulkConcurrencyMin, BulkConcurrencyMax     int
+	// urgentConcurrencyMax: the urgent event source's MaximumConcurrency,
+	// where it stays (no scaler steers the urgent lane: Lambda's own SQS
+	// scaling fills it); bulkConcurrencyMin/Max: the scaler's range for the
+	// bulk lane's. By default pkg/scaling's (scaling.Urgent, scaling.Bulk:
+	// 50 and 2/200, chosen there), like every other setting of the lanes.
+	UrgentConcurrencyMax                   int
+	BulkConcurrencyMin, BulkConcurrencyMax int
 
 	CompileMemoryMiB      int // compileMemoryMiB
 	CompileTimeoutSeconds int // compileTimeoutSeconds: the compile function's timeout
+	// compileDeployment: how a new compile function version takes the
+	// compiles (compile.go): DeployCanary (CodeDeploy, the default) or
+	// DeployAllAtOnce (the stack update moves the alias; the default of
+	// the local stage, as LocalStack has no CodeDeploy).
+	CompileDeployment string
 
 	// compileFunction: false leaves out the compile function, its event
 	// sources and the scaler that steers them (LocalStack's free tier runs
@@ -119,10 +125,11 @@ const MaxPuppetDBCAInline = 3072
 func Defaults() Config {
 	return Config{
 		Stage:                "dev",
-		UrgentConcurrencyMin: scaling.Urgent.Config.Min, UrgentConcurrencyMax: scaling.Urgent.Config.Max,
-		BulkConcurrencyMin: scaling.Bulk.Config.Min, BulkConcurrencyMax: scaling.Bulk.Config.Max,
+		UrgentConcurrencyMax: scaling.Urgent.Config.Max,
+		BulkConcurrencyMin:   scaling.Bulk.Config.Min, BulkConcurrencyMax: scaling.Bulk.Config.Max,
 		CompileMemoryMiB:      2048,
 		CompileTimeoutSeconds: 300,
+		CompileDeployment:     DeployCanary,
 		CompileFunction:       true,
 		Fleet:                 true,
 		FleetDesiredCount:     2,
@@ -157,21 +164,23 @@ func (c Config) Validate() error {
 	if !stageRE.MatchString(c.Stage) {
 		return fmt.Errorf("stage %q: want lower-case letters, digits and '-', starting with a letter, at most 20 characters", c.Stage)
 	}
-	for _, l := range []struct {
-		name     string
-		min, max int
-	}{{"urgentConcurrency", c.UrgentConcurrencyMin, c.UrgentConcurrencyMax}, {"bulkConcurrency", c.BulkConcurrencyMin, c.BulkConcurrencyMax}} {
-		// An SQS event source mapping's MaximumConcurrency is 2..1000.
-		if l.min < scaling.MinConcurrency || l.max > scaling.MaxConcurrency || l.min > l.max {
-			return fmt.Errorf("%sMin/Max = %d/%d: want %d <= min <= max <= %d (the limits of an SQS event source's MaximumConcurrency)",
-				l.name, l.min, l.max, scaling.MinConcurrency, scaling.MaxConcurrency)
-		}
+	// An SQS event source mapping's MaximumConcurrency is 2..1000.
+	if c.UrgentConcurrencyMax < scaling.MinConcurrency || c.UrgentConcurrencyMax > scaling.MaxConcurrency {
+		return fmt.Errorf("urgentConcurrencyMax = %d: want %d..%d (the limits of an SQS event source's MaximumConcurrency)",
+			c.UrgentConcurrencyMax, scaling.MinConcurrency, scaling.MaxConcurrency)
+	}
+	if c.BulkConcurrencyMin < scaling.MinConcurrency || c.BulkConcurrencyMax > scaling.MaxConcurrency || c.BulkConcurrencyMin > c.BulkConcurrencyMax {
+		return fmt.Errorf("bulkConcurrencyMin/Max = %d/%d: want %d <= min <= max <= %d (the limits of an SQS event source's MaximumConcurrency)",
+			c.BulkConcurrencyMin, c.BulkConcurrencyMax, scaling.MinConcurrency, scaling.MaxConcurrency)
 	}
 	if c.CompileMemoryMiB < 128 || c.CompileMemoryMiB > 10240 {
 		return fmt.Errorf("compileMemoryMiB %d: want 128..10240", c.CompileMemoryMiB)
 	}
 	if c.CompileTimeoutSeconds < 60 || c.CompileTimeoutSeconds > 900 {
 		return fmt.Errorf("compileTimeoutSeconds %d: want 60..900", c.CompileTimeoutSeconds)
+	}
+	if c.CompileDeployment != DeployCanary && c.CompileDeployment != DeployAllAtOnce {
+		return fmt.Errorf("compileDeployment %q: want %s or %s", c.CompileDeployment, DeployCanary, DeployAllAtOnce)
 	}
 	if c.Fleet {
 		if c.FleetDesiredCount < 1 || c.FleetMaxCount < c.FleetDesiredCount {
@@ -360,7 +369,11 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	}
 	list("dnsAltNames", &c.DNSAltNames)
 	list("availabilityZones", &c.AvailabilityZones)
-	num("urgentConcurrencyMin", &c.UrgentConcurrencyMin)
+	if _, set := str("urgentConcurrencyMin"); set {
+		// Refused, not ignored: a site that set it expected a floor.
+		errs = append(errs, "context urgentConcurrencyMin is no longer read: the urgent lane runs at urgentConcurrencyMax "+
+			"(a cap, not a reservation: Lambda's SQS scaling fills it as the queue needs, and an idle lane holds nothing); remove it")
+	}
 	num("urgentConcurrencyMax", &c.UrgentConcurrencyMax)
 	num("bulkConcurrencyMin", &c.BulkConcurrencyMin)
 	num("bulkConcurrencyMax", &c.BulkConcurrencyMax)
@@ -410,6 +423,10 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 			*dst = d
 		}
 	}
+	if c.Local() {
+		c.CompileDeployment = DeployAllAtOnce // LocalStack has no CodeDeploy
+	}
+	text("compileDeployment", &c.CompileDeployment)
 	p := &c.PuppetDB
 	list("puppetdbUrls", &p.URLs)
 	text("puppetdbCa", &p.CA)

@@ -32,7 +32,7 @@ func TestConfigFromContext(t *testing.T) {
 		t.Errorf("no context: %+v, %v; want the defaults", c, err)
 	}
 	c, err = configFrom(t, map[string]interface{}{
-		"stage": "prod", "dnsAltNames": " puppet.example.com,,farm.example.com ", "urgentConcurrencyMin": "3", "urgentConcurrencyMax": 30.0,
+		"stage": "prod", "dnsAltNames": " puppet.example.com,,farm.example.com ", "urgentConcurrencyMax": 30.0,
 		"bulkConcurrencyMin": "2", "bulkConcurrencyMax": "4", "compileMemoryMiB": "3008", "compileTimeoutSeconds": "600",
 		"fleetDesiredCount": "12", "fleetCpu": "2048", "fleetMemoryMiB": "4096", "fleet": "true", "alarmEmail": "ops@example.com",
 		"compileFunction": "false", "availabilityZones": "us-east-1a, us-east-1b", "awsEndpointURL": "http://compilefarm-localstack:4566",
@@ -42,7 +42,7 @@ func TestConfigFromContext(t *testing.T) {
 	}
 	want := Defaults()
 	want.Stage, want.DNSAltNames = "prod", []string{"puppet.example.com", "farm.example.com"}
-	want.UrgentConcurrencyMin, want.UrgentConcurrencyMax, want.BulkConcurrencyMin, want.BulkConcurrencyMax = 3, 30, 2, 4
+	want.UrgentConcurrencyMax, want.BulkConcurrencyMin, want.BulkConcurrencyMax = 30, 2, 4
 	want.CompileMemoryMiB, want.CompileTimeoutSeconds = 3008, 600
 	want.FleetDesiredCount, want.FleetMaxCount, want.FleetCPU, want.FleetMemoryMiB = 12, 12, 2048, 4096
 	want.AlarmEmail = "ops@example.com"
@@ -55,8 +55,8 @@ func TestConfigFromContext(t *testing.T) {
 		t.Error("stage prod is not Prod")
 	}
 	for _, bad := range []map[string]interface{}{
-		{"stage": "Dev"}, {"stage": "dev_1"}, {"urgentConcurrencyMin": "1"}, {"bulkConcurrencyMax": "1001"},
-		{"urgentConcurrencyMin": "10", "urgentConcurrencyMax": "5"}, {"compileTimeoutSeconds": "901"},
+		{"stage": "Dev"}, {"stage": "dev_1"}, {"urgentConcurrencyMax": "1"}, {"bulkConcurrencyMax": "1001"},
+		{"urgentConcurrencyMax": "1001"}, {"bulkConcurrencyMin": "10", "bulkConcurrencyMax": "5"}, {"compileTimeoutSeconds": "901"},
 		{"compileMemoryMiB": "lots"}, {"fleet": "maybe"}, {"compileFunction": "no way"}, {"availabilityZones": "us-east-1a"}, {"fleetDesiredCount": "0"}, {"fleetDesiredCount": "5", "fleetMaxCount": "4"},
 		{"awsEndpointURL": "compilefarm-localstack:4566"}, {"awsEndpointURL": "http://"},
 	} {

@@ -15,11 +15,14 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/scaling"
 )
 
-// The lanes' settings are pkg/scaling's defaults (scaling.Urgent and
-// scaling.Bulk, where their doc comments say why; the simulation in
-// docs/benchmarks.md runs with the same), except min and max, which the
-// context may override (Config). COMPILEFARM_SCALER_COOLDOWN is
-// scaling.DefaultCooldown: the least time between two steps of one lane.
+// The scaler steers the bulk lane only, the lanes whose pkg/scaling
+// defaults have a range (scaling.Lane.Steered): the urgent lane's event
+// source sits at urgentConcurrencyMax (compile.go). The bulk lane's
+// settings are pkg/scaling's defaults (scaling.Bulk, where its doc comment
+// says why; the simulation in docs/benchmarks.md runs with the same),
+// except min and max, which the context may override (Config).
+// COMPILEFARM_SCALER_COOLDOWN is scaling.DefaultCooldown: the least time
+// between two steps of one lane.
 //
 // Queue-age thresholds: the scaler's decision and the alarms that wake it
 // use the same ones, the lane's High, Low and LowFor, passed to the scaler
@@ -32,12 +35,14 @@ import (
 // it stepping while an alarm stays in ALARM (an alarm invokes its action
 // once per state change).
 
-// Scaling is the scaler Lambda (functions/scaler): it steps each lane's
-// event source MaximumConcurrency between the lane's min and max, woken by
-// queue-age alarms and an every-minute schedule.
+// Scaling is the scaler Lambda (functions/scaler): it steps the bulk
+// lane's event source MaximumConcurrency between the lane's min and max,
+// woken by queue-age alarms and an every-minute schedule.
 type Scaling struct {
 	Construct constructs.Construct // the construct holding the resources
 	Function  awslambda.Function
+	// Lanes are the lanes it steers (the bulk lane).
+	Lanes []*Lane
 	// Alarms by lane name: high (age above) and low (age below).
 	High, Low map[string]awscloudwatch.Alarm
 	Schedule  awsevents.Rule
@@ -62,14 +67,18 @@ func NewScaling(scope constructs.Construct, id string, cfg Config, p ScalingProp
 	s := &Scaling{Construct: constructs.NewConstruct(scope, jsii.String(id)),
 		High: map[string]awscloudwatch.Alarm{}, Low: map[string]awscloudwatch.Alarm{}}
 	q, c := p.Queues, p.Compile
+	for _, l := range q.Lanes() {
+		if scaling.DefaultLane(l.Name).Steered() {
+			s.Lanes = append(s.Lanes, l)
+		}
+	}
 	ranges := map[string][2]int{
-		"urgent": {cfg.UrgentConcurrencyMin, cfg.UrgentConcurrencyMax},
-		"bulk":   {cfg.BulkConcurrencyMin, cfg.BulkConcurrencyMax},
+		"bulk": {cfg.BulkConcurrencyMin, cfg.BulkConcurrencyMax},
 	}
 	// COMPILEFARM_SCALER_LANES, the contract with functions/scaler: a JSON
 	// array of {"lane","queue","mapping","min","max","step"}.
 	var lanes []interface{}
-	for _, l := range q.Lanes() {
+	for _, l := range s.Lanes {
 		r, th := ranges[l.Name], scaling.DefaultLane(l.Name).Config
 		lanes = append(lanes, map[string]interface{}{
 			"lane": l.Name, "queue": l.Queue.QueueName(), "mapping": c.Sources[l.Name].EventSourceMappingId(),
@@ -85,7 +94,7 @@ func NewScaling(scope constructs.Construct, id string, cfg Config, p ScalingProp
 	})
 	s.Function = awslambda.NewFunction(s.Construct, jsii.String("Function"), &awslambda.FunctionProps{
 		FunctionName: jsii.String(cfg.Name("scaler")),
-		Description:  jsii.String("compilefarm " + cfg.Stage + ": steps the compile event sources' MaximumConcurrency with the queues' age"),
+		Description:  jsii.String("compilefarm " + cfg.Stage + ": steps the bulk compile event source's MaximumConcurrency with the queue's age"),
 		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
 		Architecture: awslambda.Architecture_ARM_64(),
 		Handler:      jsii.String("bootstrap"),
@@ -107,12 +116,12 @@ func NewScaling(scope constructs.Construct, id string, cfg Config, p ScalingProp
 		},
 	})
 	fn := s.Function
-	// The mappings start at each lane's min (compile.go) and the scaler
-	// moves them. CloudFormation leaves a mapping alone while its template
+	// The mapping starts at the lane's min (compile.go) and the scaler
+	// moves it. CloudFormation leaves a mapping alone while its template
 	// does not change; a deploy that changes a mapping (its batch size, say)
 	// sets MaximumConcurrency back to min, and the scaler steps up again.
 	var mappingARNs []*string
-	for _, l := range q.Lanes() {
+	for _, l := range s.Lanes {
 		mappingARNs = append(mappingARNs, c.Sources[l.Name].EventSourceMappingArn())
 	}
 	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
@@ -130,10 +139,10 @@ func NewScaling(scope constructs.Construct, id string, cfg Config, p ScalingProp
 
 	action := awscloudwatchactions.NewLambdaAction(fn, &awscloudwatchactions.LambdaActionProps{
 		// One lambda:InvokeFunction permission per alarm (the default id
-		// would collide between the four alarms).
+		// would collide between the alarms).
 		UseUniquePermissionId: jsii.Bool(true),
 	})
-	for _, l := range q.Lanes() {
+	for _, l := range s.Lanes {
 		th := scaling.DefaultLane(l.Name).Config
 		age := l.Queue.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{
 			Period: awscdk.Duration_Minutes(jsii.Number(1)), Statistic: jsii.String("Maximum"),

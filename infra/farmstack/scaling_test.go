@@ -12,9 +12,9 @@ import (
 )
 
 // TestScaler: the Go zip function with the agreed environment contract and
-// the IAM it needs.
+// the IAM it needs, for the bulk lane only.
 func TestScaler(t *testing.T) {
-	s := synth(t, map[string]string{"urgentConcurrencyMin": "2", "urgentConcurrencyMax": "50", "bulkConcurrencyMin": "5", "bulkConcurrencyMax": "6"})
+	s := synth(t, map[string]string{"urgentConcurrencyMax": "50", "bulkConcurrencyMin": "5", "bulkConcurrencyMax": "6"})
 	id, fn := s.find(t, "AWS::Lambda::Function", "FunctionName", "compilefarm-dev-scaler")
 	if fn["Runtime"] != "provided.al2023" || fn["Handler"] != "bootstrap" || jsonString(fn["Architectures"]) != `["arm64"]` {
 		t.Errorf("scaler Runtime/Handler/Architectures = %v/%v/%s", fn["Runtime"], fn["Handler"], jsonString(fn["Architectures"]))
@@ -53,14 +53,13 @@ func TestScaler(t *testing.T) {
 	if err := dec.Decode(&lanes); err != nil {
 		t.Fatalf("COMPILEFARM_SCALER_LANES %s: %v", b.String(), err)
 	}
-	want := map[string][2]int{"urgent": {2, 50}, "bulk": {5, 6}}
-	if len(lanes) != 2 {
-		t.Fatalf("lanes %+v", lanes)
+	want := map[string][2]int{"bulk": {5, 6}}
+	if len(lanes) != 1 {
+		t.Fatalf("lanes %+v, want the bulk lane only", lanes)
 	}
 	esmIDs := map[string]bool{}
-	for id := range s.resources("AWS::Lambda::EventSourceMapping") {
-		esmIDs["REF:Ref"+id] = true
-	}
+	bulkESM := eventSourceMappings(t, s)["bulk"]
+	esmIDs["REF:Ref"+bulkESM] = true
 	for _, l := range lanes {
 		w, ok := want[l.Lane]
 		if !ok || l.Min != w[0] || l.Max != w[1] || l.Step != ScalerStep(l.Lane, w[0], w[1]) {
@@ -98,7 +97,7 @@ func TestScaler(t *testing.T) {
 		}
 	}
 
-	// IAM: Get/UpdateEventSourceMapping on the two mappings, GetMetricData.
+	// IAM: Get/UpdateEventSourceMapping on the bulk mapping, GetMetricData.
 	roleID := fn["Role"].(map[string]interface{})["Fn::GetAtt"].([]interface{})[0].(string)
 	var stmts []map[string]interface{}
 	for _, r := range s.resources("AWS::IAM::Policy") {
@@ -114,10 +113,8 @@ func TestScaler(t *testing.T) {
 		if containsAll(a, "lambda:GetEventSourceMapping", "lambda:UpdateEventSourceMapping") {
 			esm = true
 			res := jsonString(st["Resource"])
-			for id := range s.resources("AWS::Lambda::EventSourceMapping") {
-				if !containsAll(res, id, "event-source-mapping:") {
-					t.Errorf("scaler's mapping statement %s does not name %s", res, id)
-				}
+			if len(asList(st["Resource"])) != 1 || !containsAll(res, bulkESM, "event-source-mapping:") {
+				t.Errorf("scaler's mapping statement %s, want the bulk mapping %s only", res, bulkESM)
 			}
 		}
 		if a == `"cloudwatch:GetMetricData"` {
@@ -132,13 +129,13 @@ func TestScaler(t *testing.T) {
 	}
 }
 
-// TestScalerWiring: per lane a high and a low queue-age alarm whose action
-// is the scaler (with the permission to invoke it), and an every-minute
-// schedule.
+// TestScalerWiring: for the bulk lane a high and a low queue-age alarm
+// whose action is the scaler (with the permission to invoke it), and an
+// every-minute schedule.
 func TestScalerWiring(t *testing.T) {
 	s := dev(t)
 	scalerID, _ := s.find(t, "AWS::Lambda::Function", "FunctionName", "compilefarm-dev-scaler")
-	for _, lane := range []string{"urgent", "bulk"} {
+	for _, lane := range []string{"bulk"} {
 		qID, _ := s.find(t, "AWS::SQS::Queue", "QueueName", "compilefarm-dev-"+lane)
 		for _, c := range []struct{ name, op string }{{"-age-high", "GreaterThanOrEqualToThreshold"}, {"-age-low", "LessThanOrEqualToThreshold"}} {
 			_, a := s.find(t, "AWS::CloudWatch::Alarm", "AlarmName", "compilefarm-dev-"+lane+c.name)
@@ -160,8 +157,8 @@ func TestScalerWiring(t *testing.T) {
 			n++
 		}
 	}
-	if n != 4 {
-		t.Errorf("%d alarm permissions on the scaler, want 4", n)
+	if n != 2 {
+		t.Errorf("%d alarm permissions on the scaler, want 2", n)
 	}
 	_, rule := s.find(t, "AWS::Events::Rule", "ScheduleExpression", "rate(1 minute)")
 	if !containsAll(jsonString(rule["Targets"]), scalerID) {
@@ -177,7 +174,7 @@ func TestScalerStep(t *testing.T) {
 		lane           string
 		min, max, want int
 	}{
-		{"urgent", u.Min, u.Max, u.Step}, {"bulk", b.Min, b.Max, b.Step},
+		{"urgent", 2, 50, u.Step}, {"bulk", b.Min, b.Max, b.Step},
 		{"bulk", 2, 2, 1}, {"bulk", 5, 6, 1}, {"bulk", 2, 2 + b.Step - 1, b.Step - 1}, {"bulk", 2, 1000, b.Step},
 	} {
 		if got := ScalerStep(c.lane, c.min, c.max); got != c.want {
@@ -186,14 +183,72 @@ func TestScalerStep(t *testing.T) {
 	}
 }
 
-// TestDefaultRangesFromScaling: without context, the stack's concurrency ranges
-// are the lanes' defaults in pkg/scaling.
+// TestDefaultRangesFromScaling: without context, the stack's concurrency
+// settings are the lanes' defaults in pkg/scaling, and only the bulk lane
+// has a range to steer.
 func TestDefaultRangesFromScaling(t *testing.T) {
 	d := Defaults()
-	if d.UrgentConcurrencyMin != scaling.Urgent.Config.Min || d.UrgentConcurrencyMax != scaling.Urgent.Config.Max ||
-		d.BulkConcurrencyMin != scaling.Bulk.Config.Min || d.BulkConcurrencyMax != scaling.Bulk.Config.Max {
-		t.Errorf("Defaults() ranges urgent %d/%d, bulk %d/%d; pkg/scaling's: urgent %d/%d, bulk %d/%d",
-			d.UrgentConcurrencyMin, d.UrgentConcurrencyMax, d.BulkConcurrencyMin, d.BulkConcurrencyMax,
-			scaling.Urgent.Config.Min, scaling.Urgent.Config.Max, scaling.Bulk.Config.Min, scaling.Bulk.Config.Max)
+	if d.UrgentConcurrencyMax != scaling.Urgent.Config.Max || d.BulkConcurrencyMin != scaling.Bulk.Config.Min || d.BulkConcurrencyMax != scaling.Bulk.Config.Max {
+		t.Errorf("Defaults() urgent %d, bulk %d/%d; pkg/scaling's: urgent %d, bulk %d/%d",
+			d.UrgentConcurrencyMax, d.BulkConcurrencyMin, d.BulkConcurrencyMax,
+			scaling.Urgent.Config.Max, scaling.Bulk.Config.Min, scaling.Bulk.Config.Max)
 	}
+	if scaling.Urgent.Steered() || !scaling.Bulk.Steered() {
+		t.Errorf("steered: urgent %v, bulk %v; want the bulk lane only", scaling.Urgent.Steered(), scaling.Bulk.Steered())
+	}
+}
+
+// TestUrgentLaneAtItsMax (issue 23, D8): the urgent event source sits at
+// urgentConcurrencyMax, and the scaler neither steers it nor has an alarm
+// or a permission for it; urgentConcurrencyMin is refused, saying why.
+func TestUrgentLaneAtItsMax(t *testing.T) {
+	for _, c := range []struct {
+		ctx  map[string]string
+		want float64
+	}{{nil, float64(scaling.Urgent.Config.Max)}, {map[string]string{"urgentConcurrencyMax": "120"}, 120}} {
+		s := synth(t, c.ctx)
+		esm := eventSourceMappings(t, s)
+		sc, _ := props(s.resources("AWS::Lambda::EventSourceMapping")[esm["urgent"]])["ScalingConfig"].(map[string]interface{})
+		if num(sc["MaximumConcurrency"]) != c.want {
+			t.Errorf("%v: urgent MaximumConcurrency %v, want %v", c.ctx, sc["MaximumConcurrency"], c.want)
+		}
+		_, fn := s.find(t, "AWS::Lambda::Function", "FunctionName", "compilefarm-dev-scaler")
+		roleID := fn["Role"].(map[string]interface{})["Fn::GetAtt"].([]interface{})[0].(string)
+		for id, r := range s.resources("AWS::IAM::Policy") {
+			if p := props(r); containsAll(jsonString(p["Roles"]), roleID) && containsAll(jsonString(p["PolicyDocument"]), esm["urgent"]) {
+				t.Errorf("%v: the scaler's policy %s names the urgent mapping", c.ctx, id)
+			}
+		}
+		if containsAll(jsonString(fn["Environment"]), esm["urgent"]) || containsAll(jsonString(fn["Environment"]), `\"lane\":\"urgent\"`) {
+			t.Errorf("%v: the scaler is given the urgent lane: %s", c.ctx, jsonString(fn["Environment"]))
+		}
+		for _, r := range s.resources("AWS::CloudWatch::Alarm") {
+			if name, _ := props(r)["AlarmName"].(string); strings.HasPrefix(name, "compilefarm-dev-urgent-age-") {
+				t.Errorf("%v: scaler alarm %s on the urgent lane", c.ctx, name)
+			}
+		}
+	}
+	_, err := configFrom(t, map[string]interface{}{"urgentConcurrencyMin": "2"})
+	if err == nil || !strings.Contains(err.Error(), "urgentConcurrencyMin is no longer read") {
+		t.Errorf("urgentConcurrencyMin=2: %v", err)
+	}
+}
+
+// eventSourceMappings returns the logical IDs of the compile event source
+// mappings by lane.
+func eventSourceMappings(t *testing.T, s *synthed) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, lane := range []string{"urgent", "bulk"} {
+		qID, _ := s.find(t, "AWS::SQS::Queue", "QueueName", "compilefarm-dev-"+lane)
+		for id, r := range s.resources("AWS::Lambda::EventSourceMapping") {
+			if containsAll(jsonString(props(r)["EventSourceArn"]), `"`+qID+`"`) {
+				out[lane] = id
+			}
+		}
+		if out[lane] == "" {
+			t.Fatalf("no event source mapping on the %s queue", lane)
+		}
+	}
+	return out
 }

@@ -53,7 +53,7 @@ func NewFarmStack(scope constructs.Construct, p Props) *FarmStack {
 	if cfg.Fleet {
 		s.Fleet = NewFleet(stack, "Fleet", cfg, FleetProps{RepoRoot: p.RepoRoot, Storage: s.Storage, Queues: s.Queues, PuppetDB: s.PuppetDB})
 	}
-	s.Observability = NewObservability(stack, "Observability", cfg, ObservabilityProps{Queues: s.Queues, Compile: s.Compile, Fleet: s.Fleet, PuppetDB: s.PuppetDB})
+	s.Observability = NewObservability(stack, "Observability", cfg, ObservabilityProps{Queues: s.Queues, Compile: s.Compile, Scaling: s.Scaling, Fleet: s.Fleet, PuppetDB: s.PuppetDB})
 	s.outputs()
 	return s
 }

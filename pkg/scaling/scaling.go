@@ -116,25 +116,38 @@ type Lane struct {
 //   - BatchSize 1, no BatchingWindow: a job neither waits for a batch to
 //     fill nor queues behind other compiles in the same invocation, and
 //     MaximumConcurrency is then the number of urgent compiles in flight.
-//   - High 30 s, Low 5 s: half an agent's wait is already too long; a lane
-//     that keeps up shows the age of one compile, a few seconds.
-//   - Min 2 (AWS's least MaximumConcurrency): ordinary load, 1% of the
-//     check-ins of 100,000 agents every 30 minutes, is 0.56 compiles a
-//     second. Max 50: about nine times what a surge of 10% of the check-ins needs
-//     (5.6 a second); with Bulk's Max it takes 250 of a default account's
-//     1,000 concurrent executions. Step 2: Decide's steps grow with the age
-//     (High 30 s: a 2-minute-old job is 4 steps, at most doubling the
-//     cap), so a surge is met within minutes anyway
-//     (TestUrgentSurgeSimulation), and a small step keeps the way down
-//     gradual. (With BatchSize 1 the age stays low until the cap is below
-//     the load; what keeps a step down from being the one too many is the
-//     messages in flight, see Decide.)
+//   - Min = Max = 50: the lane sits at its maximum and nothing steers it
+//     (Decide holds a lane whose range is one value; the stack sets the
+//     mapping's MaximumConcurrency to Max and gives the scaler the bulk
+//     lane only). MaximumConcurrency is a cap, not a reservation: an idle
+//     lane at 50 runs nothing and holds none of the account's
+//     concurrency, and Lambda's own SQS scaling adds invocations as the
+//     queue fills (DefaultModel.RampPerMinute), so a surge compiles
+//     within seconds. Steered up from 2 by its age, as the stack did
+//     before, the same surge first waited longer than an agent does
+//     (TestUrgentSurgeSimulation). 50 is about nine times what a surge of
+//     10% of the check-ins of 100,000 agents every 30 minutes needs (5.6
+//     compiles a second); with Bulk's Max it takes 250 of a default
+//     account's 1,000 concurrent executions. (A deploy's flood, which is
+//     what classifiers and Hiera backends need protecting from, is the
+//     bulk lane's, and the scaler keeps that cap low between deploys.)
+//   - Step 2, High 30 s, Low 5 s: what a scaler given the lane with a
+//     range would use (functions/scaler accepts one; the stack gives it
+//     none): half an agent's wait is already too long; a lane that keeps
+//     up shows the age of one compile, a few seconds. (With BatchSize 1
+//     the age stays low until the cap is below the load; what keeps a
+//     step down from being the one too many is the messages in flight,
+//     see Decide.)
 var Urgent = Lane{
 	Name: "urgent",
-	Config: Config{Min: 2, Max: 50, Step: 2, High: 30 * time.Second, Low: 5 * time.Second,
+	Config: Config{Min: 50, Max: 50, Step: 2, High: 30 * time.Second, Low: 5 * time.Second,
 		LowFor: DefaultLowFor, Cooldown: DefaultCooldown, Period: DefaultPeriod, Stale: DefaultStale},
 	BatchSize: 1, BatchingWindow: 0,
 }
+
+// Steered reports whether the scaler moves the lane's cap: whether its
+// Min is below its Max.
+func (l Lane) Steered() bool { return l.Config.Min < l.Config.Max }
 
 // Bulk is the bulk lane's defaults. The lane serves a code deploy's
 // recompiles and fact-change recompiles: agents keep their last catalog
@@ -157,7 +170,8 @@ var Urgent = Lane{
 //     about 30 % longer, 20 (the stack's former default) about an hour
 //     and a half. 200 plus Urgent's 50 leave 750 of a default
 //     account's 1,000 concurrent executions to everything else (and AWS
-//     keeps at least 100 unreserved).
+//     keeps at least 100 unreserved). The max is what a deploy may run
+//     at once against what compiles call (an ENC, Hiera backends).
 //   - Step 10: Decide's steps grow with the age (one per High of it, at
 //     most doubling the cap), so the step mostly sets the first increase
 //     and the pace down (10 every cool-down once the age stayed low).

@@ -41,6 +41,10 @@ func settings(l Lane) string {
 	if l.BatchingWindow > 0 {
 		window = "batching window " + short(l.BatchingWindow)
 	}
+	if !l.Steered() {
+		return fmt.Sprintf("cap fixed at %d (min = max: the scaler does not move it, Lambda's pollers fill it as the queue needs); batch size %d, %s",
+			c.Max, l.BatchSize, window)
+	}
 	return fmt.Sprintf("min %d, max %d, step %d, high %s, low %s, low-for %s; batch size %d, %s",
 		c.Min, c.Max, c.Step, short(c.High), short(c.Low), short(c.LowFor), l.BatchSize, window)
 }
@@ -57,10 +61,10 @@ func TestDeployWaveSimulation(t *testing.T) {
 	m := DefaultModel
 	if testing.Verbose() {
 		fmt.Printf("\n**Settings** (`scaling.Bulk`, `scaling.Urgent`, `scaling.DefaultCooldown`):\n\n")
-		fmt.Printf("- bulk: %s;\n- urgent: %s;\n- both: cool-down %s.\n\n", settings(Bulk), settings(Urgent), short(Bulk.Config.Cooldown))
+		fmt.Printf("- bulk: %s, cool-down %s;\n- urgent: %s.\n\n", settings(Bulk), short(Bulk.Config.Cooldown), settings(Urgent))
 		fmt.Printf("**The model's numbers**: compile %s, cold start %s, pollers add at most %d concurrent\n"+
 			"invocations a minute, a minute's datapoint readable %s after the minute ends, the scaler every %s\n"+
-			"reading the last %s. Both caps start at their min.\n\n", short(m.Compile), short(m.ColdStart), m.RampPerMinute,
+			"reading the last %s. The bulk cap starts at its min.\n\n", short(m.Compile), short(m.ColdStart), m.RampPerMinute,
 			short(m.MetricLag), short(m.Every), short(m.LookBack))
 		fmt.Printf("**Every minute of the deploy** (rows where nothing moves are shown every 5 minutes;\n" +
 			"*backlog* the jobs not yet done, queued or in flight, at the minute's end; *age* and\n" +
@@ -179,7 +183,7 @@ func deploySummary(lanes []SimLane, res []LaneResult) string {
 	fmt.Fprintf(&b, "- The cap comes down one step of %d per cool-down once the age has stayed at or below\n"+
 		"  %s for %s (with no job in flight, nothing holds it up): from minute %d, back to the min\n"+
 		"  at minute %d.\n", c.Step, short(c.Low), short(c.LowFor), downFrom, atMin)
-	fmt.Fprintf(&b, "- The **urgent lane's age stays at or below %v** throughout, its cap at most %d: the\n"+
+	fmt.Fprintf(&b, "- The **urgent lane's age stays at or below %v** throughout, at its fixed cap of %d: the\n"+
 		"  flood on the bulk lane never touches it, as the lanes have separate mappings. (They\n"+
 		"  share the account's concurrency: bulk max + urgent max, %d + %d, must stay within the\n"+
 		"  account's unreserved concurrency, 1,000 by default.)\n",
@@ -187,19 +191,33 @@ func deploySummary(lanes []SimLane, res []LaneResult) string {
 	return b.String()
 }
 
-// A busier urgent lane: 10% of check-ins need a compile (5.6 a second,
-// more than the min's 2 concurrent compiles serve), e.g. while agents
-// report changed facts after an OS update, for 30 minutes; then the
-// ordinary 1% again. The urgent lane scales up and, once it has caught up,
-// keeps its age under the agents' first-compile-wait (60 s) and its cap at
-// what the surge needs, though its age (batch size 1) is as low as an idle
-// lane's: the messages in flight keep the scaler from stepping it down.
-// After the surge the cap comes down.
+// A busier urgent lane: 10% of check-ins need a compile (5.6 a second),
+// e.g. while agents report changed facts after an OS update, for 30
+// minutes; then the ordinary 1% again.
+//
+// At its fixed cap (Urgent, what the stack deploys) Lambda's pollers meet
+// the surge within seconds: no job waits longer than a cold start and a
+// compile, far under the agents' first-compile-wait (60 s).
+//
+// The same lane steered up from a cap of 2 (as the stack steered it
+// before) first makes agents wait minutes, then keeps up, holding its cap
+// at what the surge needs though its age (batch size 1) is as low as an
+// idle lane's: the messages in flight keep the scaler from stepping it
+// down. After the surge the cap comes down. That run keeps testing Decide
+// on a lane of batch size 1 (a scaler can still be given one).
 func TestUrgentSurgeSimulation(t *testing.T) {
 	const surgeFor, run = 30 * time.Minute, 60 * time.Minute
-	lanes := deployWave(Bulk.Config.Max)[1:]
-	ordinary := lanes[0].PerSec
-	lanes[0].PerSec, lanes[0].Until, lanes[0].Then = ordinary*10, surgeFor, ordinary
+	surgeOf := func(l Lane) []SimLane {
+		lanes := deployWave(Bulk.Config.Max)[1:]
+		ordinary := lanes[0].PerSec
+		lanes[0].Lane, lanes[0].Start = l, l.Config.Min
+		lanes[0].PerSec, lanes[0].Until, lanes[0].Then = ordinary*10, surgeFor, ordinary
+		return lanes
+	}
+	fixed := Simulate(DefaultModel, run, surgeOf(Urgent)...)[0]
+	steeredLane := Urgent
+	steeredLane.Config.Min = 2
+	lanes := surgeOf(steeredLane)
 	surge := Simulate(DefaultModel, run, lanes...)[0]
 	l, c := lanes[0], lanes[0].Config
 	end := int(surgeFor / time.Minute) // the first minute after the surge
@@ -263,16 +281,27 @@ func TestUrgentSurgeSimulation(t *testing.T) {
 			blindAge, blindAgeAt = m.Age, i
 		}
 	}
+	fixedRunning := 0
+	for _, m := range fixed.Minutes {
+		fixedRunning = max(fixedRunning, m.Running)
+	}
 	if testing.Verbose() {
 		fmt.Printf("\n**An urgent-lane surge** (`TestUrgentSurgeSimulation`): 10%% of check-ins need a compile\n"+
-			"(%.1f a second, more than the min of %d concurrent compiles serve) for %s, then the\n"+
-			"ordinary 1%% (%.2f a second) again; the urgent lane alone for %s:\n\n%s\n",
-			l.PerSec, c.Min, short(surgeFor), l.Then, short(run), Markdown([]LaneResult{surge}))
+			"(%.1f a second) for %s, then the ordinary 1%% (%.2f a second) again; the urgent lane alone\n"+
+			"for %s, at its fixed cap of %d:\n\n%s\n",
+			l.PerSec, short(surgeFor), l.Then, short(run), Urgent.Config.Max, Markdown([]LaneResult{fixed}))
+		fmt.Printf("No job waits longer than %v (a cold start and a compile): Lambda's pollers add\n"+
+			"invocations as the queue fills, up to %d at once here, and the cap never moves.\n\n",
+			fixed.MaxAge, fixedRunning)
+		fmt.Printf("**The same surge steered from a cap of %d** (as the stack steered the urgent lane before:\n"+
+			"min %d, max %d, step %d, high %s, low %s):\n\n%s\n",
+			c.Min, c.Min, c.Max, c.Step, short(c.High), short(c.Low), Markdown([]LaneResult{surge}))
 		stays := fmt.Sprintf("at or below %v", after)
 		if after == 0 {
 			stays = "0s (every job starts\nwithin the second it arrives)"
 		}
-		fmt.Printf("The age peaks at %v (minute %d) before the cap catches up (minute %d); the cap goes\n"+
+		fmt.Printf("The age peaks at %v (minute %d), longer than an agent waits for a first compile,\n"+
+			"before the cap catches up (minute %d); the cap goes\n"+
 			"%s. After catching up the age stays %s for the rest of the surge.\n\n",
 			surge.Minutes[peak].Age, peak, caught, strings.Join(path, "→"), stays)
 		holds := fmt.Sprintf("holds at %d to the surge's end", atEnd)
@@ -309,6 +338,15 @@ func TestUrgentSurgeSimulation(t *testing.T) {
 	// After the surge the lane is light again and its cap comes down.
 	if last >= atEnd {
 		t.Errorf("urgent surge: cap %d at the surge's end, %d %v later: not scaled down", atEnd, last, run-surgeFor)
+	}
+	// At its fixed cap the lane never makes an agent wait for a scaler:
+	// its oldest job is a cold start and a compile old at most, far
+	// below the steered lane's first peak, and the cap never moves.
+	if limit := DefaultModel.ColdStart + 2*DefaultModel.Compile; fixed.MaxAge > limit || fixed.MaxAge >= surge.Minutes[peak].Age {
+		t.Errorf("urgent surge at the fixed cap: oldest job %v, want at most %v (steered from 2: %v)", fixed.MaxAge, limit, surge.Minutes[peak].Age)
+	}
+	if fixed.Changes != 0 || fixedRunning > Urgent.Config.Max {
+		t.Errorf("urgent surge at the fixed cap: %d cap changes, %d running at most (cap %d)", fixed.Changes, fixedRunning, Urgent.Config.Max)
 	}
 }
 

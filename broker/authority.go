@@ -21,6 +21,7 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/caproxy"
 	"github.com/compilefarm/compilefarm/pkg/dynamostate"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // authority is what a serving front door needs of its CA: the CA
@@ -197,6 +198,6 @@ func runCAInit(ctx context.Context, args []string) error {
 	defer a.Close()
 	cert := a.CACert()
 	fmt.Printf("CA %q ready in table %s, key in %s\nfingerprint (SHA256) %s\nnot after %s\n",
-		cert.Subject.CommonName, c.table, keys, ca.Fingerprint(cert.Raw), cert.NotAfter.UTC().Format("2006-01-02"))
+		cert.Subject.CommonName, c.table, keys, pki.Fingerprint(cert.Raw), cert.NotAfter.UTC().Format("2006-01-02"))
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/admin"
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 func TestCheckAdminListen(t *testing.T) {
@@ -78,7 +79,7 @@ func startListeners(t *testing.T, adminListen string) (front, metricsURL, adminU
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	cert, err := a.IssueServerCert(t.Context(), "broker.test", serverAltNames("broker.test", ""), ca.KeyECDSAP256)
+	cert, err := a.IssueServerCert(t.Context(), "broker.test", serverAltNames("broker.test", ""), pki.KeyECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
 	"github.com/compilefarm/compilefarm/pkg/frontdoor"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // operatorRig is a farm's CA with its operator API on a loopback listener
@@ -30,7 +31,7 @@ func newOperatorRig(t *testing.T, autosign bool) *operatorRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	cert, err := a.IssueServerCert(t.Context(), "broker.test", serverAltNames("broker.test", ""), ca.KeyECDSAP256)
+	cert, err := a.IssueServerCert(t.Context(), "broker.test", serverAltNames("broker.test", ""), pki.KeyECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}

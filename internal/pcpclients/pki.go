@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // Identity is a client's TLS identity as files, the way the real clients
@@ -82,7 +83,7 @@ func (p *PKI) Identity(t testing.TB, certname string) Identity {
 	if err != nil {
 		t.Fatalf("pcpclients: the certificate of %s: %v", certname, err)
 	}
-	keyPEM, err := ca.EncodePrivateKey(key)
+	keyPEM, err := pki.EncodePrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 func TestParseEnv(t *testing.T) {
@@ -152,7 +153,7 @@ func TestAdoptedCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer broker.Close()
-	cert, err := broker.IssueServerCert(t.Context(), "pdbenv-broker.test", []string{"localhost", "127.0.0.1"}, ca.KeyECDSAP256)
+	cert, err := broker.IssueServerCert(t.Context(), "pdbenv-broker.test", []string{"localhost", "127.0.0.1"}, pki.KeyECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}

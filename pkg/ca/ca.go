@@ -31,9 +31,7 @@ import (
 	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -48,7 +46,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/compilefarm/compilefarm/pkg/clientcert"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 const (
@@ -114,7 +114,7 @@ type CA struct {
 	key     crypto.Signer
 	pool    *x509.CertPool
 	// verified remembers the client certificates that verified against pool.
-	verified *VerifiedCache
+	verified *clientcert.VerifiedCache
 
 	// mu serialises this process's changes; the store's Lock (or its
 	// conditional writes) serialises them with other processes.
@@ -215,7 +215,7 @@ func start(ctx context.Context, store farm.CAStore, keys farm.CAKeySource, opts 
 	if err := os.MkdirAll(opts.ServerDir, 0o700); err != nil {
 		return nil, fmt.Errorf("open CA: %w", err)
 	}
-	c := &CA{store: store, keys: keys, opts: opts, log: opts.Logger.With("component", "ca"), verified: NewVerifiedCache(0)}
+	c := &CA{store: store, keys: keys, opts: opts, log: opts.Logger.With("component", "ca"), verified: clientcert.NewVerifiedCache(0)}
 	if err := c.init(ctx, create); err != nil {
 		return nil, err
 	}
@@ -276,7 +276,7 @@ func (c *CA) create(ctx context.Context) ([]byte, error) {
 	} else {
 		c.log.Info("creating the CA with the key already in place", "key", c.keys.String())
 	}
-	key, err := ParsePrivateKey(keyPEM)
+	key, err := pki.ParsePrivateKey(keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("read CA key from %s: %w", c.keys, err)
 	}
@@ -323,11 +323,11 @@ func (c *CA) load(ctx context.Context, certPEM []byte) error {
 	if err != nil {
 		return fmt.Errorf("read CA key from %s: %w", c.keys, err)
 	}
-	key, err := ParsePrivateKey(keyPEM)
+	key, err := pki.ParsePrivateKey(keyPEM)
 	if err != nil {
 		return fmt.Errorf("read CA key from %s: %w", c.keys, err)
 	}
-	if !PublicKeysEqual(key.Public(), cert.PublicKey) {
+	if !pki.PublicKeysEqual(key.Public(), cert.PublicKey) {
 		return fmt.Errorf("CA key (%s) does not match CA certificate %q", c.keys, cert.Subject.CommonName)
 	}
 	if !cert.IsCA || len(cert.SubjectKeyId) == 0 {
@@ -454,7 +454,7 @@ func (c *CA) SubmitCSR(ctx context.Context, certname string, csrPEM []byte) erro
 		if err := c.store.PutRequest(ctx, certname, norm); err != nil {
 			return err
 		}
-		c.log.Info("certificate request stored", "certname", certname, "fingerprint", Fingerprint(csr.Raw))
+		c.log.Info("certificate request stored", "certname", certname, "fingerprint", pki.Fingerprint(csr.Raw))
 		return nil
 	})
 	if err != nil {
@@ -573,8 +573,8 @@ func (c *CA) signLocked(ctx context.Context, certname string, v *vetted, replace
 	if err := c.store.RecordIssued(ctx, farm.CertIssued{Certname: certname, Serial: cert.SerialNumber, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter}); err != nil {
 		return err
 	}
-	c.log.Info("signed certificate", "certname", certname, "serial", FormatSerial(serial),
-		"not_after", cert.NotAfter, "fingerprint", Fingerprint(cert.Raw))
+	c.log.Info("signed certificate", "certname", certname, "serial", pki.FormatSerial(serial),
+		"not_after", cert.NotAfter, "fingerprint", pki.Fingerprint(cert.Raw))
 	return nil
 }
 
@@ -632,7 +632,7 @@ func (c *CA) revokeLocked(ctx context.Context, certname string, serial *big.Int)
 		return err
 	}
 	c.storeCRL(st)
-	c.log.Info("revoked certificate", "certname", certname, "serial", FormatSerial(serial), "crl_number", number)
+	c.log.Info("revoked certificate", "certname", certname, "serial", pki.FormatSerial(serial), "crl_number", number)
 	return nil
 }
 
@@ -691,8 +691,8 @@ func (c *CA) statuses(ctx context.Context) (map[string]farm.CertStatus, error) {
 		return farm.CertStatus{
 			Certname:    name,
 			State:       state,
-			Serial:      FormatSerial(cert.SerialNumber),
-			Fingerprint: Fingerprint(cert.Raw),
+			Serial:      pki.FormatSerial(cert.SerialNumber),
+			Fingerprint: pki.Fingerprint(cert.Raw),
 			DNSAltNames: cert.DNSNames,
 			NotAfter:    cert.NotAfter,
 		}
@@ -701,7 +701,7 @@ func (c *CA) statuses(ctx context.Context) (map[string]farm.CertStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	for name, cert := range readable(c.log, "certificate", signed, parseCertPEM) {
+	for name, cert := range readable(c.log, "certificate", signed, pki.ParseCertPEM) {
 		byName[name] = certStatus(name, cert)
 	}
 	servers, err := c.serverCerts(ctx, "")
@@ -731,7 +731,7 @@ func (c *CA) statuses(ctx context.Context) (map[string]farm.CertStatus, error) {
 		byName[name] = farm.CertStatus{
 			Certname:    name,
 			State:       farm.CertRequested,
-			Fingerprint: Fingerprint(csr.Raw),
+			Fingerprint: pki.Fingerprint(csr.Raw),
 			DNSAltNames: csr.DNSNames,
 		}
 	}
@@ -765,47 +765,7 @@ func (c *CA) readCert(ctx context.Context, certname string) (*x509.Certificate, 
 	if err != nil {
 		return nil, fmt.Errorf("read certificate of %q: %w", certname, err)
 	}
-	return parseCertPEM(data)
-}
-
-func parseCertPEM(data []byte) (*x509.Certificate, error) {
-	block, _ := pem.Decode(data)
-	if block == nil || block.Type != "CERTIFICATE" {
-		return nil, errors.New("no PEM certificate")
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("parse certificate: %w", err)
-	}
-	return cert, nil
-}
-
-// Fingerprint is the SHA-256 of a certificate's (or request's) DER as
-// colon-separated upper-case hex, as Puppet prints fingerprints.
-func Fingerprint(der []byte) string {
-	sum := sha256.Sum256(der)
-	h := strings.ToUpper(hex.EncodeToString(sum[:]))
-	var b strings.Builder
-	for i := 0; i < len(h); i += 2 {
-		if i > 0 {
-			b.WriteByte(':')
-		}
-		b.WriteString(h[i : i+2])
-	}
-	return b.String()
-}
-
-// FormatSerial writes a certificate serial as Puppet does: upper-case hex,
-// at least four digits (so 10 is "000A"). A nil serial gives "".
-func FormatSerial(n *big.Int) string {
-	if n == nil {
-		return ""
-	}
-	s := strings.ToUpper(n.Text(16))
-	for len(s) < 4 {
-		s = "0" + s
-	}
-	return s
+	return pki.ParseCertPEM(data)
 }
 
 // refreshCRL brings the in-memory CRL up to date with the store and returns

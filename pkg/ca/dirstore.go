@@ -19,6 +19,7 @@ import (
 	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/internal/backoff"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // Files and directories of a CA directory. The names follow Puppet Server's
@@ -147,7 +148,7 @@ func (d *DirStore) Create(ctx context.Context, g farm.CAGenesis) error {
 	if _, err := os.Stat(d.path(fileCACert)); err == nil {
 		return fmt.Errorf("create CA in %s: %w", d.dir, farm.ErrConflict)
 	}
-	cert, err := parseCertPEM(g.CertPEM)
+	cert, err := pki.ParseCertPEM(g.CertPEM)
 	if err != nil {
 		return fmt.Errorf("create CA in %s: %w", d.dir, err)
 	}
@@ -190,7 +191,7 @@ func (d *DirStore) readSerial() (*big.Int, error) {
 
 // writeSerial records next as the next serial number to hand out.
 func (d *DirStore) writeSerial(next *big.Int) error {
-	return atomicfile.Write(d.path(fileSerial), []byte(FormatSerial(next)), 0o644)
+	return atomicfile.Write(d.path(fileSerial), []byte(pki.FormatSerial(next)), 0o644)
 }
 
 // NextSerial moves the counter before the certificate is written, so a
@@ -237,7 +238,7 @@ func (d *DirStore) RecordIssued(ctx context.Context, e farm.CertIssued) error {
 // inventoryLine formats e as a line of Puppet's inventory.txt.
 func inventoryLine(e farm.CertIssued) string {
 	const layout = "2006-01-02T15:04:05MST"
-	return fmt.Sprintf("0x%s %s %s /CN=%s\n", FormatSerial(e.Serial),
+	return fmt.Sprintf("0x%s %s %s /CN=%s\n", pki.FormatSerial(e.Serial),
 		e.NotBefore.UTC().Format(layout), e.NotAfter.UTC().Format(layout), e.Certname)
 }
 
@@ -288,7 +289,7 @@ func (d *DirStore) PutSigned(ctx context.Context, certname string, certPEM []byt
 		return err
 	}
 	if err := d.checkHeld(certname, replace); errors.Is(err, farm.ErrNotFound) {
-		return fmt.Errorf("replace certificate %s of %s: it holds none: %w", FormatSerial(replace), certname, farm.ErrConflict)
+		return fmt.Errorf("replace certificate %s of %s: it holds none: %w", pki.FormatSerial(replace), certname, farm.ErrConflict)
 	} else if err != nil {
 		return err
 	}
@@ -324,12 +325,12 @@ func (d *DirStore) checkHeld(certname string, want *big.Int) error {
 	case err != nil:
 		return fmt.Errorf("read certificate of %s: %w", certname, err)
 	}
-	held, err := parseCertPEM(data)
+	held, err := pki.ParseCertPEM(data)
 	if err != nil {
 		return fmt.Errorf("read certificate of %s: %w", certname, err)
 	}
 	if want == nil || held.SerialNumber.Cmp(want) != 0 {
-		return fmt.Errorf("%s holds certificate %s: %w", certname, FormatSerial(held.SerialNumber), farm.ErrConflict)
+		return fmt.Errorf("%s holds certificate %s: %w", certname, pki.FormatSerial(held.SerialNumber), farm.ErrConflict)
 	}
 	return nil
 }
@@ -367,7 +368,7 @@ func (d *DirStore) ServerCerts(ctx context.Context, dnsName string) ([][]byte, e
 	out := make([][]byte, 0, len(all))
 	for _, data := range all {
 		if dnsName != "" {
-			cert, err := parseCertPEM(data)
+			cert, err := pki.ParseCertPEM(data)
 			if err != nil || !slices.Contains(cert.DNSNames, dnsName) {
 				continue
 			}

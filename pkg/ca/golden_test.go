@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // The recorded Puppet Server 7.9.5 artefacts (from shared/puppet-protocol):
@@ -87,7 +89,7 @@ func TestGoldenCertificates(t *testing.T) {
 		if !bytes.Equal(ours.RawIssuer, theirs.RawIssuer) {
 			t.Errorf("issuer encoding differs: %x vs Puppet's %x", ours.RawIssuer, theirs.RawIssuer)
 		}
-		if !PublicKeysEqual(theirs.PublicKey, ours.PublicKey) {
+		if !pki.PublicKeysEqual(theirs.PublicKey, ours.PublicKey) {
 			t.Errorf("certificate does not carry the CSR's key")
 		}
 		if got, want := extShape(ours.Extensions), extShape(theirs.Extensions); !slices.Equal(got, want) {

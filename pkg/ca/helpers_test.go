@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 var discard = slog.New(slog.DiscardHandler)
@@ -134,7 +136,7 @@ func makeCSR(t testing.TB, s csrSpec) []byte {
 
 func mustParseCert(t testing.TB, data []byte) *x509.Certificate {
 	t.Helper()
-	cert, err := parseCertPEM(data)
+	cert, err := pki.ParseCertPEM(data)
 	if err != nil {
 		t.Fatalf("parse certificate: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 type clock struct {
@@ -42,12 +43,12 @@ func TestIssueServerCert(t *testing.T) {
 		{name: "default ECDSA P-256", alt: []string{"puppet", "localhost"},
 			wantDNS: []string{"puppet.test", "puppet", "localhost"}, wantKU: x509.KeyUsageDigitalSignature,
 			checkKey: func(k any) bool { e, ok := k.(*ecdsa.PublicKey); return ok && e.Curve == elliptic.P256() }},
-		{name: "RSA", alt: []string{"puppet"}, keyType: KeyRSA,
+		{name: "RSA", alt: []string{"puppet"}, keyType: pki.KeyRSA,
 			wantDNS: []string{"puppet.test", "puppet"}, wantKU: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 			checkKey: func(k any) bool { r, ok := k.(*rsa.PublicKey); return ok && r.N.BitLen() == 2048 }},
 		{name: "Puppet's dns_alt_names notation, IPs, case and duplicates",
 			alt:     []string{"DNS:Puppet", "IP:10.0.0.5", "192.0.2.1", "::1", "puppet", "puppet.test", " localhost "},
-			keyType: KeyECDSAP256,
+			keyType: pki.KeyECDSAP256,
 			wantDNS: []string{"puppet.test", "puppet", "localhost"}, wantIPs: []string{"10.0.0.5", "192.0.2.1", "::1"},
 			wantKU:   x509.KeyUsageDigitalSignature,
 			checkKey: func(k any) bool { _, ok := k.(*ecdsa.PublicKey); return ok }},
@@ -143,10 +144,10 @@ func TestServerCertReuse(t *testing.T) {
 		{name: "same names", alt: base, reuse: true},
 		{name: "fewer names", alt: []string{"puppet"}, reuse: true},
 		{name: "names in another order and notation", alt: []string{"IP:127.0.0.1", "DNS:puppet"}, reuse: true},
-		{name: "explicit default key type", alt: base, key: KeyECDSAP256, reuse: true},
+		{name: "explicit default key type", alt: base, key: pki.KeyECDSAP256, reuse: true},
 		{name: "a new DNS name", alt: append([]string{"puppet.example.test"}, base...)},
 		{name: "a new IP", alt: append([]string{"10.9.8.7"}, base...)},
-		{name: "another key type", alt: base, key: KeyRSA},
+		{name: "another key type", alt: base, key: pki.KeyRSA},
 		{name: "ten days on", alt: base, reuse: true,
 			change: func(t *testing.T, c *CA, clk *clock) { clk.Add(10 * 24 * time.Hour) }},
 		{name: "within 30 days of expiry", alt: base,

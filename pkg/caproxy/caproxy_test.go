@@ -31,6 +31,7 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
 	"github.com/compilefarm/compilefarm/pkg/frontdoor"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // upstream is a real Puppet CA for the proxy to talk to: the built-in CA
@@ -80,7 +81,7 @@ func startUpstream(t *testing.T, opts ca.Options) *upstream {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { authority.Close() })
-	serverCert, err := authority.IssueServerCert(ctx, "puppet.test", []string{"localhost", "127.0.0.1"}, ca.KeyECDSAP256)
+	serverCert, err := authority.IssueServerCert(ctx, "puppet.test", []string{"localhost", "127.0.0.1"}, pki.KeyECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func TestOpenTrust(t *testing.T) {
 	other := startUpstream(t, ca.Options{})
 	upCA, _ := up.ca.CACertificate(context.Background())
 	otherCA, _ := other.ca.CACertificate(context.Background())
-	fp := ca.Fingerprint(parseCert(t, upCA).Raw)
+	fp := pki.Fingerprint(parseCert(t, upCA).Raw)
 
 	t.Run("trust on first use", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "proxy")
@@ -407,7 +408,7 @@ func TestSubmitCSR(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Certificate after autosign: %v", err)
 	}
-	if cert := parseCert(t, certPEM); !ca.PublicKeysEqual(key.Public(), cert.PublicKey) {
+	if cert := parseCert(t, certPEM); !pki.PublicKeysEqual(key.Public(), cert.PublicKey) {
 		t.Fatal("autosigned certificate has another key")
 	}
 
@@ -715,7 +716,7 @@ func TestServerCert(t *testing.T) {
 		}
 	}
 	t.Run("reused", func(t *testing.T) {
-		again, err := p.ServerCert(ctx, "front.test", []string{"puppet"}, ca.KeyECDSAP256)
+		again, err := p.ServerCert(ctx, "front.test", []string{"puppet"}, pki.KeyECDSAP256)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -734,7 +735,7 @@ func TestServerCert(t *testing.T) {
 		}
 	})
 	t.Run("rsa", func(t *testing.T) {
-		c, err := p.ServerCert(ctx, "front-rsa.test", nil, ca.KeyRSA)
+		c, err := p.ServerCert(ctx, "front-rsa.test", nil, pki.KeyRSA)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -760,7 +761,7 @@ func TestServerCert(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Leaf.SerialNumber.Cmp(leaf.SerialNumber) == 0 || ca.PublicKeysEqual(c.Leaf.PublicKey, leaf.PublicKey) {
+		if c.Leaf.SerialNumber.Cmp(leaf.SerialNumber) == 0 || pki.PublicKeysEqual(c.Leaf.PublicKey, leaf.PublicKey) {
 			t.Fatal("revoked certificate or its key reused")
 		}
 	})
@@ -871,7 +872,7 @@ func TestServerCertWaitsForOperator(t *testing.T) {
 		}
 		mustContain(t, "error", err.Error(), "has not signed the request", "puppetserver ca sign --certname late.test")
 		pendingPEM, _ := os.ReadFile(filepath.Join(dir, dirPending, "late.test.key"))
-		pending, err := ca.ParsePrivateKey(pendingPEM)
+		pending, err := pki.ParsePrivateKey(pendingPEM)
 		if err != nil {
 			t.Fatalf("pending key: %v", err)
 		}
@@ -884,7 +885,7 @@ func TestServerCertWaitsForOperator(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !ca.PublicKeysEqual(pending.Public(), c.Leaf.PublicKey) {
+		if !pki.PublicKeysEqual(pending.Public(), c.Leaf.PublicKey) {
 			t.Fatal("the certificate signed for the pending key was not used")
 		}
 	})
@@ -910,7 +911,7 @@ func TestServerCertWaitsForOperator(t *testing.T) {
 		}
 		mustContain(t, "log", logs.String(), "already pending on the upstream CA")
 		csr, _ := parseCSRPEM(before)
-		if !ca.PublicKeysEqual(csr.PublicKey, c.Leaf.PublicKey) {
+		if !pki.PublicKeysEqual(csr.PublicKey, c.Leaf.PublicKey) {
 			t.Fatal("certificate is not for the first request's key")
 		}
 	})
@@ -947,7 +948,7 @@ func TestBootstrapMismatch(t *testing.T) {
 	ctx := context.Background()
 	a := startUpstream(t, ca.Options{})
 	b := startUpstream(t, ca.Options{})
-	serverCert, err := b.ca.IssueServerCert(ctx, "mitm.test", []string{"127.0.0.1"}, ca.KeyECDSAP256)
+	serverCert, err := b.ca.IssueServerCert(ctx, "mitm.test", []string{"127.0.0.1"}, pki.KeyECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // signCRL makes a CRL dated thisUpdate with one revocation per date in
@@ -254,7 +255,7 @@ func TestOldFutureDatedCRL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := ca.ParsePrivateKey(keyPEM)
+	key, err := pki.ParsePrivateKey(keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}

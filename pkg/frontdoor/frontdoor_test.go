@@ -27,6 +27,7 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/intake"
 	"github.com/compilefarm/compilefarm/pkg/memstore"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // rig is a front door on real TLS, with the built-in CA, in-memory stores,
@@ -51,7 +52,7 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serverCert, err := authority.IssueServerCert(ctx, "server.test", []string{"localhost", "127.0.0.1"}, ca.KeyECDSAP256)
+	serverCert, err := authority.IssueServerCert(ctx, "server.test", []string{"localhost", "127.0.0.1"}, pki.KeyECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 func main() {
@@ -88,7 +89,7 @@ func run(ctx context.Context, cadir, ssldir, name string, bits int, log *slog.Lo
 func ensureCert(ctx context.Context, authority *ca.CA, ssldir string, bits int, c certSpec) error {
 	certPath := filepath.Join(ssldir, "certs", c.certname+".pem")
 	keyPath := filepath.Join(ssldir, "private_keys", c.certname+".pem")
-	if cert, _, why := ca.LoadKeyPair(certPath, keyPath); why == "" {
+	if cert, _, why := pki.LoadKeyPair(certPath, keyPath); why == "" {
 		if authority.VerifyClient(cert, nil) == nil {
 			return nil
 		}

@@ -29,8 +29,6 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -256,29 +254,18 @@ func (c *CA) init(ctx context.Context, create bool) error {
 // source holds, making one when it holds none.
 func (c *CA) create(ctx context.Context) ([]byte, error) {
 	start := time.Now()
-	keyPEM, err := c.keys.LoadKey(ctx)
+	key, err := c.signer(ctx)
 	if errors.Is(err, farm.ErrNotFound) {
-		key, err := rsa.GenerateKey(rand.Reader, c.opts.KeyBits)
-		if err != nil {
-			return nil, fmt.Errorf("generate %d-bit CA key: %w", c.opts.KeyBits, err)
-		}
-		keyPEM = pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
-		if err := c.keys.CreateKey(ctx, keyPEM); errors.Is(err, farm.ErrConflict) {
-			keyPEM, err = c.keys.LoadKey(ctx) // another process made one first
-			if err != nil {
-				return nil, err
-			}
-		} else if err != nil {
+		// GenerateKey's ErrConflict: another process made one first.
+		if err := c.keys.GenerateKey(ctx, c.opts.KeyBits); err != nil && !errors.Is(err, farm.ErrConflict) {
 			return nil, err
 		}
-	} else if err != nil {
-		return nil, err
-	} else {
+		key, err = c.signer(ctx)
+	} else if err == nil {
 		c.log.Info("creating the CA with the key already in place", "key", c.keys.String())
 	}
-	key, err := pki.ParsePrivateKey(keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("read CA key from %s: %w", c.keys, err)
+		return nil, err
 	}
 	der, err := newCACert(c.opts.Name, key, c.now())
 	if err != nil {
@@ -319,13 +306,9 @@ func (c *CA) load(ctx context.Context, certPEM []byte) error {
 	if err != nil {
 		return fmt.Errorf("parse CA certificate: %w", err)
 	}
-	keyPEM, err := c.keys.LoadKey(ctx)
+	key, err := c.signer(ctx)
 	if err != nil {
-		return fmt.Errorf("read CA key from %s: %w", c.keys, err)
-	}
-	key, err := pki.ParsePrivateKey(keyPEM)
-	if err != nil {
-		return fmt.Errorf("read CA key from %s: %w", c.keys, err)
+		return err
 	}
 	if !pki.PublicKeysEqual(key.Public(), cert.PublicKey) {
 		return fmt.Errorf("CA key (%s) does not match CA certificate %q", c.keys, cert.Subject.CommonName)
@@ -341,6 +324,15 @@ func (c *CA) load(ctx context.Context, certPEM []byte) error {
 	c.pool = x509.NewCertPool()
 	c.pool.AddCert(cert)
 	return nil
+}
+
+// signer returns the key source's key: ErrNotFound when it holds none.
+func (c *CA) signer(ctx context.Context) (crypto.Signer, error) {
+	key, err := c.keys.Signer(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("CA key in %s: %w", c.keys, err)
+	}
+	return key, nil
 }
 
 // Close releases the CA's hold on its store. The CA must not be used

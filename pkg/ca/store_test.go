@@ -8,6 +8,7 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 func TestDirStoreContract(t *testing.T) {
@@ -37,22 +38,45 @@ func TestDirStoreShared(t *testing.T) {
 }
 
 func TestKeyFileContract(t *testing.T) {
-	farmtest.TestCAKeySource(t, func(t *testing.T) farm.CAKeySource {
-		return ca.KeyFile(filepath.Join(t.TempDir(), "ca_key.pem"))
+	t.Run("CAKeySource", func(t *testing.T) {
+		farmtest.TestCAKeySource(t, func(t *testing.T) func() farm.CAKeySource {
+			path := filepath.Join(t.TempDir(), "ca_key.pem")
+			return func() farm.CAKeySource { return ca.KeyFile(path) }
+		})
+	})
+	t.Run("CAKeyImporter", func(t *testing.T) {
+		farmtest.TestCAKeyImporter(t, func(t *testing.T) func() farm.CAKeyImporter {
+			path := filepath.Join(t.TempDir(), "ca_key.pem")
+			return func() farm.CAKeyImporter { return ca.KeyFile(path) }
+		})
 	})
 }
 
-// The key file is the process owner's alone: mode 0600.
+// The key file is the process owner's alone: mode 0600, made or imported.
 func TestKeyFileMode(t *testing.T) {
-	f := ca.KeyFile(filepath.Join(t.TempDir(), "ca_key.pem"))
-	if err := f.CreateKey(t.Context(), []byte("-----BEGIN PRIVATE KEY-----\n")); err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat(string(f))
+	_, keyPEM, err := pki.NewRSAKey(farm.MinCAKeyBits)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mode := fi.Mode().Perm(); mode != 0o600 {
-		t.Fatalf("key file mode %v, want 0600", mode)
+	for name, store := range map[string]func(ca.KeyFile) error{
+		"generated": func(f ca.KeyFile) error { return f.GenerateKey(t.Context(), farm.MinCAKeyBits) },
+		"imported":  func(f ca.KeyFile) error { return f.ImportKey(t.Context(), keyPEM) },
+	} {
+		f := ca.KeyFile(filepath.Join(t.TempDir(), "ca_key.pem"))
+		if err := store(f); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		fi, err := os.Stat(string(f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mode := fi.Mode().Perm(); mode != 0o600 {
+			t.Fatalf("%s key file mode %v, want 0600", name, mode)
+		}
+		if name == "imported" {
+			if got, _ := os.ReadFile(string(f)); string(got) != string(keyPEM) {
+				t.Fatalf("the imported key file is not the bytes imported")
+			}
+		}
 	}
 }

@@ -62,6 +62,17 @@ func NewServerKey(keyType string, rsaBits int) (crypto.Signer, []byte, error) {
 	return key, keyPEM, nil
 }
 
+// NewRSAKey generates an RSA key of bits bits (a CA's) and returns it with
+// its PEM encoding as Puppet Server writes ca_key.pem: PKCS#1, "RSA PRIVATE
+// KEY".
+func NewRSAKey(bits int) (*rsa.PrivateKey, []byte, error) {
+	key, err := rsa.GenerateKey(rand.Reader, bits)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate %d-bit RSA key: %w", bits, err)
+	}
+	return key, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), nil
+}
+
 // EncodePrivateKey encodes key as a PEM "PRIVATE KEY" block (PKCS#8), which
 // ParsePrivateKey reads back.
 func EncodePrivateKey(key crypto.Signer) ([]byte, error) {

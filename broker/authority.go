@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
 	"github.com/compilefarm/compilefarm/pkg/cakey"
 	"github.com/compilefarm/compilefarm/pkg/caproxy"
 	"github.com/compilefarm/compilefarm/pkg/dynamostate"
@@ -86,7 +87,7 @@ func (c *caFlags) keySource(awsCfg aws.Config) farm.CAKeySource {
 	if c.keySecret != "" {
 		return cakey.NewSecret(secretsmanager.NewFromConfig(awsCfg), c.keySecret)
 	}
-	return ca.KeyFile(c.keyFile)
+	return cadir.KeyFile(c.keyFile)
 }
 
 // open opens the chosen CA and gets the front door's certificate from it.
@@ -139,7 +140,7 @@ func (c *caFlags) openAuthority(ctx context.Context, awsCfg aws.Config, work str
 		}
 		return a, nil
 	}
-	a, err := ca.Open(ctx, c.dir, opts)
+	a, err := cadir.OpenCA(ctx, c.dir, opts)
 	if err != nil {
 		return nil, err
 	}

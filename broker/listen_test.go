@@ -16,6 +16,7 @@ import (
 
 	"github.com/compilefarm/compilefarm/pkg/admin"
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
 	"github.com/compilefarm/compilefarm/pkg/pki"
 )
@@ -74,7 +75,7 @@ func (s *syncBuffer) String() string {
 // addresses.
 func startListeners(t *testing.T, adminListen string) (front, metricsURL, adminURL string, errc chan error) {
 	t.Helper()
-	a, err := ca.Open(t.Context(), filepath.Join(t.TempDir(), "ca"), ca.Options{KeyBits: 2048})
+	a, err := cadir.OpenCA(t.Context(), filepath.Join(t.TempDir(), "ca"), ca.Options{KeyBits: 2048})
 	if err != nil {
 		t.Fatal(err)
 	}

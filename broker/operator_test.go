@@ -11,6 +11,7 @@ import (
 
 	"github.com/compilefarm/compilefarm/pkg/admin"
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
 	"github.com/compilefarm/compilefarm/pkg/frontdoor"
 	"github.com/compilefarm/compilefarm/pkg/pki"
@@ -26,7 +27,7 @@ type operatorRig struct {
 
 func newOperatorRig(t *testing.T, autosign bool) *operatorRig {
 	t.Helper()
-	a, err := ca.Open(t.Context(), filepath.Join(t.TempDir(), "ca"), ca.Options{KeyBits: 2048, Autosign: autosign})
+	a, err := cadir.OpenCA(t.Context(), filepath.Join(t.TempDir(), "ca"), ca.Options{KeyBits: 2048, Autosign: autosign})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
 	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
@@ -148,7 +149,7 @@ func TestAdoptedCA(t *testing.T) {
 	if err := os.CopyFS(filepath.Join(data, "ca"), os.DirFS(p.CADir)); err != nil {
 		t.Fatal(err)
 	}
-	broker, err := ca.Open(t.Context(), filepath.Join(data, "ca"), ca.Options{Name: "pdbenv-broker.test"})
+	broker, err := cadir.OpenCA(t.Context(), filepath.Join(data, "ca"), ca.Options{Name: "pdbenv-broker.test"})
 	if err != nil {
 		t.Fatal(err)
 	}

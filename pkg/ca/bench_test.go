@@ -16,7 +16,7 @@ import (
 // inventory). Requests carry ECDSA P-256 keys; their making is not timed.
 func BenchmarkSign(b *testing.B) {
 	for _, bits := range []int{2048, 4096} {
-		c, _ := freshCA(b, Options{KeyBits: bits, Autosign: true})
+		c := freshCA(b, Options{KeyBits: bits, Autosign: true})
 		var seq atomic.Int64
 		b.Run(fmt.Sprintf("rsa%d/issue", bits), func(b *testing.B) {
 			key := ecKey(b, elliptic.P256())

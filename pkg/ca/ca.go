@@ -1,5 +1,5 @@
-// Package ca is compilefarm's built-in Puppet certificate authority: the CA
-// that embedded mode (broker dev) runs in place of Puppet Server's.
+// Package ca is compilefarm's Puppet certificate authority, the signer that
+// front doors run in place of Puppet Server's CA.
 //
 // It issues what Puppet Server 7 issues: a self-signed RSA CA "Puppet CA:
 // <name>", agent certificates with CN and SAN = certname, not-before
@@ -9,16 +9,14 @@
 // agent requested, and a v2 CRL re-signed on every revocation. It refuses the
 // requests Puppet Server refuses, with Puppet's messages (see RequestError).
 //
-// The CA's records live in a farm.CAStore and its key in a farm.CAKeySource.
-// Open keeps both in one directory laid out like Puppet Server's cadir
-// (DirStore: ca_crt.pem, ca_key.pem, ca_crl.pem, serial, inventory.txt,
-// requests/, signed/) plus server/ for the front door's own certificates;
-// every write is atomic (temp file, fsync, rename), and several processes
-// may open the same directory (the running broker and an operator's "broker
-// ca sign"): changes are serialised with flock(2) on <dir>/.lock. New and
-// Init take any store and key source, such as the DynamoDB store a fleet of
-// front doors shares and a key in Secrets Manager. A CA is safe for
-// concurrent use and picks up revocations other processes made.
+// The CA signs: its records live in a farm.CAStore and its key in a
+// farm.CAKeySource, both given to New and Init: Puppet Server's cadir
+// layout (package cadir, whose OpenCA opens a CA kept in a directory),
+// the DynamoDB store a fleet of front doors shares (dynamostate), a key in
+// a file, Secrets Manager or KMS. The key signs where it lives, through
+// its crypto.Signer. A CA is safe for concurrent use, also by several
+// processes sharing a store, and picks up revocations other processes
+// made.
 //
 // Besides farm.CA the CA gives a TLS server what it needs: IssueServerCert
 // for the front door's certificate, Pool and VerifyConnection (revocation
@@ -88,25 +86,27 @@ type Options struct {
 	// not-before is one day earlier.
 	Validity time.Duration
 	// ServerDir is where IssueServerCert keeps the front door's certificates
-	// and keys: local to the process, never in the store (Open: <dir>/server).
+	// and keys: local to the process, never in the store (cadir.OpenCA: <dir>/server).
 	ServerDir string
 	// Now is the clock (default time.Now); tests set it.
 	Now func() time.Time
 	// Logger receives sign, revoke and submit events (default slog.Default()).
 	Logger *slog.Logger
+	// OnClose, when set, is called once by Close: the opener's hold on
+	// the store (cadir.OpenCA: the directory's lock file).
+	OnClose func() error
 }
 
 // CA is a Puppet certificate authority whose records live in a
 // farm.CAStore and whose key comes from a farm.CAKeySource. It implements farm.CA; see the package
 // documentation.
 type CA struct {
-	store      farm.CAStore
-	keys       farm.CAKeySource
-	closeStore func() error
-	opts       Options
-	log        *slog.Logger
+	store farm.CAStore
+	keys  farm.CAKeySource
+	opts  Options
+	log   *slog.Logger
 
-	// Immutable after Open.
+	// Immutable after New or Init.
 	cert    *x509.Certificate
 	certPEM []byte
 	key     crypto.Signer
@@ -157,35 +157,6 @@ func (o Options) withDefaults() (Options, error) {
 		o.Logger = slog.Default()
 	}
 	return o, nil
-}
-
-// Open loads the CA kept in dir, laid out like Puppet Server's cadir,
-// creating the directory and a new CA (key, certificate, empty CRL, serial
-// counter, inventory) on first use. Front door certificates are kept in
-// <dir>/server unless opts.ServerDir says otherwise.
-func Open(ctx context.Context, dir string, opts Options) (*CA, error) {
-	if dir == "" {
-		return nil, fmt.Errorf("open CA: no directory given: %w", farm.ErrInvalid)
-	}
-	opts, err := opts.withDefaults()
-	if err != nil {
-		return nil, fmt.Errorf("open CA in %s: %w", dir, err)
-	}
-	st, err := OpenDirStore(dir)
-	if err != nil {
-		return nil, fmt.Errorf("open CA in %s: %w", dir, err)
-	}
-	if opts.ServerDir == "" {
-		opts.ServerDir = st.path(dirServer)
-	}
-	opts.Logger = opts.Logger.With("dir", dir)
-	c, err := start(ctx, st, KeyFile(st.path(fileCAKey)), opts, true)
-	if err != nil {
-		_ = st.Close()
-		return nil, fmt.Errorf("open CA in %s: %w", dir, err)
-	}
-	c.closeStore = st.Close
-	return c, nil
 }
 
 // New opens the CA kept in store, signing with the key from keys. It
@@ -335,15 +306,16 @@ func (c *CA) signer(ctx context.Context) (crypto.Signer, error) {
 	return key, nil
 }
 
-// Close releases the CA's hold on its store. The CA must not be used
-// afterwards.
+// Close calls Options.OnClose, once. The CA must not be used afterwards.
 func (c *CA) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closeStore == nil {
+	if c.opts.OnClose == nil {
 		return nil
 	}
-	if err := c.closeStore(); err != nil {
+	err := c.opts.OnClose()
+	c.opts.OnClose = nil
+	if err != nil {
 		return fmt.Errorf("close CA: %w", err)
 	}
 	return nil

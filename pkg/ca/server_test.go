@@ -95,10 +95,10 @@ func TestIssueServerCert(t *testing.T) {
 				t.Errorf("no pp_cli_auth extension, which Puppet Server puts on its own certificate")
 			}
 			// Kept on disk like Puppet's own certificate, key private.
-			if signed := mustParseCert(t, mustReadFile(t, c.signedPath("puppet.test"))); !signed.Equal(leaf) {
+			if signed := mustParseCert(t, c.signedPEM(t, "puppet.test")); !signed.Equal(leaf) {
 				t.Errorf("signed/puppet.test.pem is not the server certificate")
 			}
-			info, err := os.Stat(c.path(dirServer, "puppet.test.key"))
+			info, err := os.Stat(filepath.Join(c.opts.ServerDir, "puppet.test.key"))
 			if err != nil || info.Mode().Perm() != 0o600 {
 				t.Errorf("server key file: %v, mode %v", err, info.Mode())
 			}
@@ -127,7 +127,7 @@ func TestIssueServerCertRefuses(t *testing.T) {
 			}
 		})
 	}
-	if names, _ := c.names(dirServer); len(names) != 0 {
+	if names, _ := os.ReadDir(c.opts.ServerDir); len(names) != 0 {
 		t.Fatalf("refused requests left server certificates: %v", names)
 	}
 }
@@ -160,21 +160,21 @@ func TestServerCertReuse(t *testing.T) {
 			}},
 		{name: "key file damaged", alt: base,
 			change: func(t *testing.T, c *CA, clk *clock) {
-				mustWriteFile(t, c.path(dirServer, "puppet.test.key"), []byte("garbage"))
+				mustWriteFile(t, filepath.Join(c.opts.ServerDir, "puppet.test.key"), []byte("garbage"))
 			}},
 		{name: "key of another certificate", alt: base,
 			change: func(t *testing.T, c *CA, clk *clock) {
-				mustWriteFile(t, c.path(dirServer, "puppet.test.key"), pemKey(t, ecKey(t, elliptic.P256())))
+				mustWriteFile(t, filepath.Join(c.opts.ServerDir, "puppet.test.key"), pemKey(t, ecKey(t, elliptic.P256())))
 			}},
 		{name: "certificate of another CA", alt: base,
 			change: func(t *testing.T, c *CA, clk *clock) {
-				other, _ := freshCA(t, Options{Name: "other"})
+				other := freshCA(t, Options{Name: "other"})
 				o, err := other.IssueServerCert(t.Context(), "puppet.test", base, "")
 				if err != nil {
 					t.Fatalf("IssueServerCert at the other CA: %v", err)
 				}
-				mustWriteFile(t, c.path(dirServer, "puppet.test.pem"), mustReadFile(t, other.path(dirServer, "puppet.test.pem")))
-				mustWriteFile(t, c.path(dirServer, "puppet.test.key"), pemKey(t, o.PrivateKey.(*ecdsa.PrivateKey)))
+				mustWriteFile(t, filepath.Join(c.opts.ServerDir, "puppet.test.pem"), mustReadFile(t, filepath.Join(other.opts.ServerDir, "puppet.test.pem")))
+				mustWriteFile(t, filepath.Join(c.opts.ServerDir, "puppet.test.key"), pemKey(t, o.PrivateKey.(*ecdsa.PrivateKey)))
 			}},
 	}
 	for _, tc := range tests {
@@ -204,7 +204,7 @@ func TestServerCertReuse(t *testing.T) {
 			if !third.Leaf.Equal(second.Leaf) {
 				t.Fatalf("the certificate just issued was not kept")
 			}
-			if got := mustParseCert(t, mustReadFile(t, filepath.Join(c.dir(), dirSigned, "puppet.test.pem"))); !got.Equal(second.Leaf) {
+			if got := mustParseCert(t, c.signedPEM(t, "puppet.test")); !got.Equal(second.Leaf) {
 				t.Fatalf("signed/ copy is stale")
 			}
 		})

@@ -27,7 +27,7 @@ func TestServerTLSConfigRemembersVerified(t *testing.T) {
 	good := signAgent(t, c, "good.example.test")
 	later := signAgent(t, c, "revoked-later.example.test")
 	expiring := signAgent(t, c, "expiring.example.test")
-	other, _ := freshCA(t, Options{Name: "stranger"})
+	other := freshCA(t, Options{Name: "stranger"})
 	stranger := signAgent(t, other, "good.example.test")
 	impostor := &tls.Certificate{Certificate: [][]byte{good.cert.Raw}, PrivateKey: ecKey(t, elliptic.P256()), Leaf: good.cert}
 

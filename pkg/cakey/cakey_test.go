@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +17,7 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
+	"github.com/compilefarm/compilefarm/pkg/memstore"
 	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
@@ -94,18 +93,14 @@ func TestSecretWithoutValue(t *testing.T) {
 }
 
 // Two processes creating the CA at once with the key in one secret end
-// with one CA, and its key is in the secret, not in the directory.
+// with one CA.
 func TestCAWithSecretKey(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the Secrets Manager emulator; skipped with -short")
 	}
-	dir := filepath.Join(t.TempDir(), "ca")
+	st := memstore.NewCAStore()
 	name := secretName()
 	open := func() (*ca.CA, error) {
-		st, err := ca.OpenDirStore(dir)
-		if err != nil {
-			return nil, err
-		}
 		return ca.Init(t.Context(), st, NewSecret(client(), name),
 			ca.Options{KeyBits: 2048, ServerDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
 	}
@@ -127,16 +122,11 @@ func TestCAWithSecretKey(t *testing.T) {
 	if string(a) != string(b) {
 		t.Fatalf("two CAs made from one secret")
 	}
-	if _, err := os.Stat(filepath.Join(dir, "ca_key.pem")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the key was written to the directory: %v", err)
-	}
 	// A secret holding another key is refused with a message naming it.
 	other := NewSecret(client(), secretName())
 	if err := other.GenerateKey(t.Context(), farm.MinCAKeyBits); err != nil {
 		t.Fatal(err)
 	}
-	st, _ := ca.OpenDirStore(dir)
-	defer st.Close()
 	_, err := ca.New(t.Context(), st, other, ca.Options{ServerDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
 	if err == nil || !strings.Contains(err.Error(), "Secrets Manager secret") || !strings.Contains(err.Error(), "does not match") {
 		t.Fatalf("New with a secret that holds another key: err = %v, want one naming the secret", err)

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
 	"github.com/compilefarm/compilefarm/pkg/frontdoor"
@@ -76,7 +77,7 @@ func startUpstream(t *testing.T, opts ca.Options) *upstream {
 	opts.KeyBits = 2048
 	opts.Logger = quiet()
 	dir := t.TempDir()
-	authority, err := ca.Open(ctx, dir, opts)
+	authority, err := cadir.OpenCA(ctx, dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 // DynamoDB (dynamostate.CAStore) and memory (memstore.CAStore, for tests);
 // farmtest.TestCAStore is their suite.
 // The CA makes every change under Lock. A driver whose writes are not
-// conditional themselves (DirStore) serialises changes with Lock; a driver
+// conditional themselves (cadir.Store) serialises changes with Lock; a driver
 // with conditional writes (DynamoDB) returns a no-op from Lock and enforces
 // the conditions of Create, NextSerial, PutSigned, DeleteSigned and PutCRL
 // itself, so that several processes on several hosts can sign at once.
@@ -47,7 +47,7 @@ type CAStore interface {
 type CAIssuerStore interface {
 	// CACert returns the CA certificate (PEM); ErrNotFound when there is no
 	// CA yet. A driver may refuse to report "no CA" when its other records
-	// show there was one (DirStore, when ca_crt.pem is missing but signed
+	// show there was one (cadir.Store, when ca_crt.pem is missing but signed
 	// certificates are there): an error, not ErrNotFound.
 	CACert(ctx context.Context) ([]byte, error)
 	// Create records a new CA: its certificate, first CRL, the serial

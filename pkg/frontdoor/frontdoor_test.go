@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
 	"github.com/compilefarm/compilefarm/pkg/code"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
@@ -48,7 +49,7 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	ctx := context.Background()
-	authority, err := ca.Open(ctx, t.TempDir(), ca.Options{Name: "test", KeyBits: 2048, Autosign: true})
+	authority, err := cadir.OpenCA(ctx, t.TempDir(), ca.Options{Name: "test", KeyBits: 2048, Autosign: true})
 	if err != nil {
 		t.Fatal(err)
 	}

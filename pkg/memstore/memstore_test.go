@@ -107,3 +107,7 @@ func TestCAKey(t *testing.T) {
 		})
 	})
 }
+
+func TestCAStore(t *testing.T) {
+	farmtest.TestCAStore(t, func(t *testing.T) farm.CAStore { return memstore.NewCAStore() })
+}

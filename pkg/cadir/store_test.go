@@ -1,4 +1,4 @@
-package ca_test
+package cadir
 
 import (
 	"os"
@@ -11,9 +11,9 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
-func TestDirStoreContract(t *testing.T) {
+func TestStoreContract(t *testing.T) {
 	farmtest.TestCAStore(t, func(t *testing.T) farm.CAStore {
-		s, err := ca.OpenDirStore(filepath.Join(t.TempDir(), "ca"))
+		s, err := Open(filepath.Join(t.TempDir(), "ca"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -22,11 +22,11 @@ func TestDirStoreContract(t *testing.T) {
 	})
 }
 
-func TestDirStoreShared(t *testing.T) {
+func TestStoreShared(t *testing.T) {
 	farmtest.TestSharedCA(t, func(t *testing.T) (farm.CA, farm.CA) {
 		dir := filepath.Join(t.TempDir(), "ca")
 		open := func() farm.CA {
-			c, err := ca.Open(t.Context(), dir, ca.Options{KeyBits: 2048, Autosign: true})
+			c, err := OpenCA(t.Context(), dir, ca.Options{KeyBits: 2048, Autosign: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -41,13 +41,13 @@ func TestKeyFileContract(t *testing.T) {
 	t.Run("CAKeySource", func(t *testing.T) {
 		farmtest.TestCAKeySource(t, func(t *testing.T) func() farm.CAKeySource {
 			path := filepath.Join(t.TempDir(), "ca_key.pem")
-			return func() farm.CAKeySource { return ca.KeyFile(path) }
+			return func() farm.CAKeySource { return KeyFile(path) }
 		})
 	})
 	t.Run("CAKeyImporter", func(t *testing.T) {
 		farmtest.TestCAKeyImporter(t, func(t *testing.T) func() farm.CAKeyImporter {
 			path := filepath.Join(t.TempDir(), "ca_key.pem")
-			return func() farm.CAKeyImporter { return ca.KeyFile(path) }
+			return func() farm.CAKeyImporter { return KeyFile(path) }
 		})
 	})
 }
@@ -58,11 +58,11 @@ func TestKeyFileMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, store := range map[string]func(ca.KeyFile) error{
-		"generated": func(f ca.KeyFile) error { return f.GenerateKey(t.Context(), farm.MinCAKeyBits) },
-		"imported":  func(f ca.KeyFile) error { return f.ImportKey(t.Context(), keyPEM) },
+	for name, store := range map[string]func(KeyFile) error{
+		"generated": func(f KeyFile) error { return f.GenerateKey(t.Context(), farm.MinCAKeyBits) },
+		"imported":  func(f KeyFile) error { return f.ImportKey(t.Context(), keyPEM) },
 	} {
-		f := ca.KeyFile(filepath.Join(t.TempDir(), "ca_key.pem"))
+		f := KeyFile(filepath.Join(t.TempDir(), "ca_key.pem"))
 		if err := store(f); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

@@ -80,3 +80,7 @@ func TestKeyFileMode(t *testing.T) {
 		}
 	}
 }
+
+func TestCAContract(t *testing.T) {
+	farmtest.TestCA(t, func(t *testing.T) farm.CA { return openCA(t, ca.Options{}).CA })
+}

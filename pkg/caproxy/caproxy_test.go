@@ -483,6 +483,26 @@ func TestNotFound(t *testing.T) {
 	}
 }
 
+// TestContract runs farm.CA's suite on a proxy to a real upstream CA: the
+// proxy signs nothing itself, so the suite signs and revokes on the
+// upstream, as its operator would, and checks the proxy refuses to.
+func TestContract(t *testing.T) {
+	var mu sync.Mutex
+	upstreams := map[farm.CA]*ca.CA{}
+	farmtest.TestCA(t, func(t *testing.T) farm.CA {
+		up := startUpstream(t, ca.Options{})
+		p, _ := openProxy(t, up, Options{CRLRefresh: 50 * time.Millisecond})
+		mu.Lock()
+		defer mu.Unlock()
+		upstreams[p] = up.ca
+		return p
+	}, farmtest.SignsNothing(func(p farm.CA) farm.CA {
+		mu.Lock()
+		defer mu.Unlock()
+		return upstreams[p]
+	}))
+}
+
 func TestUpstreamOnly(t *testing.T) {
 	ctx := context.Background()
 	up := startUpstream(t, ca.Options{})

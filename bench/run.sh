@@ -524,7 +524,7 @@ fi
 
 # 6b. Certificate signing: the directory CA and the DynamoDB CA (dynalite on
 # loopback, so it measures the CA's round trips, not DynamoDB's latency).
-ca_cmd=(go test -run '^$' -bench 'BenchmarkSign$/rsa4096/submit|BenchmarkSignDynamoDB' -benchtime 200x ./pkg/ca ./pkg/dynamostate)
+ca_cmd=(go test -run '^$' -bench 'BenchmarkSign$/rsa4096/submit|BenchmarkSignDynamoDB' -benchtime 200x ./pkg/cadir ./pkg/dynamostate)
 ca_out=$(run_bench "CA benchmark" '^Benchmark' "${ca_cmd[@]}")
 
 # 6c. The external node classifier's overhead per check-in: fork, exec and

@@ -17,10 +17,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
 	"github.com/compilefarm/compilefarm/pkg/cakey"
 	"github.com/compilefarm/compilefarm/pkg/caproxy"
 	"github.com/compilefarm/compilefarm/pkg/dynamostate"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // authority is what a serving front door needs of its CA: the CA
@@ -85,7 +87,7 @@ func (c *caFlags) keySource(awsCfg aws.Config) farm.CAKeySource {
 	if c.keySecret != "" {
 		return cakey.NewSecret(secretsmanager.NewFromConfig(awsCfg), c.keySecret)
 	}
-	return ca.KeyFile(c.keyFile)
+	return cadir.KeyFile(c.keyFile)
 }
 
 // open opens the chosen CA and gets the front door's certificate from it.
@@ -138,7 +140,7 @@ func (c *caFlags) openAuthority(ctx context.Context, awsCfg aws.Config, work str
 		}
 		return a, nil
 	}
-	a, err := ca.Open(ctx, c.dir, opts)
+	a, err := cadir.OpenCA(ctx, c.dir, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -152,14 +154,18 @@ func serverAltNames(certname, extra string) []string {
 }
 
 // runCAInit creates the CA of a fleet in DynamoDB: the key in the key
-// source (a new one unless it already holds one), the certificate, CRL and
-// serial counter in the table. Running it again changes nothing.
+// source (a new one unless it already holds one, or the one --import-key
+// gives), the certificate, CRL and serial counter in the table. Running it
+// again changes nothing.
 func runCAInit(ctx context.Context, args []string) error {
 	var c caFlags
 	fs := flag.NewFlagSet("ca init", flag.ExitOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: broker ca init --ca-table TABLE (--ca-key-file FILE | --ca-key-secret ID) [--name NAME]")
+		fmt.Fprintln(fs.Output(), "usage: broker ca init --ca-table TABLE (--ca-key-file FILE | --ca-key-secret ID) [--import-key FILE] [--name NAME]")
 		fmt.Fprintln(fs.Output(), "Creates the fleet's CA for `broker serve --ca-table`. AWS endpoints and credentials come from the standard AWS configuration.")
+		fmt.Fprintln(fs.Output(), "--import-key brings an existing CA key (Puppet Server's ca_key.pem) into the key source first: a file or a")
+		fmt.Fprintln(fs.Output(), "Secrets Manager secret, which the signing tasks then read (see docs/operations.md on key custody). The CA")
+		fmt.Fprintln(fs.Output(), "certificate is made anew with that key: give --name the name of the CA it takes over from.")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&c.table, "ca-table", "", "DynamoDB table for the CA's records (required)")
@@ -167,6 +173,7 @@ func runCAInit(ctx context.Context, args []string) error {
 	fs.StringVar(&c.keySecret, "ca-key-secret", "", "AWS Secrets Manager secret (name or ARN) for the CA key (created if missing)")
 	name := fs.String("name", "compilefarm", `the CA's name: its subject is "Puppet CA: NAME"`)
 	bits := fs.Int("key-bits", 4096, "RSA key size of a new CA key")
+	importKey := fs.String("import-key", "", "PEM file of an existing CA key (Puppet Server's ca_key.pem: PKCS#1, SEC 1 or PKCS#8) to import into the key source, which must hold none or that key")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -188,6 +195,12 @@ func runCAInit(ctx context.Context, args []string) error {
 	}
 	defer os.RemoveAll(tmp)
 	keys := c.keySource(awsCfg)
+	if *importKey != "" {
+		if err := importCAKey(ctx, keys, *importKey); err != nil {
+			return fmt.Errorf("ca init: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "imported the CA key from %s into %s\n", *importKey, keys)
+	}
 	fmt.Fprintf(os.Stderr, "creating the CA in DynamoDB table %s with the key in %s (a %d-bit key takes a few seconds)...\n", c.table, keys, *bits)
 	a, err := ca.Init(ctx, dynamostate.NewCAStore(dynamodb.NewFromConfig(awsCfg), c.table), keys,
 		ca.Options{Name: *name, KeyBits: *bits, ServerDir: tmp, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
@@ -197,6 +210,35 @@ func runCAInit(ctx context.Context, args []string) error {
 	defer a.Close()
 	cert := a.CACert()
 	fmt.Printf("CA %q ready in table %s, key in %s\nfingerprint (SHA256) %s\nnot after %s\n",
-		cert.Subject.CommonName, c.table, keys, ca.Fingerprint(cert.Raw), cert.NotAfter.UTC().Format("2006-01-02"))
+		cert.Subject.CommonName, c.table, keys, pki.Fingerprint(cert.Raw), cert.NotAfter.UTC().Format("2006-01-02"))
 	return nil
+}
+
+// importCAKey imports the PEM key in file into keys before the CA is
+// created: keys must be able to import (a file or a Secrets Manager secret;
+// a KMS key's material is imported with AWS's own ImportKeyMaterial), and
+// hold no key or that same key (ca init run again).
+func importCAKey(ctx context.Context, keys farm.CAKeySource, file string) error {
+	importer, ok := keys.(farm.CAKeyImporter)
+	if !ok {
+		return fmt.Errorf("--import-key: %s cannot import a key; import into --ca-key-file or --ca-key-secret, "+
+			"or import the key material into a KMS key with AWS's ImportKeyMaterial (docs/operations.md): %w", keys, farm.ErrInvalid)
+	}
+	keyPEM, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("--import-key: %w", err)
+	}
+	err = importer.ImportKey(ctx, keyPEM)
+	if !errors.Is(err, farm.ErrConflict) {
+		if err != nil {
+			return fmt.Errorf("--import-key %s: %w", file, err)
+		}
+		return nil
+	}
+	held, herr := importer.Signer(ctx)
+	want, perr := pki.ParsePrivateKey(keyPEM)
+	if herr == nil && perr == nil && pki.PublicKeysEqual(held.Public(), want.Public()) {
+		return nil // imported before: ca init run again
+	}
+	return fmt.Errorf("--import-key %s: %s already holds another key: %w", file, keys, err)
 }

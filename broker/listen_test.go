@@ -16,7 +16,9 @@ import (
 
 	"github.com/compilefarm/compilefarm/pkg/admin"
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 func TestCheckAdminListen(t *testing.T) {
@@ -73,12 +75,12 @@ func (s *syncBuffer) String() string {
 // addresses.
 func startListeners(t *testing.T, adminListen string) (front, metricsURL, adminURL string, errc chan error) {
 	t.Helper()
-	a, err := ca.Open(t.Context(), filepath.Join(t.TempDir(), "ca"), ca.Options{KeyBits: 2048})
+	a, err := cadir.OpenCA(t.Context(), filepath.Join(t.TempDir(), "ca"), ca.Options{KeyBits: 2048})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	cert, err := a.IssueServerCert(t.Context(), "broker.test", serverAltNames("broker.test", ""), ca.KeyECDSAP256)
+	cert, err := a.IssueServerCert(t.Context(), "broker.test", serverAltNames("broker.test", ""), pki.KeyECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,10 @@ import (
 
 	"github.com/compilefarm/compilefarm/pkg/admin"
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
 	"github.com/compilefarm/compilefarm/pkg/frontdoor"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // operatorRig is a farm's CA with its operator API on a loopback listener
@@ -25,12 +27,12 @@ type operatorRig struct {
 
 func newOperatorRig(t *testing.T, autosign bool) *operatorRig {
 	t.Helper()
-	a, err := ca.Open(t.Context(), filepath.Join(t.TempDir(), "ca"), ca.Options{KeyBits: 2048, Autosign: autosign})
+	a, err := cadir.OpenCA(t.Context(), filepath.Join(t.TempDir(), "ca"), ca.Options{KeyBits: 2048, Autosign: autosign})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	cert, err := a.IssueServerCert(t.Context(), "broker.test", serverAltNames("broker.test", ""), ca.KeyECDSAP256)
+	cert, err := a.IssueServerCert(t.Context(), "broker.test", serverAltNames("broker.test", ""), pki.KeyECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/bench/internal/loopback"
-	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/clientcert"
 	"github.com/compilefarm/compilefarm/pkg/pcp/broker"
 )
 
@@ -147,16 +147,16 @@ type neverRevoked struct{}
 func (neverRevoked) IsRevoked(*big.Int) bool { return false }
 
 // clientCheck checks clients' certificates against the bench CA as the
-// farm's CA does (pkg/ca.ClientCheck, with its cache of verified
+// farm's CA does (pkg/clientcert.Check, with its cache of verified
 // certificates).
-func clientCheck(caCert *x509.Certificate) ca.ClientCheck {
+func clientCheck(caCert *x509.Certificate) clientcert.Check {
 	pool := x509.NewCertPool()
 	pool.AddCert(caCert)
-	return ca.ClientCheck{
+	return clientcert.Check{
 		Roots:     pool,
 		Issuers:   []*x509.Certificate{caCert},
 		IsRevoked: neverRevoked{}.IsRevoked,
-		Verified:  ca.NewVerifiedCache(0),
+		Verified:  clientcert.NewVerifiedCache(0),
 	}
 }
 
@@ -165,7 +165,7 @@ func clientCheck(caCert *x509.Certificate) ca.ClientCheck {
 // session tickets, full-size records, a client certificate required
 // (RequireAnyClientCert) and verified by check's VerifyConnection, HTTP/1.1
 // only.
-func brokerTLS(cert tls.Certificate, check ca.ClientCheck) *tls.Config {
+func brokerTLS(cert tls.Certificate, check clientcert.Check) *tls.Config {
 	conf := check.TLSConfig(cert)
 	conf.ClientAuth = tls.RequireAnyClientCert
 	conf.NextProtos = []string{"http/1.1"}

@@ -48,6 +48,7 @@ import (
 
 	"github.com/compilefarm/compilefarm/bench/internal/loopback"
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
 )
 
 func main() {
@@ -101,7 +102,7 @@ func serve(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	authority, err := ca.Open(ctx, *caDir, ca.Options{})
+	authority, err := cadir.OpenCA(ctx, *caDir, ca.Options{})
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,8 @@ import (
 	"testing"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // Identity is a client's TLS identity as files, the way the real clients
@@ -43,7 +45,7 @@ type PKI struct {
 func NewPKI(t testing.TB) *PKI {
 	t.Helper()
 	dir := t.TempDir()
-	c, err := ca.Open(context.Background(), filepath.Join(dir, "ca"), ca.Options{Name: "pcp-test", KeyBits: 2048, Autosign: true,
+	c, err := cadir.OpenCA(context.Background(), filepath.Join(dir, "ca"), ca.Options{Name: "pcp-test", KeyBits: 2048, Autosign: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatalf("pcpclients: creating a CA: %v", err)
@@ -82,7 +84,7 @@ func (p *PKI) Identity(t testing.TB, certname string) Identity {
 	if err != nil {
 		t.Fatalf("pcpclients: the certificate of %s: %v", certname, err)
 	}
-	keyPEM, err := ca.EncodePrivateKey(key)
+	keyPEM, err := pki.EncodePrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 func TestParseEnv(t *testing.T) {
@@ -147,12 +149,12 @@ func TestAdoptedCA(t *testing.T) {
 	if err := os.CopyFS(filepath.Join(data, "ca"), os.DirFS(p.CADir)); err != nil {
 		t.Fatal(err)
 	}
-	broker, err := ca.Open(t.Context(), filepath.Join(data, "ca"), ca.Options{Name: "pdbenv-broker.test"})
+	broker, err := cadir.OpenCA(t.Context(), filepath.Join(data, "ca"), ca.Options{Name: "pdbenv-broker.test"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer broker.Close()
-	cert, err := broker.IssueServerCert(t.Context(), "pdbenv-broker.test", []string{"localhost", "127.0.0.1"}, ca.KeyECDSAP256)
+	cert, err := broker.IssueServerCert(t.Context(), "pdbenv-broker.test", []string{"localhost", "127.0.0.1"}, pki.KeyECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,5 @@
-// Package ca is compilefarm's built-in Puppet certificate authority: the CA
-// that embedded mode (broker dev) runs in place of Puppet Server's.
+// Package ca is compilefarm's Puppet certificate authority, the signer that
+// front doors run in place of Puppet Server's CA.
 //
 // It issues what Puppet Server 7 issues: a self-signed RSA CA "Puppet CA:
 // <name>", agent certificates with CN and SAN = certname, not-before
@@ -9,16 +9,14 @@
 // agent requested, and a v2 CRL re-signed on every revocation. It refuses the
 // requests Puppet Server refuses, with Puppet's messages (see RequestError).
 //
-// The CA's records live in a farm.CAStore and its key in a farm.CAKeySource.
-// Open keeps both in one directory laid out like Puppet Server's cadir
-// (DirStore: ca_crt.pem, ca_key.pem, ca_crl.pem, serial, inventory.txt,
-// requests/, signed/) plus server/ for the front door's own certificates;
-// every write is atomic (temp file, fsync, rename), and several processes
-// may open the same directory (the running broker and an operator's "broker
-// ca sign"): changes are serialised with flock(2) on <dir>/.lock. New and
-// Init take any store and key source, such as the DynamoDB store a fleet of
-// front doors shares and a key in Secrets Manager. A CA is safe for
-// concurrent use and picks up revocations other processes made.
+// The CA signs: its records live in a farm.CAStore and its key in a
+// farm.CAKeySource, both given to New and Init: Puppet Server's cadir
+// layout (package cadir, whose OpenCA opens a CA kept in a directory),
+// the DynamoDB store a fleet of front doors shares (dynamostate), a key in
+// a file, Secrets Manager or KMS. The key signs where it lives, through
+// its crypto.Signer. A CA is safe for concurrent use, also by several
+// processes sharing a store, and picks up revocations other processes
+// made.
 //
 // Besides farm.CA the CA gives a TLS server what it needs: IssueServerCert
 // for the front door's certificate, Pool and VerifyConnection (revocation
@@ -29,11 +27,7 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -48,7 +42,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/compilefarm/compilefarm/pkg/clientcert"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 const (
@@ -90,31 +86,33 @@ type Options struct {
 	// not-before is one day earlier.
 	Validity time.Duration
 	// ServerDir is where IssueServerCert keeps the front door's certificates
-	// and keys: local to the process, never in the store (Open: <dir>/server).
+	// and keys: local to the process, never in the store (cadir.OpenCA: <dir>/server).
 	ServerDir string
 	// Now is the clock (default time.Now); tests set it.
 	Now func() time.Time
 	// Logger receives sign, revoke and submit events (default slog.Default()).
 	Logger *slog.Logger
+	// OnClose, when set, is called once by Close: the opener's hold on
+	// the store (cadir.OpenCA: the directory's lock file).
+	OnClose func() error
 }
 
 // CA is a Puppet certificate authority whose records live in a
 // farm.CAStore and whose key comes from a farm.CAKeySource. It implements farm.CA; see the package
 // documentation.
 type CA struct {
-	store      farm.CAStore
-	keys       farm.CAKeySource
-	closeStore func() error
-	opts       Options
-	log        *slog.Logger
+	store farm.CAStore
+	keys  farm.CAKeySource
+	opts  Options
+	log   *slog.Logger
 
-	// Immutable after Open.
+	// Immutable after New or Init.
 	cert    *x509.Certificate
 	certPEM []byte
 	key     crypto.Signer
 	pool    *x509.CertPool
 	// verified remembers the client certificates that verified against pool.
-	verified *VerifiedCache
+	verified *clientcert.VerifiedCache
 
 	// mu serialises this process's changes; the store's Lock (or its
 	// conditional writes) serialises them with other processes.
@@ -161,35 +159,6 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// Open loads the CA kept in dir, laid out like Puppet Server's cadir,
-// creating the directory and a new CA (key, certificate, empty CRL, serial
-// counter, inventory) on first use. Front door certificates are kept in
-// <dir>/server unless opts.ServerDir says otherwise.
-func Open(ctx context.Context, dir string, opts Options) (*CA, error) {
-	if dir == "" {
-		return nil, fmt.Errorf("open CA: no directory given: %w", farm.ErrInvalid)
-	}
-	opts, err := opts.withDefaults()
-	if err != nil {
-		return nil, fmt.Errorf("open CA in %s: %w", dir, err)
-	}
-	st, err := OpenDirStore(dir)
-	if err != nil {
-		return nil, fmt.Errorf("open CA in %s: %w", dir, err)
-	}
-	if opts.ServerDir == "" {
-		opts.ServerDir = st.path(dirServer)
-	}
-	opts.Logger = opts.Logger.With("dir", dir)
-	c, err := start(ctx, st, KeyFile(st.path(fileCAKey)), opts, true)
-	if err != nil {
-		_ = st.Close()
-		return nil, fmt.Errorf("open CA in %s: %w", dir, err)
-	}
-	c.closeStore = st.Close
-	return c, nil
-}
-
 // New opens the CA kept in store, signing with the key from keys. It
 // returns an error wrapping farm.ErrNotFound when the store has no CA yet:
 // Init makes one.
@@ -215,7 +184,7 @@ func start(ctx context.Context, store farm.CAStore, keys farm.CAKeySource, opts 
 	if err := os.MkdirAll(opts.ServerDir, 0o700); err != nil {
 		return nil, fmt.Errorf("open CA: %w", err)
 	}
-	c := &CA{store: store, keys: keys, opts: opts, log: opts.Logger.With("component", "ca"), verified: NewVerifiedCache(0)}
+	c := &CA{store: store, keys: keys, opts: opts, log: opts.Logger.With("component", "ca"), verified: clientcert.NewVerifiedCache(0)}
 	if err := c.init(ctx, create); err != nil {
 		return nil, err
 	}
@@ -256,29 +225,18 @@ func (c *CA) init(ctx context.Context, create bool) error {
 // source holds, making one when it holds none.
 func (c *CA) create(ctx context.Context) ([]byte, error) {
 	start := time.Now()
-	keyPEM, err := c.keys.LoadKey(ctx)
+	key, err := c.signer(ctx)
 	if errors.Is(err, farm.ErrNotFound) {
-		key, err := rsa.GenerateKey(rand.Reader, c.opts.KeyBits)
-		if err != nil {
-			return nil, fmt.Errorf("generate %d-bit CA key: %w", c.opts.KeyBits, err)
-		}
-		keyPEM = pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
-		if err := c.keys.CreateKey(ctx, keyPEM); errors.Is(err, farm.ErrConflict) {
-			keyPEM, err = c.keys.LoadKey(ctx) // another process made one first
-			if err != nil {
-				return nil, err
-			}
-		} else if err != nil {
+		// GenerateKey's ErrConflict: another process made one first.
+		if err := c.keys.GenerateKey(ctx, c.opts.KeyBits); err != nil && !errors.Is(err, farm.ErrConflict) {
 			return nil, err
 		}
-	} else if err != nil {
-		return nil, err
-	} else {
+		key, err = c.signer(ctx)
+	} else if err == nil {
 		c.log.Info("creating the CA with the key already in place", "key", c.keys.String())
 	}
-	key, err := ParsePrivateKey(keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("read CA key from %s: %w", c.keys, err)
+		return nil, err
 	}
 	der, err := newCACert(c.opts.Name, key, c.now())
 	if err != nil {
@@ -319,15 +277,11 @@ func (c *CA) load(ctx context.Context, certPEM []byte) error {
 	if err != nil {
 		return fmt.Errorf("parse CA certificate: %w", err)
 	}
-	keyPEM, err := c.keys.LoadKey(ctx)
+	key, err := c.signer(ctx)
 	if err != nil {
-		return fmt.Errorf("read CA key from %s: %w", c.keys, err)
+		return err
 	}
-	key, err := ParsePrivateKey(keyPEM)
-	if err != nil {
-		return fmt.Errorf("read CA key from %s: %w", c.keys, err)
-	}
-	if !PublicKeysEqual(key.Public(), cert.PublicKey) {
+	if !pki.PublicKeysEqual(key.Public(), cert.PublicKey) {
 		return fmt.Errorf("CA key (%s) does not match CA certificate %q", c.keys, cert.Subject.CommonName)
 	}
 	if !cert.IsCA || len(cert.SubjectKeyId) == 0 {
@@ -343,15 +297,25 @@ func (c *CA) load(ctx context.Context, certPEM []byte) error {
 	return nil
 }
 
-// Close releases the CA's hold on its store. The CA must not be used
-// afterwards.
+// signer returns the key source's key: ErrNotFound when it holds none.
+func (c *CA) signer(ctx context.Context) (crypto.Signer, error) {
+	key, err := c.keys.Signer(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("CA key in %s: %w", c.keys, err)
+	}
+	return key, nil
+}
+
+// Close calls Options.OnClose, once. The CA must not be used afterwards.
 func (c *CA) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closeStore == nil {
+	if c.opts.OnClose == nil {
 		return nil
 	}
-	if err := c.closeStore(); err != nil {
+	err := c.opts.OnClose()
+	c.opts.OnClose = nil
+	if err != nil {
 		return fmt.Errorf("close CA: %w", err)
 	}
 	return nil
@@ -454,7 +418,7 @@ func (c *CA) SubmitCSR(ctx context.Context, certname string, csrPEM []byte) erro
 		if err := c.store.PutRequest(ctx, certname, norm); err != nil {
 			return err
 		}
-		c.log.Info("certificate request stored", "certname", certname, "fingerprint", Fingerprint(csr.Raw))
+		c.log.Info("certificate request stored", "certname", certname, "fingerprint", pki.Fingerprint(csr.Raw))
 		return nil
 	})
 	if err != nil {
@@ -573,8 +537,8 @@ func (c *CA) signLocked(ctx context.Context, certname string, v *vetted, replace
 	if err := c.store.RecordIssued(ctx, farm.CertIssued{Certname: certname, Serial: cert.SerialNumber, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter}); err != nil {
 		return err
 	}
-	c.log.Info("signed certificate", "certname", certname, "serial", FormatSerial(serial),
-		"not_after", cert.NotAfter, "fingerprint", Fingerprint(cert.Raw))
+	c.log.Info("signed certificate", "certname", certname, "serial", pki.FormatSerial(serial),
+		"not_after", cert.NotAfter, "fingerprint", pki.Fingerprint(cert.Raw))
 	return nil
 }
 
@@ -632,7 +596,7 @@ func (c *CA) revokeLocked(ctx context.Context, certname string, serial *big.Int)
 		return err
 	}
 	c.storeCRL(st)
-	c.log.Info("revoked certificate", "certname", certname, "serial", FormatSerial(serial), "crl_number", number)
+	c.log.Info("revoked certificate", "certname", certname, "serial", pki.FormatSerial(serial), "crl_number", number)
 	return nil
 }
 
@@ -691,8 +655,8 @@ func (c *CA) statuses(ctx context.Context) (map[string]farm.CertStatus, error) {
 		return farm.CertStatus{
 			Certname:    name,
 			State:       state,
-			Serial:      FormatSerial(cert.SerialNumber),
-			Fingerprint: Fingerprint(cert.Raw),
+			Serial:      pki.FormatSerial(cert.SerialNumber),
+			Fingerprint: pki.Fingerprint(cert.Raw),
 			DNSAltNames: cert.DNSNames,
 			NotAfter:    cert.NotAfter,
 		}
@@ -701,7 +665,7 @@ func (c *CA) statuses(ctx context.Context) (map[string]farm.CertStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	for name, cert := range readable(c.log, "certificate", signed, parseCertPEM) {
+	for name, cert := range readable(c.log, "certificate", signed, pki.ParseCertPEM) {
 		byName[name] = certStatus(name, cert)
 	}
 	servers, err := c.serverCerts(ctx, "")
@@ -731,7 +695,7 @@ func (c *CA) statuses(ctx context.Context) (map[string]farm.CertStatus, error) {
 		byName[name] = farm.CertStatus{
 			Certname:    name,
 			State:       farm.CertRequested,
-			Fingerprint: Fingerprint(csr.Raw),
+			Fingerprint: pki.Fingerprint(csr.Raw),
 			DNSAltNames: csr.DNSNames,
 		}
 	}
@@ -765,47 +729,7 @@ func (c *CA) readCert(ctx context.Context, certname string) (*x509.Certificate, 
 	if err != nil {
 		return nil, fmt.Errorf("read certificate of %q: %w", certname, err)
 	}
-	return parseCertPEM(data)
-}
-
-func parseCertPEM(data []byte) (*x509.Certificate, error) {
-	block, _ := pem.Decode(data)
-	if block == nil || block.Type != "CERTIFICATE" {
-		return nil, errors.New("no PEM certificate")
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("parse certificate: %w", err)
-	}
-	return cert, nil
-}
-
-// Fingerprint is the SHA-256 of a certificate's (or request's) DER as
-// colon-separated upper-case hex, as Puppet prints fingerprints.
-func Fingerprint(der []byte) string {
-	sum := sha256.Sum256(der)
-	h := strings.ToUpper(hex.EncodeToString(sum[:]))
-	var b strings.Builder
-	for i := 0; i < len(h); i += 2 {
-		if i > 0 {
-			b.WriteByte(':')
-		}
-		b.WriteString(h[i : i+2])
-	}
-	return b.String()
-}
-
-// FormatSerial writes a certificate serial as Puppet does: upper-case hex,
-// at least four digits (so 10 is "000A"). A nil serial gives "".
-func FormatSerial(n *big.Int) string {
-	if n == nil {
-		return ""
-	}
-	s := strings.ToUpper(n.Text(16))
-	for len(s) < 4 {
-		s = "0" + s
-	}
-	return s
+	return pki.ParseCertPEM(data)
 }
 
 // refreshCRL brings the in-memory CRL up to date with the store and returns

@@ -111,7 +111,7 @@ func TestRevokeOverFutureCRL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	old := mustParseCert(t, mustReadFile(t, c.signedPath("old.example.test")))
+	old := mustParseCert(t, c.signedPEM(t, "old.example.test"))
 	der, err := x509.CreateRevocationList(rand.Reader, &x509.RevocationList{
 		Number:     big.NewInt(1),
 		ThisUpdate: now.Add(3 * time.Second), // how the old code dated a burst

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // The recorded Puppet Server 7.9.5 artefacts (from shared/puppet-protocol):
@@ -65,14 +67,14 @@ func akiTags(t *testing.T, exts []pkix.Extension) []int {
 // goldenCA is a CA named like the recorded one, signing the recorded CSR.
 func goldenCA(t *testing.T) (*CA, *x509.Certificate) {
 	t.Helper()
-	c, _ := freshCA(t, Options{Name: "puppet.localdomain"})
+	c := freshCA(t, Options{Name: "puppet.localdomain"})
 	if err := c.SubmitCSR(t.Context(), "agent1.example.test", mustReadFile(t, goldenAgentCSR)); err != nil {
 		t.Fatalf("SubmitCSR: %v", err)
 	}
 	if err := c.Sign(t.Context(), "agent1.example.test"); err != nil {
 		t.Fatalf("Sign: %v", err)
 	}
-	return c, mustParseCert(t, mustReadFile(t, c.signedPath("agent1.example.test")))
+	return c, mustParseCert(t, c.signedPEM(t, "agent1.example.test"))
 }
 
 func TestGoldenCertificates(t *testing.T) {
@@ -87,7 +89,7 @@ func TestGoldenCertificates(t *testing.T) {
 		if !bytes.Equal(ours.RawIssuer, theirs.RawIssuer) {
 			t.Errorf("issuer encoding differs: %x vs Puppet's %x", ours.RawIssuer, theirs.RawIssuer)
 		}
-		if !PublicKeysEqual(theirs.PublicKey, ours.PublicKey) {
+		if !pki.PublicKeysEqual(theirs.PublicKey, ours.PublicKey) {
 			t.Errorf("certificate does not carry the CSR's key")
 		}
 		if got, want := extShape(ours.Extensions), extShape(theirs.Extensions); !slices.Equal(got, want) {
@@ -134,7 +136,7 @@ func TestGoldenCertificates(t *testing.T) {
 	})
 
 	t.Run("CRL", func(t *testing.T) {
-		oursCRL, err := x509.ParseRevocationList(mustPEMBytes(t, mustReadFile(t, c.path(fileCRL))))
+		oursCRL, err := x509.ParseRevocationList(mustPEMBytes(t, must(c.CRL(t.Context()))))
 		if err != nil {
 			t.Fatalf("parse CRL: %v", err)
 		}
@@ -207,9 +209,9 @@ func TestOpenSSLSeesWhatPuppetIssues(t *testing.T) {
 	openssl := requireOpenSSL(t)
 	c, _ := goldenCA(t)
 	for _, tc := range []struct{ name, kind, ours, theirs string }{
-		{"agent certificate", "x509", c.signedPath("agent1.example.test"), goldenAgentCert},
-		{"CA certificate", "x509", c.path(fileCACert), goldenCACert},
-		{"CRL", "crl", c.path(fileCRL), goldenCRL},
+		{"agent certificate", "x509", writeTemp(t, "agent.pem", c.signedPEM(t, "agent1.example.test")), goldenAgentCert},
+		{"CA certificate", "x509", writeTemp(t, "ca.pem", must(c.CACertificate(t.Context()))), goldenCACert},
+		{"CRL", "crl", writeTemp(t, "crl.pem", must(c.CRL(t.Context()))), goldenCRL},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ours := opensslText(t, openssl, tc.kind, tc.ours)

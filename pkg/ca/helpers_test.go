@@ -1,7 +1,6 @@
 package ca
 
 import (
-	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,64 +10,60 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/memstore"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 var discard = slog.New(slog.DiscardHandler)
 
-// templateDir holds one CA made with 2048-bit keys, copied by openCA so most
-// tests do not pay for RSA key generation.
-var templateDir = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "ca-template-*")
-	if err != nil {
-		return "", err
-	}
-	c, err := Open(context.Background(), filepath.Join(dir, "ca"), Options{Name: "puppet.test", KeyBits: 2048, Logger: discard})
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "ca"), c.Close()
+// caKeyPEM is one 2048-bit CA key, imported into the key source of
+// openCA's CAs so most tests do not pay for RSA key generation.
+var caKeyPEM = sync.OnceValues(func() ([]byte, error) {
+	_, keyPEM, err := pki.NewRSAKey(2048)
+	return keyPEM, err
 })
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if dir, err := templateDir(); err == nil {
-		os.RemoveAll(filepath.Dir(dir))
-	}
-	os.Exit(code)
-}
-
-// openCA opens a copy of the template CA (name "puppet.test", 2048 bits)
-// with opts; Name and KeyBits in opts are ignored.
+// openCA creates a CA (name "puppet.test" unless opts say) in a new memory
+// store, with the shared 2048-bit key; opts.KeyBits is ignored.
 func openCA(t testing.TB, opts Options) *CA {
 	t.Helper()
-	tmpl, err := templateDir()
+	keyPEM, err := caKeyPEM()
 	if err != nil {
-		t.Fatalf("template CA: %v", err)
+		t.Fatalf("CA key: %v", err)
 	}
-	dir := filepath.Join(t.TempDir(), "ca")
-	if err := os.CopyFS(dir, os.DirFS(tmpl)); err != nil {
-		t.Fatalf("copy template CA: %v", err)
+	keys := memstore.NewCAKey()
+	if err := keys.ImportKey(t.Context(), keyPEM); err != nil {
+		t.Fatalf("import CA key: %v", err)
 	}
-	return openDir(t, dir, opts)
+	if opts.Name == "" {
+		opts.Name = "puppet.test"
+	}
+	return initCA(t, memstore.NewCAStore(), keys, opts)
 }
 
-// freshCA creates a new CA in a new directory (2048 bits unless opts say).
-func freshCA(t testing.TB, opts Options) (*CA, string) {
+// freshCA creates a CA in a new memory store with a new key (2048 bits
+// unless opts say).
+func freshCA(t testing.TB, opts Options) *CA {
 	t.Helper()
-	if opts.KeyBits == 0 {
-		opts.KeyBits = 2048
-	}
-	dir := filepath.Join(t.TempDir(), "ca")
-	return openDir(t, dir, opts), dir
+	return initCA(t, memstore.NewCAStore(), memstore.NewCAKey(), opts)
 }
 
-func openDir(t testing.TB, dir string, opts Options) *CA {
+// reopen opens c's store and key again with opts, as another process
+// would, sharing c's ServerDir.
+func reopen(t testing.TB, c *CA, opts Options) *CA {
+	t.Helper()
+	opts.ServerDir = c.opts.ServerDir
+	return initCA(t, c.store, c.keys, opts)
+}
+
+func initCA(t testing.TB, store farm.CAStore, keys farm.CAKeySource, opts Options) *CA {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = discard
@@ -76,9 +71,12 @@ func openDir(t testing.TB, dir string, opts Options) *CA {
 	if opts.KeyBits == 0 {
 		opts.KeyBits = 2048
 	}
-	c, err := Open(t.Context(), dir, opts)
+	if opts.ServerDir == "" {
+		opts.ServerDir = t.TempDir()
+	}
+	c, err := Init(t.Context(), store, keys, opts)
 	if err != nil {
-		t.Fatalf("Open %s: %v", dir, err)
+		t.Fatalf("Init: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -134,7 +132,7 @@ func makeCSR(t testing.TB, s csrSpec) []byte {
 
 func mustParseCert(t testing.TB, data []byte) *x509.Certificate {
 	t.Helper()
-	cert, err := parseCertPEM(data)
+	cert, err := pki.ParseCertPEM(data)
 	if err != nil {
 		t.Fatalf("parse certificate: %v", err)
 	}
@@ -166,11 +164,38 @@ func pemKey(t testing.TB, key crypto.Signer) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 }
 
-// Views of a CA opened with Open on its directory store, for tests that
-// look at or damage the files.
-func (c *CA) ds() *DirStore                      { return c.store.(*DirStore) }
-func (c *CA) dir() string                        { return c.ds().dir }
-func (c *CA) path(elem ...string) string         { return c.ds().path(elem...) }
-func (c *CA) signedPath(certname string) string  { return c.ds().signedPath(certname) }
-func (c *CA) names(sub string) ([]string, error) { return c.ds().names(sub) }
-func (c *CA) readSerial() (*big.Int, error)      { return c.ds().readSerial() }
+// signedPEM is the certificate the store holds for certname.
+func (c *CA) signedPEM(t testing.TB, certname string) []byte {
+	t.Helper()
+	b, err := c.store.Signed(t.Context(), certname)
+	if err != nil {
+		t.Fatalf("certificate of %s: %v", certname, err)
+	}
+	return b
+}
+
+// writeTemp writes data to a new file named name, for tools that read
+// files (openssl), and returns its path.
+func writeTemp(t testing.TB, name string, data []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	mustWriteFile(t, path, data)
+	return path
+}
+
+// must is v, panicking (failing the test) on err.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func mustPEMBytes(t testing.TB, data []byte) []byte {
+	t.Helper()
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatalf("no PEM block in %.40q", data)
+	}
+	return block.Bytes
+}

@@ -36,7 +36,7 @@ func signAgent(t *testing.T, c *CA, name string) agent {
 	if err := c.Sign(t.Context(), name); err != nil {
 		t.Fatalf("Sign %s: %v", name, err)
 	}
-	p := mustReadFile(t, c.signedPath(name))
+	p := c.signedPEM(t, name)
 	return agent{name: name, key: key, cert: mustParseCert(t, p), pem: p}
 }
 
@@ -75,8 +75,10 @@ func TestOpenSSLVerify(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			args := append([]string{"verify", "-crl_check_all", "-CAfile", c.path(fileCACert), "-CRLfile", c.path(fileCRL)}, tc.extra...)
-			args = append(args, c.signedPath(tc.cert))
+			caFile := writeTemp(t, "ca.pem", must(c.CACertificate(t.Context())))
+			crlFile := writeTemp(t, "crl.pem", must(c.CRL(t.Context())))
+			args := append([]string{"verify", "-crl_check_all", "-CAfile", caFile, "-CRLfile", crlFile}, tc.extra...)
+			args = append(args, writeTemp(t, "cert.pem", c.signedPEM(t, tc.cert)))
 			out, err := exec.Command(openssl, args...).CombinedOutput()
 			var exit *exec.ExitError
 			if err != nil && !errors.As(err, &exit) {
@@ -150,7 +152,7 @@ func TestTLSClientVerification(t *testing.T) {
 	if err := c.Revoke(t.Context(), revoked.name); err != nil {
 		t.Fatalf("Revoke: %v", err)
 	}
-	other, _ := freshCA(t, Options{Name: "stranger"})
+	other := freshCA(t, Options{Name: "stranger"})
 	stranger := signAgent(t, other, "good.example.test") // same name, another CA
 
 	tlsVerifies := c.ServerTLSConfig(server)
@@ -236,7 +238,7 @@ func TestPuppetAgentTrustsFarm(t *testing.T) {
 	if err := c.Sign(t.Context(), name); err != nil {
 		t.Fatalf("Sign: %v", err)
 	}
-	agentPEM := mustReadFile(t, c.signedPath(name))
+	agentPEM := c.signedPEM(t, name)
 	roles := 0
 	for _, ext := range mustParseCert(t, agentPEM).Extensions {
 		if ext.Id.Equal(oidPPRole) && strings.Contains(string(ext.Value), "webserver") {

@@ -9,24 +9,21 @@ import (
 	"encoding/asn1"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
-	"strings"
-	"time"
 
 	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // IssueServerCert returns the front door's own certificate and key, signed by
 // the CA: CN certname, SANs certname plus dnsAltNames (entries that parse as
 // IP addresses become IP SANs; Puppet's "DNS:"/"IP:" prefixes are
-// understood), serverAuth+clientAuth. keyType is KeyECDSAP256 (default when
-// empty) or KeyRSA.
+// understood), serverAuth+clientAuth. keyType is pki.KeyECDSAP256 (default when
+// empty) or pki.KeyRSA.
 //
 // The certificate and key are kept in Options.ServerDir as <certname>.pem
 // and .key (0600); the store records the certificate as a front door's and
@@ -40,28 +37,28 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 	if err := checkCertname(certname); err != nil {
 		return tls.Certificate{}, fmt.Errorf("issue server certificate %q: %w", certname, err)
 	}
-	dnsNames, ips, err := SplitAltNames(certname, dnsAltNames)
+	dnsNames, ips, err := pki.SplitAltNames(certname, dnsAltNames)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("issue server certificate %q: %w", certname, err)
 	}
 	if keyType == "" {
-		keyType = KeyECDSAP256
+		keyType = pki.KeyECDSAP256
 	}
-	if keyType != KeyECDSAP256 && keyType != KeyRSA {
+	if keyType != pki.KeyECDSAP256 && keyType != pki.KeyRSA {
 		return tls.Certificate{}, fmt.Errorf("issue server certificate %q: key type %q is not %q or %q: %w",
-			certname, keyType, KeyECDSAP256, KeyRSA, farm.ErrInvalid)
+			certname, keyType, pki.KeyECDSAP256, pki.KeyRSA, farm.ErrInvalid)
 	}
 	var out tls.Certificate
 	err = c.locked(ctx, func() error {
 		certPath := filepath.Join(c.opts.ServerDir, certname+".pem")
 		keyPath := filepath.Join(c.opts.ServerDir, certname+".key")
-		old, oldKey, why := LoadKeyPair(certPath, keyPath)
+		old, oldKey, why := pki.LoadKeyPair(certPath, keyPath)
 		if why == "" {
 			why = c.serverCertStale(old, oldKey, dnsNames, ips, keyType)
 		}
 		if why == "" {
 			out = tls.Certificate{Certificate: [][]byte{old.Raw}, PrivateKey: oldKey, Leaf: old}
-			c.log.Info("reusing server certificate", "certname", certname, "serial", FormatSerial(old.SerialNumber), "not_after", old.NotAfter)
+			c.log.Info("reusing server certificate", "certname", certname, "serial", pki.FormatSerial(old.SerialNumber), "not_after", old.NotAfter)
 			return nil
 		}
 		// Do not take over a name an agent holds a certificate for. A front
@@ -79,11 +76,11 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 		for _, n := range dnsNames[1:] {
 			if held, err := c.readCert(ctx, n); err == nil && !c.crl.Load().revokes(held.SerialNumber) {
 				c.log.Warn("an agent holds a certificate for one of the front door's names and could impersonate it; revoke it",
-					"name", n, "serial", FormatSerial(held.SerialNumber))
+					"name", n, "serial", pki.FormatSerial(held.SerialNumber))
 			}
 		}
 
-		key, keyPEM, err := NewServerKey(keyType, c.opts.KeyBits)
+		key, keyPEM, err := pki.NewServerKey(keyType, c.opts.KeyBits)
 		if err != nil {
 			return err
 		}
@@ -92,7 +89,7 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 			return err
 		}
 		ku := x509.KeyUsageDigitalSignature
-		if keyType == KeyRSA {
+		if keyType == pki.KeyRSA {
 			ku |= x509.KeyUsageKeyEncipherment
 		}
 		cliAuth, _ := asn1.MarshalWithParams("true", "utf8") // a constant string cannot fail
@@ -128,7 +125,7 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 		if err := c.store.RecordIssued(ctx, farm.CertIssued{Certname: certname, Serial: cert.SerialNumber, NotBefore: cert.NotBefore, NotAfter: cert.NotAfter}); err != nil {
 			return err
 		}
-		c.log.Info("issued server certificate", "certname", certname, "serial", FormatSerial(serial),
+		c.log.Info("issued server certificate", "certname", certname, "serial", pki.FormatSerial(serial),
 			"key", keyType, "dns", dnsNames, "ips", ips, "not_after", cert.NotAfter, "reason", why)
 		out = tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
 		return nil
@@ -137,84 +134,6 @@ func (c *CA) IssueServerCert(ctx context.Context, certname string, dnsAltNames [
 		return tls.Certificate{}, fmt.Errorf("issue server certificate %q: %w", certname, err)
 	}
 	return out, nil
-}
-
-// SplitAltNames returns the DNS SANs (certname first, deduplicated, lower
-// case) and IP SANs (deduplicated, IPv4 in 4-byte form) for a server
-// certificate for certname with the alt names alt. Entries that parse as IP
-// addresses become IP SANs; Puppet's "DNS:" and "IP:" prefixes are
-// understood. An entry that is neither an IP address nor a plain DNS name
-// (empty, wildcard, leading dot, slash or space) gives a *RequestError of
-// kind farm.ErrInvalid.
-func SplitAltNames(certname string, alt []string) ([]string, []net.IP, error) {
-	dns := []string{certname}
-	var ips []net.IP
-	for _, a := range alt {
-		a = strings.TrimSpace(a)
-		if v, ok := strings.CutPrefix(a, "IP:"); ok {
-			ip := net.ParseIP(v)
-			if ip == nil {
-				return nil, nil, invalidf("alt name %q is not an IP address", a)
-			}
-			ips = appendIP(ips, ip)
-			continue
-		}
-		a = strings.ToLower(strings.TrimPrefix(a, "DNS:"))
-		if ip := net.ParseIP(a); ip != nil {
-			ips = appendIP(ips, ip)
-			continue
-		}
-		if a == "" || strings.ContainsAny(a, "*/\\ ") || strings.HasPrefix(a, ".") {
-			return nil, nil, invalidf("alt name %q is not a DNS name", a)
-		}
-		if !slices.Contains(dns, a) {
-			dns = append(dns, a)
-		}
-	}
-	return dns, ips, nil
-}
-
-// appendIP appends ip to ips unless it is already there.
-func appendIP(ips []net.IP, ip net.IP) []net.IP {
-	if v4 := ip.To4(); v4 != nil {
-		ip = v4
-	}
-	for _, have := range ips {
-		if have.Equal(ip) {
-			return ips
-		}
-	}
-	return append(ips, ip)
-}
-
-// LoadKeyPair reads a kept certificate (PEM) and its private key
-// (ParsePrivateKey) and checks they belong together. When there is no
-// usable pair it returns why, such as "none kept" when certPath does not
-// exist, for a log line.
-func LoadKeyPair(certPath, keyPath string) (cert *x509.Certificate, key crypto.Signer, why string) {
-	certPEM, err := os.ReadFile(certPath)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, "none kept"
-	}
-	if err != nil {
-		return nil, nil, err.Error()
-	}
-	cert, err = parseCertPEM(certPEM)
-	if err != nil {
-		return nil, nil, "kept certificate unreadable: " + err.Error()
-	}
-	keyPEM, err := os.ReadFile(keyPath)
-	if err != nil {
-		return nil, nil, "kept key unreadable: " + err.Error()
-	}
-	key, err = ParsePrivateKey(keyPEM)
-	if err != nil {
-		return nil, nil, "kept key unreadable: " + err.Error()
-	}
-	if !PublicKeysEqual(key.Public(), cert.PublicKey) {
-		return nil, nil, "kept key does not match kept certificate"
-	}
-	return cert, key, ""
 }
 
 // serverCertStale says why a kept server certificate cannot be reused, or "".
@@ -226,36 +145,8 @@ func (c *CA) serverCertStale(cert *x509.Certificate, key crypto.Signer, dnsNames
 	if c.crl.Load().revokes(cert.SerialNumber) {
 		return "kept certificate is revoked"
 	}
-	if why := ServerCertUnfit(cert, key, keyType, now, dnsNames, ips); why != "" {
+	if why := pki.ServerCertUnfit(cert, key, keyType, now, dnsNames, ips); why != "" {
 		return "kept " + why
-	}
-	return ""
-}
-
-// ServerCertUnfit says why a verified, unrevoked server certificate and its
-// key should not be reused for a request for keyType and the names dnsNames
-// and ips (as from SplitAltNames), or "": the key is of another type
-// (KeyTypeOf), the certificate expires within its renewal window at now (30
-// days, or a third of its lifetime if shorter), or it lacks one of the
-// names.
-func ServerCertUnfit(cert *x509.Certificate, key crypto.Signer, keyType string, now time.Time, dnsNames []string, ips []net.IP) string {
-	if kt := KeyTypeOf(key); kt != keyType {
-		return fmt.Sprintf("key is %s, %s requested", kt, keyType)
-	}
-	lifetime := cert.NotAfter.Sub(cert.NotBefore)
-	renewBefore := min(30*24*time.Hour, lifetime/3)
-	if cert.NotAfter.Sub(now) < renewBefore {
-		return "certificate expires soon"
-	}
-	for _, n := range dnsNames {
-		if !slices.Contains(cert.DNSNames, n) {
-			return "certificate lacks DNS name " + n
-		}
-	}
-	for _, ip := range ips {
-		if !slices.ContainsFunc(cert.IPAddresses, ip.Equal) {
-			return "certificate lacks IP address " + ip.String()
-		}
 	}
 	return ""
 }
@@ -293,7 +184,7 @@ func (c *CA) serverCerts(ctx context.Context, dnsName string) ([]*x509.Certifica
 	}
 	out := make([]*x509.Certificate, 0, len(all))
 	for _, data := range all {
-		cert, err := parseCertPEM(data)
+		cert, err := pki.ParseCertPEM(data)
 		if err != nil {
 			c.log.Warn("unreadable server certificate in the CA's store", "err", err)
 			continue

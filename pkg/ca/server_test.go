@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 type clock struct {
@@ -42,12 +43,12 @@ func TestIssueServerCert(t *testing.T) {
 		{name: "default ECDSA P-256", alt: []string{"puppet", "localhost"},
 			wantDNS: []string{"puppet.test", "puppet", "localhost"}, wantKU: x509.KeyUsageDigitalSignature,
 			checkKey: func(k any) bool { e, ok := k.(*ecdsa.PublicKey); return ok && e.Curve == elliptic.P256() }},
-		{name: "RSA", alt: []string{"puppet"}, keyType: KeyRSA,
+		{name: "RSA", alt: []string{"puppet"}, keyType: pki.KeyRSA,
 			wantDNS: []string{"puppet.test", "puppet"}, wantKU: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 			checkKey: func(k any) bool { r, ok := k.(*rsa.PublicKey); return ok && r.N.BitLen() == 2048 }},
 		{name: "Puppet's dns_alt_names notation, IPs, case and duplicates",
 			alt:     []string{"DNS:Puppet", "IP:10.0.0.5", "192.0.2.1", "::1", "puppet", "puppet.test", " localhost "},
-			keyType: KeyECDSAP256,
+			keyType: pki.KeyECDSAP256,
 			wantDNS: []string{"puppet.test", "puppet", "localhost"}, wantIPs: []string{"10.0.0.5", "192.0.2.1", "::1"},
 			wantKU:   x509.KeyUsageDigitalSignature,
 			checkKey: func(k any) bool { _, ok := k.(*ecdsa.PublicKey); return ok }},
@@ -94,10 +95,10 @@ func TestIssueServerCert(t *testing.T) {
 				t.Errorf("no pp_cli_auth extension, which Puppet Server puts on its own certificate")
 			}
 			// Kept on disk like Puppet's own certificate, key private.
-			if signed := mustParseCert(t, mustReadFile(t, c.signedPath("puppet.test"))); !signed.Equal(leaf) {
+			if signed := mustParseCert(t, c.signedPEM(t, "puppet.test")); !signed.Equal(leaf) {
 				t.Errorf("signed/puppet.test.pem is not the server certificate")
 			}
-			info, err := os.Stat(c.path(dirServer, "puppet.test.key"))
+			info, err := os.Stat(filepath.Join(c.opts.ServerDir, "puppet.test.key"))
 			if err != nil || info.Mode().Perm() != 0o600 {
 				t.Errorf("server key file: %v, mode %v", err, info.Mode())
 			}
@@ -126,7 +127,7 @@ func TestIssueServerCertRefuses(t *testing.T) {
 			}
 		})
 	}
-	if names, _ := c.names(dirServer); len(names) != 0 {
+	if names, _ := os.ReadDir(c.opts.ServerDir); len(names) != 0 {
 		t.Fatalf("refused requests left server certificates: %v", names)
 	}
 }
@@ -143,10 +144,10 @@ func TestServerCertReuse(t *testing.T) {
 		{name: "same names", alt: base, reuse: true},
 		{name: "fewer names", alt: []string{"puppet"}, reuse: true},
 		{name: "names in another order and notation", alt: []string{"IP:127.0.0.1", "DNS:puppet"}, reuse: true},
-		{name: "explicit default key type", alt: base, key: KeyECDSAP256, reuse: true},
+		{name: "explicit default key type", alt: base, key: pki.KeyECDSAP256, reuse: true},
 		{name: "a new DNS name", alt: append([]string{"puppet.example.test"}, base...)},
 		{name: "a new IP", alt: append([]string{"10.9.8.7"}, base...)},
-		{name: "another key type", alt: base, key: KeyRSA},
+		{name: "another key type", alt: base, key: pki.KeyRSA},
 		{name: "ten days on", alt: base, reuse: true,
 			change: func(t *testing.T, c *CA, clk *clock) { clk.Add(10 * 24 * time.Hour) }},
 		{name: "within 30 days of expiry", alt: base,
@@ -159,21 +160,21 @@ func TestServerCertReuse(t *testing.T) {
 			}},
 		{name: "key file damaged", alt: base,
 			change: func(t *testing.T, c *CA, clk *clock) {
-				mustWriteFile(t, c.path(dirServer, "puppet.test.key"), []byte("garbage"))
+				mustWriteFile(t, filepath.Join(c.opts.ServerDir, "puppet.test.key"), []byte("garbage"))
 			}},
 		{name: "key of another certificate", alt: base,
 			change: func(t *testing.T, c *CA, clk *clock) {
-				mustWriteFile(t, c.path(dirServer, "puppet.test.key"), pemKey(t, ecKey(t, elliptic.P256())))
+				mustWriteFile(t, filepath.Join(c.opts.ServerDir, "puppet.test.key"), pemKey(t, ecKey(t, elliptic.P256())))
 			}},
 		{name: "certificate of another CA", alt: base,
 			change: func(t *testing.T, c *CA, clk *clock) {
-				other, _ := freshCA(t, Options{Name: "other"})
+				other := freshCA(t, Options{Name: "other"})
 				o, err := other.IssueServerCert(t.Context(), "puppet.test", base, "")
 				if err != nil {
 					t.Fatalf("IssueServerCert at the other CA: %v", err)
 				}
-				mustWriteFile(t, c.path(dirServer, "puppet.test.pem"), mustReadFile(t, other.path(dirServer, "puppet.test.pem")))
-				mustWriteFile(t, c.path(dirServer, "puppet.test.key"), pemKey(t, o.PrivateKey.(*ecdsa.PrivateKey)))
+				mustWriteFile(t, filepath.Join(c.opts.ServerDir, "puppet.test.pem"), mustReadFile(t, filepath.Join(other.opts.ServerDir, "puppet.test.pem")))
+				mustWriteFile(t, filepath.Join(c.opts.ServerDir, "puppet.test.key"), pemKey(t, o.PrivateKey.(*ecdsa.PrivateKey)))
 			}},
 	}
 	for _, tc := range tests {
@@ -203,7 +204,7 @@ func TestServerCertReuse(t *testing.T) {
 			if !third.Leaf.Equal(second.Leaf) {
 				t.Fatalf("the certificate just issued was not kept")
 			}
-			if got := mustParseCert(t, mustReadFile(t, filepath.Join(c.dir(), dirSigned, "puppet.test.pem"))); !got.Equal(second.Leaf) {
+			if got := mustParseCert(t, c.signedPEM(t, "puppet.test")); !got.Equal(second.Leaf) {
 				t.Fatalf("signed/ copy is stale")
 			}
 		})

@@ -6,6 +6,8 @@ import (
 	"crypto/x509"
 	"math/big"
 	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/clientcert"
 )
 
 // CACert returns the CA certificate. Callers must not modify it.
@@ -65,7 +67,7 @@ func (c *CA) VerifyConnection(cs tls.ConnectionState) error {
 // ServerTLSConfig returns a TLS configuration for Puppet's port 8140: it
 // presents server (from IssueServerCert), asks for client certificates
 // without requiring them, verifies those given against the CA (remembering
-// the ones that verified, see ClientCheck.TLSConfig) and refuses revoked
+// the ones that verified, see clientcert.Check.TLSConfig) and refuses revoked
 // ones. Requests on its connections carry no VerifiedChains: check their
 // certificates with VerifyPeer. Callers may adjust the result (NextProtos, timeouts).
 func (c *CA) ServerTLSConfig(server tls.Certificate) *tls.Config {
@@ -74,6 +76,6 @@ func (c *CA) ServerTLSConfig(server tls.Certificate) *tls.Config {
 
 // clientCheck checks client certificates against this CA and its CRL, at
 // the CA's clock.
-func (c *CA) clientCheck() ClientCheck {
-	return ClientCheck{Roots: c.pool, Issuers: []*x509.Certificate{c.cert}, IsRevoked: c.IsRevoked, Now: c.now, Verified: c.verified}
+func (c *CA) clientCheck() clientcert.Check {
+	return clientcert.Check{Roots: c.pool, Issuers: []*x509.Certificate{c.cert}, IsRevoked: c.IsRevoked, Now: c.now, Verified: c.verified}
 }

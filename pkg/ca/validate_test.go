@@ -226,7 +226,7 @@ func TestAcceptedRequests(t *testing.T) {
 			if err := c.Sign(t.Context(), name); err != nil {
 				t.Fatalf("Sign: %v", err)
 			}
-			cert := mustParseCert(t, mustReadFile(t, c.signedPath(name)))
+			cert := mustParseCert(t, c.signedPEM(t, name))
 			if !slices.Equal(cert.DNSNames, tc.wantDNS) {
 				t.Errorf("DNS SANs = %v, want %v", cert.DNSNames, tc.wantDNS)
 			}
@@ -270,9 +270,7 @@ func TestPolicyCheckedAtSigning(t *testing.T) {
 	if err := c.SubmitCSR(t.Context(), name, makeCSR(t, csrSpec{cn: name, dns: []string{"alias.example.test"}})); err != nil {
 		t.Fatalf("SubmitCSR: %v", err)
 	}
-	dir := c.dir()
-	c.Close()
-	strict := openDir(t, dir, Options{})
+	strict := reopen(t, c, Options{})
 	if err := strict.Sign(t.Context(), name); !errors.Is(err, farm.ErrInvalid) {
 		t.Fatalf("Sign under a policy refusing SANs: err = %v, want ErrInvalid", err)
 	}
@@ -381,7 +379,7 @@ func TestAuthorizationExtensions(t *testing.T) {
 			if err := c.SignWith(t.Context(), name, farm.SignOptions{AllowAuthorizationExtensions: true}); err != nil {
 				t.Fatalf("SignWith AllowAuthorizationExtensions: %v", err)
 			}
-			cert := mustParseCert(t, mustReadFile(t, c.signedPath(name)))
+			cert := mustParseCert(t, c.signedPEM(t, name))
 			if !slices.ContainsFunc(cert.Extensions, func(e pkix.Extension) bool { return e.Id.Equal(tc.ext.Id) && bytes.Equal(e.Value, tc.ext.Value) }) {
 				t.Errorf("certificate lacks %s: %v", tc.ext.Id, cert.Extensions)
 			}

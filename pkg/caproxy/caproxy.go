@@ -9,7 +9,7 @@
 // front door's own TLS certificate is requested from the upstream CA too
 // (ServerCert), and client certificates are checked against the upstream
 // CA certificate and its CRL (Pool, IsRevoked, VerifyConnection,
-// ServerTLSConfig, as package ca gives them).
+// ServerTLSConfig, built on package clientcert as package ca's are).
 //
 // The upstream CA certificate is either given (Options.CACertFile) or
 // fetched once without verification and trusted from then on, as `puppet
@@ -42,8 +42,9 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/internal/atomicfile"
-	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/clientcert"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 const (
@@ -100,7 +101,7 @@ type CA struct {
 	caCerts []*x509.Certificate
 	pool    *x509.CertPool
 	// verified remembers the client certificates that verified against pool.
-	verified *ca.VerifiedCache
+	verified *clientcert.VerifiedCache
 
 	crl       atomic.Pointer[crlState]
 	refreshMu sync.Mutex // one CRL refresh at a time
@@ -170,7 +171,7 @@ func Open(ctx context.Context, opts Options) (*CA, error) {
 	c := &CA{
 		upstream: strings.TrimRight(opts.Upstream, "/"),
 		opts:     opts,
-		verified: ca.NewVerifiedCache(0),
+		verified: clientcert.NewVerifiedCache(0),
 	}
 	c.log = opts.Logger.With("component", "caproxy", "upstream", c.upstream)
 	if err := c.open(ctx); err != nil {
@@ -207,7 +208,7 @@ func (c *CA) open(ctx context.Context) error {
 				return fmt.Errorf("kept upstream CA certificate %s: %w (remove it to fetch the CA certificate again)", c.path(fileCACert), err)
 			}
 			c.log.Info("trusting the kept upstream CA certificate", "file", c.path(fileCACert),
-				"subject", c.caCerts[0].Subject.String(), "fingerprint", ca.Fingerprint(c.caCerts[0].Raw))
+				"subject", c.caCerts[0].Subject.String(), "fingerprint", pki.Fingerprint(c.caCerts[0].Raw))
 		case errors.Is(err, fs.ErrNotExist):
 			if err := c.bootstrap(ctx); err != nil {
 				return err
@@ -269,7 +270,7 @@ func (c *CA) bootstrap(ctx context.Context) error {
 	c.log.Warn("trusting the upstream CA certificate on first use, without verification; "+
 		"compare its fingerprint with the CA's (on the CA: puppetserver ca list --all, or "+
 		"openssl x509 -noout -fingerprint -sha256 -in $(puppet config print cacert))",
-		"subject", c.caCerts[0].Subject.String(), "fingerprint", ca.Fingerprint(c.caCerts[0].Raw),
+		"subject", c.caCerts[0].Subject.String(), "fingerprint", pki.Fingerprint(c.caCerts[0].Raw),
 		"kept_in", c.path(fileCACert))
 	return nil
 }

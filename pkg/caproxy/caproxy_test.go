@@ -28,9 +28,11 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
 	"github.com/compilefarm/compilefarm/pkg/frontdoor"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // upstream is a real Puppet CA for the proxy to talk to: the built-in CA
@@ -75,12 +77,12 @@ func startUpstream(t *testing.T, opts ca.Options) *upstream {
 	opts.KeyBits = 2048
 	opts.Logger = quiet()
 	dir := t.TempDir()
-	authority, err := ca.Open(ctx, dir, opts)
+	authority, err := cadir.OpenCA(ctx, dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { authority.Close() })
-	serverCert, err := authority.IssueServerCert(ctx, "puppet.test", []string{"localhost", "127.0.0.1"}, ca.KeyECDSAP256)
+	serverCert, err := authority.IssueServerCert(ctx, "puppet.test", []string{"localhost", "127.0.0.1"}, pki.KeyECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +217,7 @@ func TestOpenTrust(t *testing.T) {
 	other := startUpstream(t, ca.Options{})
 	upCA, _ := up.ca.CACertificate(context.Background())
 	otherCA, _ := other.ca.CACertificate(context.Background())
-	fp := ca.Fingerprint(parseCert(t, upCA).Raw)
+	fp := pki.Fingerprint(parseCert(t, upCA).Raw)
 
 	t.Run("trust on first use", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "proxy")
@@ -407,7 +409,7 @@ func TestSubmitCSR(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Certificate after autosign: %v", err)
 	}
-	if cert := parseCert(t, certPEM); !ca.PublicKeysEqual(key.Public(), cert.PublicKey) {
+	if cert := parseCert(t, certPEM); !pki.PublicKeysEqual(key.Public(), cert.PublicKey) {
 		t.Fatal("autosigned certificate has another key")
 	}
 
@@ -479,6 +481,26 @@ func TestNotFound(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestContract runs farm.CA's suite on a proxy to a real upstream CA: the
+// proxy signs nothing itself, so the suite signs and revokes on the
+// upstream, as its operator would, and checks the proxy refuses to.
+func TestContract(t *testing.T) {
+	var mu sync.Mutex
+	upstreams := map[farm.CA]*ca.CA{}
+	farmtest.TestCA(t, func(t *testing.T) farm.CA {
+		up := startUpstream(t, ca.Options{})
+		p, _ := openProxy(t, up, Options{CRLRefresh: 50 * time.Millisecond})
+		mu.Lock()
+		defer mu.Unlock()
+		upstreams[p] = up.ca
+		return p
+	}, farmtest.SignsNothing(func(p farm.CA) farm.CA {
+		mu.Lock()
+		defer mu.Unlock()
+		return upstreams[p]
+	}))
 }
 
 func TestUpstreamOnly(t *testing.T) {
@@ -715,7 +737,7 @@ func TestServerCert(t *testing.T) {
 		}
 	}
 	t.Run("reused", func(t *testing.T) {
-		again, err := p.ServerCert(ctx, "front.test", []string{"puppet"}, ca.KeyECDSAP256)
+		again, err := p.ServerCert(ctx, "front.test", []string{"puppet"}, pki.KeyECDSAP256)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -734,7 +756,7 @@ func TestServerCert(t *testing.T) {
 		}
 	})
 	t.Run("rsa", func(t *testing.T) {
-		c, err := p.ServerCert(ctx, "front-rsa.test", nil, ca.KeyRSA)
+		c, err := p.ServerCert(ctx, "front-rsa.test", nil, pki.KeyRSA)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -760,7 +782,7 @@ func TestServerCert(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Leaf.SerialNumber.Cmp(leaf.SerialNumber) == 0 || ca.PublicKeysEqual(c.Leaf.PublicKey, leaf.PublicKey) {
+		if c.Leaf.SerialNumber.Cmp(leaf.SerialNumber) == 0 || pki.PublicKeysEqual(c.Leaf.PublicKey, leaf.PublicKey) {
 			t.Fatal("revoked certificate or its key reused")
 		}
 	})
@@ -871,7 +893,7 @@ func TestServerCertWaitsForOperator(t *testing.T) {
 		}
 		mustContain(t, "error", err.Error(), "has not signed the request", "puppetserver ca sign --certname late.test")
 		pendingPEM, _ := os.ReadFile(filepath.Join(dir, dirPending, "late.test.key"))
-		pending, err := ca.ParsePrivateKey(pendingPEM)
+		pending, err := pki.ParsePrivateKey(pendingPEM)
 		if err != nil {
 			t.Fatalf("pending key: %v", err)
 		}
@@ -884,7 +906,7 @@ func TestServerCertWaitsForOperator(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !ca.PublicKeysEqual(pending.Public(), c.Leaf.PublicKey) {
+		if !pki.PublicKeysEqual(pending.Public(), c.Leaf.PublicKey) {
 			t.Fatal("the certificate signed for the pending key was not used")
 		}
 	})
@@ -910,7 +932,7 @@ func TestServerCertWaitsForOperator(t *testing.T) {
 		}
 		mustContain(t, "log", logs.String(), "already pending on the upstream CA")
 		csr, _ := parseCSRPEM(before)
-		if !ca.PublicKeysEqual(csr.PublicKey, c.Leaf.PublicKey) {
+		if !pki.PublicKeysEqual(csr.PublicKey, c.Leaf.PublicKey) {
 			t.Fatal("certificate is not for the first request's key")
 		}
 	})
@@ -947,7 +969,7 @@ func TestBootstrapMismatch(t *testing.T) {
 	ctx := context.Background()
 	a := startUpstream(t, ca.Options{})
 	b := startUpstream(t, ca.Options{})
-	serverCert, err := b.ca.IssueServerCert(ctx, "mitm.test", []string{"127.0.0.1"}, ca.KeyECDSAP256)
+	serverCert, err := b.ca.IssueServerCert(ctx, "mitm.test", []string{"127.0.0.1"}, pki.KeyECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ import (
 
 	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/internal/backoff"
-	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 const (
@@ -35,8 +35,8 @@ var remindEvery = 10 * time.Second
 // ServerCert returns the front door's own certificate and key, signed by
 // the upstream CA: CN certname, DNS SANs certname plus dnsAltNames (entries
 // that parse as IP addresses become IP SANs; Puppet's "DNS:"/"IP:"
-// prefixes are understood). keyType is ca.KeyECDSAP256 (default when
-// empty) or ca.KeyRSA (Options.KeyBits).
+// prefixes are understood). keyType is pki.KeyECDSAP256 (default when
+// empty) or pki.KeyRSA (Options.KeyBits).
 //
 // The certificate and key kept in Dir are reused when they still verify,
 // are valid for a while (30 days, or a third of their lifetime if
@@ -52,16 +52,16 @@ func (c *CA) ServerCert(ctx context.Context, certname string, dnsAltNames []stri
 	if err := farm.ValidateCertname(certname); err != nil {
 		return tls.Certificate{}, fmt.Errorf("server certificate %q: %w", certname, err)
 	}
-	dnsNames, ips, err := ca.SplitAltNames(certname, dnsAltNames)
+	dnsNames, ips, err := pki.SplitAltNames(certname, dnsAltNames)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("server certificate %q: %w", certname, err)
 	}
 	if keyType == "" {
-		keyType = ca.KeyECDSAP256
+		keyType = pki.KeyECDSAP256
 	}
-	if keyType != ca.KeyECDSAP256 && keyType != ca.KeyRSA {
+	if keyType != pki.KeyECDSAP256 && keyType != pki.KeyRSA {
 		return tls.Certificate{}, fmt.Errorf("server certificate %q: key type %q is not %q or %q: %w",
-			certname, keyType, ca.KeyECDSAP256, ca.KeyRSA, farm.ErrInvalid)
+			certname, keyType, pki.KeyECDSAP256, pki.KeyRSA, farm.ErrInvalid)
 	}
 	c.serverMu.Lock()
 	defer c.serverMu.Unlock()
@@ -74,12 +74,12 @@ func (c *CA) ServerCert(ctx context.Context, certname string, dnsAltNames []stri
 
 func (c *CA) serverCert(ctx context.Context, certname string, dnsNames []string, ips []net.IP, keyType string) (tls.Certificate, error) {
 	certPath, keyPath := c.path(dirServer, certname+".pem"), c.path(dirServer, certname+".key")
-	kept, keptKey, why := ca.LoadKeyPair(certPath, keyPath)
+	kept, keptKey, why := pki.LoadKeyPair(certPath, keyPath)
 	if why == "" {
 		why = c.unusable(kept, keptKey, certname, dnsNames, ips, keyType)
 	}
 	if why == "" {
-		c.log.Info("reusing server certificate", "certname", certname, "serial", ca.FormatSerial(kept.SerialNumber), "not_after", kept.NotAfter)
+		c.log.Info("reusing server certificate", "certname", certname, "serial", pki.FormatSerial(kept.SerialNumber), "not_after", kept.NotAfter)
 		return c.keyPair(kept, keptKey)
 	}
 	c.log.Info("requesting a server certificate from the upstream CA", "certname", certname, "reason", why,
@@ -94,7 +94,7 @@ func (c *CA) serverCert(ctx context.Context, certname string, dnsNames []string,
 	// or hold a certificate that blocks a new one.
 	signed, err := c.fetchCert(ctx, certname)
 	switch {
-	case err == nil && ca.PublicKeysEqual(key.Public(), signed.PublicKey):
+	case err == nil && pki.PublicKeysEqual(key.Public(), signed.PublicKey):
 		return c.finishServerCert(certname, key, signed, dnsNames, ips)
 	case err == nil:
 		if err := c.heldElsewhere(ctx, certname, signed, why); err != nil {
@@ -106,7 +106,7 @@ func (c *CA) serverCert(ctx context.Context, certname string, dnsNames []string,
 
 	pending := false
 	if data, err := c.get(ctx, "certificate_request", certname); err == nil {
-		if csr, err := parseCSRPEM(data); err == nil && ca.PublicKeysEqual(key.Public(), csr.PublicKey) && coversCSR(csr, dnsNames, ips) {
+		if csr, err := parseCSRPEM(data); err == nil && pki.PublicKeysEqual(key.Public(), csr.PublicKey) && coversCSR(csr, dnsNames, ips) {
 			pending = true
 			c.log.Info("our certificate request is already pending on the upstream CA", "certname", certname)
 		}
@@ -129,9 +129,9 @@ func (c *CA) serverCert(ctx context.Context, certname string, dnsNames []string,
 	for {
 		signed, err := c.fetchCert(ctx, certname)
 		switch {
-		case err == nil && ca.PublicKeysEqual(key.Public(), signed.PublicKey):
+		case err == nil && pki.PublicKeysEqual(key.Public(), signed.PublicKey):
 			c.log.Info("the upstream CA signed the server certificate", "certname", certname,
-				"serial", ca.FormatSerial(signed.SerialNumber), "waited", time.Since(started).Round(time.Millisecond))
+				"serial", pki.FormatSerial(signed.SerialNumber), "waited", time.Since(started).Round(time.Millisecond))
 			return c.finishServerCert(certname, key, signed, dnsNames, ips)
 		case err == nil:
 			if err := c.heldElsewhere(ctx, certname, signed, why); err != nil {
@@ -207,7 +207,7 @@ func (c *CA) heldElsewhere(ctx context.Context, certname string, held *x509.Cert
 	return fmt.Errorf("the upstream CA already holds a certificate for %s with another key (serial %s, not after %s) and will not sign a new one; "+
 		"this front door cannot use it (%s). If that certificate is not an agent's, on the CA run: puppetserver ca clean --certname %s; "+
 		"otherwise give the front door another certname: %w",
-		certname, ca.FormatSerial(held.SerialNumber), held.NotAfter.Format(time.RFC3339), why, certname, farm.ErrConflict)
+		certname, pki.FormatSerial(held.SerialNumber), held.NotAfter.Format(time.RFC3339), why, certname, farm.ErrConflict)
 }
 
 // explainRefusal adds what to do to the upstream's refusal of our request.
@@ -244,10 +244,10 @@ func altNamesText(certname string, dnsNames []string, ips []net.IP) []string {
 
 // finishServerCert checks the signed certificate and keeps it with its key.
 func (c *CA) finishServerCert(certname string, key crypto.Signer, cert *x509.Certificate, dnsNames []string, ips []net.IP) (tls.Certificate, error) {
-	if why := c.unusable(cert, key, certname, dnsNames, ips, ca.KeyTypeOf(key)); why != "" {
-		return tls.Certificate{}, fmt.Errorf("the upstream CA signed a certificate (serial %s) this front door cannot use: %s", ca.FormatSerial(cert.SerialNumber), why)
+	if why := c.unusable(cert, key, certname, dnsNames, ips, pki.KeyTypeOf(key)); why != "" {
+		return tls.Certificate{}, fmt.Errorf("the upstream CA signed a certificate (serial %s) this front door cannot use: %s", pki.FormatSerial(cert.SerialNumber), why)
 	}
-	keyPEM, err := ca.EncodePrivateKey(key)
+	keyPEM, err := pki.EncodePrivateKey(key)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
@@ -262,8 +262,8 @@ func (c *CA) finishServerCert(certname string, key crypto.Signer, cert *x509.Cer
 	if err := os.Remove(c.path(dirPending, certname+".key")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		c.log.Warn("could not remove the pending key", "err", err)
 	}
-	c.log.Info("server certificate kept", "certname", certname, "serial", ca.FormatSerial(cert.SerialNumber),
-		"not_after", cert.NotAfter, "fingerprint", ca.Fingerprint(cert.Raw))
+	c.log.Info("server certificate kept", "certname", certname, "serial", pki.FormatSerial(cert.SerialNumber),
+		"not_after", cert.NotAfter, "fingerprint", pki.Fingerprint(cert.Raw))
 	return c.keyPair(cert, key)
 }
 
@@ -287,7 +287,7 @@ func (c *CA) keyPair(cert *x509.Certificate, key crypto.Signer) (tls.Certificate
 // certificate, or "".
 func (c *CA) unusable(cert *x509.Certificate, key crypto.Signer, certname string, dnsNames []string, ips []net.IP, keyType string) string {
 	now := time.Now()
-	if !ca.PublicKeysEqual(key.Public(), cert.PublicKey) {
+	if !pki.PublicKeysEqual(key.Public(), cert.PublicKey) {
 		return "key does not match the certificate"
 	}
 	if cert.Subject.CommonName != certname {
@@ -299,7 +299,7 @@ func (c *CA) unusable(cert *x509.Certificate, key crypto.Signer, certname string
 	if c.IsRevoked(cert.SerialNumber) {
 		return "certificate is revoked"
 	}
-	return ca.ServerCertUnfit(cert, key, keyType, now, dnsNames, ips)
+	return pki.ServerCertUnfit(cert, key, keyType, now, dnsNames, ips)
 }
 
 // coversCSR reports whether a pending request asks for every name wanted.
@@ -322,8 +322,8 @@ func coversCSR(csr *x509.CertificateRequest, dnsNames []string, ips []net.IP) bo
 func (c *CA) pendingKey(certname, keyType string) (crypto.Signer, error) {
 	path := c.path(dirPending, certname+".key")
 	if data, err := os.ReadFile(path); err == nil {
-		key, err := ca.ParsePrivateKey(data)
-		if err == nil && ca.KeyTypeOf(key) == keyType {
+		key, err := pki.ParsePrivateKey(data)
+		if err == nil && pki.KeyTypeOf(key) == keyType {
 			return key, nil
 		}
 		if err != nil {
@@ -332,7 +332,7 @@ func (c *CA) pendingKey(certname, keyType string) (crypto.Signer, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("read pending key: %w", err)
 	}
-	key, keyPEM, err := ca.NewServerKey(keyType, c.opts.KeyBits)
+	key, keyPEM, err := pki.NewServerKey(keyType, c.opts.KeyBits)
 	if err != nil {
 		return nil, err
 	}

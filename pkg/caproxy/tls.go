@@ -4,7 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 
-	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/clientcert"
 )
 
 // Pool returns a pool holding the upstream CA certificate(s), for
@@ -38,6 +38,6 @@ func (c *CA) ServerTLSConfig(server tls.Certificate) *tls.Config {
 
 // clientCheck checks client certificates against the upstream CA
 // certificate(s) and the upstream's CRL.
-func (c *CA) clientCheck() ca.ClientCheck {
-	return ca.ClientCheck{Roots: c.pool, Issuers: c.caCerts, IsRevoked: c.IsRevoked, Verified: c.verified}
+func (c *CA) clientCheck() clientcert.Check {
+	return clientcert.Check{Roots: c.pool, Issuers: c.caCerts, IsRevoked: c.IsRevoked, Verified: c.verified}
 }

@@ -2,12 +2,12 @@ package dynamostate
 
 import (
 	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
+	"github.com/compilefarm/compilefarm/pkg/memstore"
 )
 
 // BenchmarkSignDynamoDB measures autosigned certificate requests on a CA
@@ -22,9 +22,9 @@ func BenchmarkSignDynamoDB(b *testing.B) {
 		b.Skip("needs the DynamoDB emulator; skipped with -short")
 	}
 	table := newCATable(b)
-	key := filepath.Join(b.TempDir(), "ca_key.pem")
+	key := memstore.NewCAKey()
 	open := func() *ca.CA {
-		c, err := ca.Init(b.Context(), NewCAStore(newClient(emu.URL), table), ca.KeyFile(key),
+		c, err := ca.Init(b.Context(), NewCAStore(newClient(emu.URL), table), key,
 			ca.Options{Autosign: true, ServerDir: b.TempDir(), Logger: discardLogger})
 		if err != nil {
 			b.Fatal(err)

@@ -164,7 +164,7 @@ func (s *CAStore) CACert(ctx context.Context) ([]byte, error) {
 // Create writes the counter, the CRL and the inventory entry, each only if
 // absent, and the CA certificate last, only if absent: a table without the
 // ca item has no CA yet. Two processes creating at once sign with the same
-// key (farm.CAKeySource.CreateKey lets one key win), so whichever CRL lands is
+// key (farm.CAKeySource.GenerateKey lets one key win), so whichever CRL lands is
 // signed by the CA that lands.
 func (s *CAStore) Create(ctx context.Context, g farm.CAGenesis) error {
 	if err := farm.CheckCACreate(ctx, &g); err != nil {

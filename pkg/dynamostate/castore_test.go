@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/big"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/ca"
 	"github.com/compilefarm/compilefarm/pkg/farm"
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
+	"github.com/compilefarm/compilefarm/pkg/memstore"
 )
 
 var discardLogger = slog.New(slog.DiscardHandler)
@@ -54,16 +54,16 @@ func TestCAStoreContract(t *testing.T) {
 	farmtest.TestCAStore(t, func(t *testing.T) farm.CAStore { return NewCAStore(newClient(emu.URL), newCATable(t)) })
 }
 
-// openCA opens a CA on table with the key in keyFile, on a client of its
+// openCA opens a CA on table with the key in keys, on a client of its
 // own, as a separate front door would.
-func openCA(t *testing.T, table, keyFile string, opts ca.Options) *ca.CA {
+func openCA(t *testing.T, table string, keys farm.CAKeySource, opts ca.Options) *ca.CA {
 	t.Helper()
 	if opts.KeyBits == 0 {
 		opts.KeyBits = 2048
 	}
 	opts.ServerDir = t.TempDir()
 	opts.Logger = discardLogger
-	c, err := ca.Init(t.Context(), NewCAStore(newClient(emu.URL), table), ca.KeyFile(keyFile), opts)
+	c, err := ca.Init(t.Context(), NewCAStore(newClient(emu.URL), table), keys, opts)
 	if err != nil {
 		t.Fatalf("open CA on table %s: %v", table, err)
 	}
@@ -75,7 +75,7 @@ func TestCAContractOnDynamoDB(t *testing.T) {
 		t.Skip("needs the DynamoDB emulator; skipped with -short")
 	}
 	farmtest.TestCA(t, func(t *testing.T) farm.CA {
-		return openCA(t, newCATable(t), filepath.Join(t.TempDir(), "ca_key.pem"), ca.Options{})
+		return openCA(t, newCATable(t), memstore.NewCAKey(), ca.Options{})
 	})
 }
 
@@ -84,7 +84,7 @@ func TestCASharedOnDynamoDB(t *testing.T) {
 		t.Skip("needs the DynamoDB emulator; skipped with -short")
 	}
 	farmtest.TestSharedCA(t, func(t *testing.T) (farm.CA, farm.CA) {
-		table, key := newCATable(t), filepath.Join(t.TempDir(), "ca_key.pem")
+		table, key := newCATable(t), memstore.NewCAKey()
 		return openCA(t, table, key, ca.Options{Autosign: true}), openCA(t, table, key, ca.Options{Autosign: true})
 	})
 }
@@ -93,7 +93,7 @@ func TestCANewNeedsACA(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the DynamoDB emulator; skipped with -short")
 	}
-	_, err := ca.New(t.Context(), NewCAStore(newClient(emu.URL), newCATable(t)), ca.KeyFile(filepath.Join(t.TempDir(), "k.pem")),
+	_, err := ca.New(t.Context(), NewCAStore(newClient(emu.URL), newCATable(t)), memstore.NewCAKey(),
 		ca.Options{ServerDir: t.TempDir()})
 	if err == nil || !errors.Is(err, farm.ErrNotFound) {
 		t.Fatalf("New on an empty table: err = %v, want ErrNotFound telling to run broker ca init", err)
@@ -169,7 +169,7 @@ func TestSigningDoesNotScan(t *testing.T) {
 		})
 	}
 	table := newCATable(t)
-	c, err := ca.Init(t.Context(), NewCAStore(newClient(emu.URL, countScans), table), ca.KeyFile(filepath.Join(t.TempDir(), "k.pem")),
+	c, err := ca.Init(t.Context(), NewCAStore(newClient(emu.URL, countScans), table), memstore.NewCAKey(),
 		ca.Options{KeyBits: 2048, Autosign: true, ServerDir: t.TempDir(), Logger: discardLogger})
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package farm
 
 import (
 	"context"
+	"crypto"
 	"fmt"
 	"math/big"
 	"time"
@@ -12,10 +13,11 @@ import (
 // and the certificates names hold (CACertStore). The CA key is not a
 // record: it comes from a CAKeySource.
 //
-// Drivers: the directory laid out like Puppet Server's cadir (ca.DirStore),
-// and DynamoDB (dynamostate.CAStore); farmtest.TestCAStore is their suite.
+// Drivers: the directory laid out like Puppet Server's cadir (cadir.Store),
+// DynamoDB (dynamostate.CAStore) and memory (memstore.CAStore, for tests);
+// farmtest.TestCAStore is their suite.
 // The CA makes every change under Lock. A driver whose writes are not
-// conditional themselves (DirStore) serialises changes with Lock; a driver
+// conditional themselves (cadir.Store) serialises changes with Lock; a driver
 // with conditional writes (DynamoDB) returns a no-op from Lock and enforces
 // the conditions of Create, NextSerial, PutSigned, DeleteSigned and PutCRL
 // itself, so that several processes on several hosts can sign at once.
@@ -45,7 +47,7 @@ type CAStore interface {
 type CAIssuerStore interface {
 	// CACert returns the CA certificate (PEM); ErrNotFound when there is no
 	// CA yet. A driver may refuse to report "no CA" when its other records
-	// show there was one (DirStore, when ca_crt.pem is missing but signed
+	// show there was one (cadir.Store, when ca_crt.pem is missing but signed
 	// certificates are there): an error, not ErrNotFound.
 	CACert(ctx context.Context) ([]byte, error)
 	// Create records a new CA: its certificate, first CRL, the serial
@@ -142,54 +144,100 @@ type CertIssued struct {
 	NotBefore, NotAfter time.Time
 }
 
-// CAKeySource holds the CA's private key (PEM): a file (ca.KeyFile, and
-// the CA directory behind ca.Open) or an AWS Secrets Manager secret
-// (cakey.Secret); farmtest.TestCAKeySource is their suite.
+// CAKeySource holds the CA's private key and signs with it where it lives:
+// a file (cadir.KeyFile, and the CA directory behind cadir.OpenCA), an AWS
+// Secrets Manager secret (cakey.Secret), an AWS KMS key (kmskey), memory
+// (memstore.CAKey, for tests). farmtest.TestCAKeySource is their suite.
 //
-// The source keeps the key's bytes as given: it does not parse them (the
-// CA does), and LoadKey returns them byte for byte. A key is stored once:
-// there is no replacing or deleting it through the source. How a driver
-// protects the key at rest (a file's mode 0600, a secret's KMS key) is its
-// own to promise and test.
+// A key is made once: there is no replacing or deleting it through the
+// source. How a driver protects the key at rest (a file's mode 0600, a
+// secret's KMS key, a key that never leaves KMS) is its own to promise and
+// test. The CA needs an RSA key (it makes one of Options.KeyBits bits)
+// whose Signer signs SHA-256 digests with PKCS #1 v1.5 (crypto.SHA256 as
+// opts), which is what certificates and CRLs are signed with.
 //
 // A call whose ctx has ended returns an error wrapping ctx.Err()
-// (CheckLoadKey, CheckCreateKey), and CreateKey then stores nothing. Safe
-// for concurrent use, by goroutines and by processes sharing the source.
+// (CheckSigner, CheckGenerateKey, CheckImportKey) and stores nothing.
+// Safe for concurrent use, by goroutines and by processes sharing the
+// source.
 type CAKeySource interface {
-	// LoadKey returns the key; ErrNotFound when the source holds none.
-	LoadKey(ctx context.Context) ([]byte, error)
-	// CreateKey stores keyPEM, durably, if the source holds no key;
-	// ErrConflict, changing nothing, when it holds one. Of concurrent
-	// CreateKeys on a source holding none, from any processes, exactly
-	// one succeeds and every other gets ErrConflict, and every LoadKey
-	// after them returns the winner's key. ErrInvalid (CheckCreateKey)
-	// for a key that is empty or larger than MaxCAKey.
-	CreateKey(ctx context.Context, keyPEM []byte) error
+	// Signer returns the key; its Sign signs with the key where it is kept
+	// (in memory for a file or a Secrets Manager secret, inside KMS for a
+	// KMS key). ErrNotFound when the source holds no key. Its Public is
+	// the same key on every call and from every value of the source. A
+	// Signer that signs remotely bounds each Sign itself (a timeout it
+	// documents: crypto.Signer's Sign takes no context) and wraps its
+	// errors with what was being signed.
+	Signer(ctx context.Context) (crypto.Signer, error)
+	// GenerateKey makes a new RSA key of bits bits in the source when it
+	// holds none; ErrConflict, changing nothing, when it holds one. Of
+	// concurrent GenerateKeys on an empty source, from any processes,
+	// exactly one succeeds, the others get ErrConflict, and every Signer
+	// after them is the winner's. ErrInvalid (CheckGenerateKey) for bits
+	// below MinCAKeyBits or above MaxCAKeyBits, or a size the driver
+	// cannot make (its doc says which it can).
+	GenerateKey(ctx context.Context, bits int) error
 	// String names the source in messages ("file /etc/…/ca_key.pem",
 	// "Secrets Manager secret NAME"), never its key; it needs no I/O.
 	String() string
 }
 
-// MaxCAKey caps a CA key's PEM (Secrets Manager's limit on a secret's
-// value); a 4096-bit RSA key takes about 3.3 KiB.
+// CAKeyImporter is a CAKeySource that can take an existing key (a site
+// moving from Puppet Server brings its ca_key.pem): the file and the
+// Secrets Manager drivers. A KMS key cannot be imported through the farm.
+// farmtest.TestCAKeyImporter is their suite.
+type CAKeyImporter interface {
+	CAKeySource
+	// ImportKey stores keyPEM (PKCS#1, SEC 1 or PKCS#8) if the source holds
+	// no key; ErrConflict, changing nothing, when it holds one (of
+	// concurrent ImportKeys and GenerateKeys exactly one succeeds, as for
+	// GenerateKey). ErrInvalid, storing nothing, for a key that does not
+	// parse, cannot sign, is empty or is larger than MaxCAKey
+	// (CheckImportKey checks the size; the driver parses the key, with
+	// pki.ParsePrivateKey). Signer then signs with that key, whatever its
+	// type; the CA needs it to be RSA.
+	ImportKey(ctx context.Context, keyPEM []byte) error
+}
+
+// MaxCAKey caps an imported CA key's PEM (Secrets Manager's limit on a
+// secret's value); a 4096-bit RSA key takes about 3.3 KiB.
 const MaxCAKey = 64 << 10
 
-// CheckLoadKey checks a CAKeySource.LoadKey from src: only its ctx.
-func CheckLoadKey(ctx context.Context, src fmt.Stringer) error {
+// The RSA key sizes GenerateKey may be asked for: 2048 is the least Puppet
+// accepts, 4096 its default.
+const (
+	MinCAKeyBits = 2048
+	MaxCAKeyBits = 16384
+)
+
+// CheckSigner checks a CAKeySource.Signer from src: only its ctx.
+func CheckSigner(ctx context.Context, src fmt.Stringer) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("read CA key from %s: %w", src, err)
 	}
 	return nil
 }
 
-// CheckCreateKey checks a CAKeySource.CreateKey of keyPEM into src: 1 to
-// MaxCAKey bytes.
-func CheckCreateKey(ctx context.Context, src fmt.Stringer, keyPEM []byte) error {
+// CheckGenerateKey checks a CAKeySource.GenerateKey of a bits-bit key in
+// src: its ctx, and MinCAKeyBits <= bits <= MaxCAKeyBits.
+func CheckGenerateKey(ctx context.Context, src fmt.Stringer, bits int) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("store CA key in %s: %w", src, err)
+		return fmt.Errorf("generate CA key in %s: %w", src, err)
+	}
+	if bits < MinCAKeyBits || bits > MaxCAKeyBits {
+		return fmt.Errorf("generate CA key in %s: an RSA key of %d bits: must be %d-%d: %w", src, bits, MinCAKeyBits, MaxCAKeyBits, ErrInvalid)
+	}
+	return nil
+}
+
+// CheckImportKey checks a CAKeyImporter.ImportKey of keyPEM into src: its
+// ctx, and 1 to MaxCAKey bytes.
+func CheckImportKey(ctx context.Context, src fmt.Stringer, keyPEM []byte) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("import CA key into %s: %w", src, err)
 	}
 	if len(keyPEM) == 0 || len(keyPEM) > MaxCAKey {
-		return fmt.Errorf("store CA key in %s: a key of %d bytes: must be 1-%d: %w", src, len(keyPEM), MaxCAKey, ErrInvalid)
+		return fmt.Errorf("import CA key into %s: a key of %d bytes: must be 1-%d: %w", src, len(keyPEM), MaxCAKey, ErrInvalid)
 	}
 	return nil
 }

@@ -252,12 +252,18 @@ func TestCAKeySourceChecks(t *testing.T) {
 	ctx := context.Background()
 	src := source("file /tmp/ca_key.pem")
 	runChecks(t, []checkCase{
-		{"load", CheckLoadKey(ctx, src), nil, ""},
-		{"load, ended", CheckLoadKey(ended(), src), context.Canceled, "read CA key from file /tmp/ca_key.pem: context canceled"},
-		{"create", CheckCreateKey(ctx, src, []byte("key")), nil, ""},
-		{"create, largest", CheckCreateKey(ctx, src, make([]byte, MaxCAKey)), nil, ""},
-		{"create, ended", CheckCreateKey(ended(), src, []byte("key")), context.Canceled, "store CA key in file /tmp/ca_key.pem: context canceled"},
-		{"create, empty", CheckCreateKey(ctx, src, nil), ErrInvalid, "store CA key in file /tmp/ca_key.pem: a key of 0 bytes: must be 1-65536: invalid"},
-		{"create, too large", CheckCreateKey(ctx, src, make([]byte, MaxCAKey+1)), ErrInvalid, ""},
+		{"signer", CheckSigner(ctx, src), nil, ""},
+		{"signer, ended", CheckSigner(ended(), src), context.Canceled, "read CA key from file /tmp/ca_key.pem: context canceled"},
+		{"generate", CheckGenerateKey(ctx, src, 4096), nil, ""},
+		{"generate, least", CheckGenerateKey(ctx, src, MinCAKeyBits), nil, ""},
+		{"generate, largest", CheckGenerateKey(ctx, src, MaxCAKeyBits), nil, ""},
+		{"generate, ended", CheckGenerateKey(ended(), src, 4096), context.Canceled, "generate CA key in file /tmp/ca_key.pem: context canceled"},
+		{"generate, too small", CheckGenerateKey(ctx, src, 1024), ErrInvalid, "generate CA key in file /tmp/ca_key.pem: an RSA key of 1024 bits: must be 2048-16384: invalid"},
+		{"generate, too large", CheckGenerateKey(ctx, src, MaxCAKeyBits+1), ErrInvalid, ""},
+		{"import", CheckImportKey(ctx, src, []byte("key")), nil, ""},
+		{"import, largest", CheckImportKey(ctx, src, make([]byte, MaxCAKey)), nil, ""},
+		{"import, ended", CheckImportKey(ended(), src, []byte("key")), context.Canceled, "import CA key into file /tmp/ca_key.pem: context canceled"},
+		{"import, empty", CheckImportKey(ctx, src, nil), ErrInvalid, "import CA key into file /tmp/ca_key.pem: a key of 0 bytes: must be 1-65536: invalid"},
+		{"import, too large", CheckImportKey(ctx, src, make([]byte, MaxCAKey+1)), ErrInvalid, ""},
 	})
 }

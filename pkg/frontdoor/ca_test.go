@@ -20,7 +20,9 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
 	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // signCRL makes a CRL dated thisUpdate with one revocation per date in
@@ -191,7 +193,7 @@ func TestCRLRefreshAfterRevocations(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := &fakeClock{t: t0.Add(-time.Hour)}
-			authority, err := ca.Open(t.Context(), t.TempDir(), ca.Options{Name: "test", KeyBits: 2048, Autosign: true, Now: clk.now, Logger: quietLog})
+			authority, err := cadir.OpenCA(t.Context(), t.TempDir(), ca.Options{Name: "test", KeyBits: 2048, Autosign: true, Now: clk.now, Logger: quietLog})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -236,7 +238,7 @@ func TestCRLRefreshAfterRevocations(t *testing.T) {
 func TestOldFutureDatedCRL(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	authority, err := ca.Open(ctx, dir, ca.Options{Name: "test", KeyBits: 2048, Autosign: true, Logger: quietLog})
+	authority, err := cadir.OpenCA(ctx, dir, ca.Options{Name: "test", KeyBits: 2048, Autosign: true, Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +256,7 @@ func TestOldFutureDatedCRL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := ca.ParsePrivateKey(keyPEM)
+	key, err := pki.ParsePrivateKey(keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +267,7 @@ func TestOldFutureDatedCRL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := ca.OpenDirStore(dir)
+	st, err := cadir.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
 	"github.com/compilefarm/compilefarm/pkg/code"
 	"github.com/compilefarm/compilefarm/pkg/facts"
 	"github.com/compilefarm/compilefarm/pkg/farm"
@@ -27,6 +28,7 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/intake"
 	"github.com/compilefarm/compilefarm/pkg/memstore"
 	"github.com/compilefarm/compilefarm/pkg/metrics"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // rig is a front door on real TLS, with the built-in CA, in-memory stores,
@@ -47,11 +49,11 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	ctx := context.Background()
-	authority, err := ca.Open(ctx, t.TempDir(), ca.Options{Name: "test", KeyBits: 2048, Autosign: true})
+	authority, err := cadir.OpenCA(ctx, t.TempDir(), ca.Options{Name: "test", KeyBits: 2048, Autosign: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	serverCert, err := authority.IssueServerCert(ctx, "server.test", []string{"localhost", "127.0.0.1"}, ca.KeyECDSAP256)
+	serverCert, err := authority.IssueServerCert(ctx, "server.test", []string{"localhost", "127.0.0.1"}, pki.KeyECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ type Revocations interface {
 
 // Peers verifies the certificates a TLS client presented (leaf first).
 // A server whose TLS configuration verifies client certificates in
-// VerifyConnection rather than in crypto/tls (ca.ClientCheck.TLSConfig
+// VerifyConnection rather than in crypto/tls (clientcert.Check.TLSConfig
 // with a cache) leaves VerifiedChains empty and must set it.
 type Peers interface {
 	VerifyPeer(certs []*x509.Certificate) error

@@ -92,3 +92,22 @@ func TestOutbox(t *testing.T) {
 		return memstore.NewOutbox(memstore.OutboxOptions{VisibilityTimeout: 2 * time.Second})
 	}, farmtest.OutboxCaps{ListsDeadLetters: true})
 }
+
+func TestCAKey(t *testing.T) {
+	t.Run("CAKeySource", func(t *testing.T) {
+		farmtest.TestCAKeySource(t, func(t *testing.T) func() farm.CAKeySource {
+			k := memstore.NewCAKey()
+			return func() farm.CAKeySource { return k }
+		})
+	})
+	t.Run("CAKeyImporter", func(t *testing.T) {
+		farmtest.TestCAKeyImporter(t, func(t *testing.T) func() farm.CAKeyImporter {
+			k := memstore.NewCAKey()
+			return func() farm.CAKeyImporter { return k }
+		})
+	})
+}
+
+func TestCAStore(t *testing.T) {
+	farmtest.TestCAStore(t, func(t *testing.T) farm.CAStore { return memstore.NewCAStore() })
+}

@@ -1,9 +1,10 @@
 // Package memstore holds in-memory drivers of the farm's contracts: Store
 // (content, names, nodes, environments, PCP presence, task inboxes, run
-// jobs, recorded PuppetDB queries), Queue and Outbox. They keep nothing
-// across a restart and exist for fast unit tests of other packages; they
-// pass the full contract suites of pkg/farm/farmtest, including the embedded queue's
-// collapsing and node exclusivity.
+// jobs, recorded PuppetDB queries), Queue, Outbox and the CA's key
+// (CAKey). They keep nothing across a restart and exist for fast unit
+// tests of other packages; they pass the full contract suites of
+// pkg/farm/farmtest, including the embedded queue's collapsing and node
+// exclusivity.
 package memstore
 
 import (

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // Agent is one synthetic agent's identity: its certname and certificate
@@ -44,7 +44,7 @@ func (f *Farm) enrol(ctx context.Context, c *http.Client, name, keyType string) 
 	if keyType != KeyECDSA && keyType != KeyRSA {
 		return nil, nil, fmt.Errorf("key type %q: want %s or %s", keyType, KeyECDSA, KeyRSA)
 	}
-	key, keyPEM, err := ca.NewServerKey(keyType, 2048) // RSA 2048 for "rsa", else ECDSA P-256
+	key, keyPEM, err := pki.NewServerKey(keyType, 2048) // RSA 2048 for "rsa", else ECDSA P-256
 	if err != nil {
 		return nil, nil, err
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // testCA is a throwaway CA that signs client certificates.
@@ -45,7 +45,7 @@ func newTestCA(t *testing.T) *testCA {
 // issue returns an agent identity for name valid until notAfter, and its key PEM.
 func (c *testCA) issue(t *testing.T, name string, notAfter time.Time) (*Agent, []byte) {
 	t.Helper()
-	key, keyPEM, err := ca.NewServerKey(KeyECDSA, 0)
+	key, keyPEM, err := pki.NewServerKey(KeyECDSA, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Command mkca makes the certificate authority and certificates of a test
 // PuppetDB (scripts/puppetdb.sh start): it opens (creating on first use) a
-// CA with the farm's own pkg/ca in -cadir, the layout `broker dev` keeps in
-// DATA/ca, and has it sign a server certificate for PuppetDB and a client
+// CA with the farm's own signer in -cadir (cadir.OpenCA), the layout
+// `broker dev` keeps in DATA/ca, and has it sign a server certificate for PuppetDB and a client
 // certificate for tests, keeping their keys in -ssldir (Puppet's ssldir
 // layout: certs/<certname>.pem, private_keys/<certname>.pem).
 //
@@ -29,7 +29,9 @@ import (
 
 	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 func main() {
@@ -62,8 +64,8 @@ type certSpec struct {
 	altNames []string
 }
 
-func run(ctx context.Context, cadir, ssldir, name string, bits int, log *slog.Logger, certs []certSpec) error {
-	authority, err := ca.Open(ctx, cadir, ca.Options{Name: name, KeyBits: bits, AllowSubjectAltNames: true, Logger: log})
+func run(ctx context.Context, caDir, ssldir, name string, bits int, log *slog.Logger, certs []certSpec) error {
+	authority, err := cadir.OpenCA(ctx, caDir, ca.Options{Name: name, KeyBits: bits, AllowSubjectAltNames: true, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -88,7 +90,7 @@ func run(ctx context.Context, cadir, ssldir, name string, bits int, log *slog.Lo
 func ensureCert(ctx context.Context, authority *ca.CA, ssldir string, bits int, c certSpec) error {
 	certPath := filepath.Join(ssldir, "certs", c.certname+".pem")
 	keyPath := filepath.Join(ssldir, "private_keys", c.certname+".pem")
-	if cert, _, why := ca.LoadKeyPair(certPath, keyPath); why == "" {
+	if cert, _, why := pki.LoadKeyPair(certPath, keyPath); why == "" {
 		if authority.VerifyClient(cert, nil) == nil {
 			return nil
 		}

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/compilefarm/compilefarm/pkg/ca"
+	"github.com/compilefarm/compilefarm/pkg/cadir"
 )
 
 // TestRun makes the CA and both certificates, then opens the CA directory
@@ -22,10 +23,10 @@ import (
 // the client's. A second run keeps them.
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
-	cadir, ssldir := filepath.Join(dir, "ca"), filepath.Join(dir, "ssl")
+	caDir, ssldir := filepath.Join(dir, "ca"), filepath.Join(dir, "ssl")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	specs := []certSpec{{certname: "puppetdb.test", altNames: []string{"localhost", "127.0.0.1"}}, {certname: "puppetdb-client.test"}}
-	if err := run(t.Context(), cadir, ssldir, "puppetdb-test", 2048, log, specs); err != nil {
+	if err := run(t.Context(), caDir, ssldir, "puppetdb-test", 2048, log, specs); err != nil {
 		t.Fatal(err)
 	}
 	read := func(p string) []byte {
@@ -43,10 +44,10 @@ func TestRun(t *testing.T) {
 
 	// A broker adopting a copy of the directory.
 	adopted := filepath.Join(t.TempDir(), "data", "ca")
-	if err := os.CopyFS(adopted, os.DirFS(cadir)); err != nil {
+	if err := os.CopyFS(adopted, os.DirFS(caDir)); err != nil {
 		t.Fatal(err)
 	}
-	broker, err := ca.Open(t.Context(), adopted, ca.Options{Name: "broker.test", Logger: log})
+	broker, err := cadir.OpenCA(t.Context(), adopted, ca.Options{Name: "broker.test", Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,12 +86,12 @@ func TestRun(t *testing.T) {
 		t.Errorf("the broker's own certificate lacks pp_cli_auth: the check above proves nothing")
 	}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(read(filepath.Join(cadir, "ca_crt.pem")))
+	pool.AppendCertsFromPEM(read(filepath.Join(caDir, "ca_crt.pem")))
 	if _, err := server.Leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		t.Fatalf("the adopting broker's certificate does not verify as a client against ca_crt.pem: %v", err)
 	}
 
-	if err := run(t.Context(), cadir, ssldir, "puppetdb-test", 2048, log, specs); err != nil {
+	if err := run(t.Context(), caDir, ssldir, "puppetdb-test", 2048, log, specs); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range specs {

@@ -15,9 +15,11 @@ import (
 	"fmt"
 	"math/big"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
@@ -50,9 +52,97 @@ func NewCSRWith(t testing.TB, certname string, exts ...pkix.Extension) ([]byte, 
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), key
 }
 
+// CAOption states a promise of farm.CA that a driver does not keep, and
+// what TestCA does instead.
+type CAOption func(*caSuite)
+
+// SignsNothing is the option of a CA that forwards to an upstream CA which
+// signs (caproxy): its Sign, SignWith, Revoke and List return ErrInvalid,
+// which the suite checks ("SignsNothingIsInvalid"), for a name with a
+// pending request and one without, changing nothing upstream. Everything
+// else runs on the CA under test: requests are submitted, and
+// certificates, requests and the CRL fetched, through it; upstream(ca)
+// returns the CA its operator signs and revokes on (the one open's CA
+// forwards to), where the suite does that. The CA under test may serve a
+// revocation late: the suite waits up to caCRLWait for its CRL to list
+// it. Left out, each by a line in the test log: the states, serials and
+// fingerprints the CA under test would List, and the ErrNotFound of Sign
+// and Revoke for an unknown name.
+func SignsNothing(upstream func(ca farm.CA) farm.CA) CAOption {
+	return func(s *caSuite) { s.signsNothing, s.upstream = true, upstream }
+}
+
+// caCRLWait bounds how late a CA that signs nothing may serve a revocation
+// made upstream.
+const caCRLWait = 10 * time.Second
+
+// caSuite is TestCA's options.
+type caSuite struct {
+	signsNothing bool
+	upstream     func(farm.CA) farm.CA
+}
+
+// signer is the CA that signs and revokes for ca: ca itself, or its
+// upstream when ca signs nothing.
+func (s *caSuite) signer(ca farm.CA) farm.CA {
+	if s.signsNothing {
+		return s.upstream(ca)
+	}
+	return ca
+}
+
+// lists reports whether ca's List is part of the suite, logging what is
+// left out when it is not.
+func (s *caSuite) lists(t *testing.T, what string) bool {
+	t.Helper()
+	if s.signsNothing {
+		t.Logf("left out (SignsNothing): %s, which List would show", what)
+		return false
+	}
+	return true
+}
+
 // TestCA runs the contract suite for farm.CA. open returns a new, empty CA
-// with autosign off; each subtest opens its own.
-func TestCA(t *testing.T, open func(t *testing.T) farm.CA) {
+// with autosign off; each subtest opens its own. opts state the promises
+// the driver does not keep (SignsNothing).
+func TestCA(t *testing.T, open func(t *testing.T) farm.CA, opts ...CAOption) {
+	s := &caSuite{}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.signsNothing {
+		t.Run("SignsNothingIsInvalid", func(t *testing.T) {
+			ca := open(t)
+			ctx := t.Context()
+			const pending, unknown = "pending.example.test", "unknown.example.test"
+			csrPEM, _ := NewCSR(t, pending)
+			if err := ca.SubmitCSR(ctx, pending, csrPEM); err != nil {
+				t.Fatalf("SubmitCSR: %v", err)
+			}
+			for _, name := range []string{pending, unknown} {
+				for what, err := range map[string]error{
+					"Sign":                                  ca.Sign(ctx, name),
+					"SignWith":                              ca.SignWith(ctx, name, farm.SignOptions{}),
+					"SignWith AllowAuthorizationExtensions": ca.SignWith(ctx, name, farm.SignOptions{AllowAuthorizationExtensions: true}),
+					"Revoke":                                ca.Revoke(ctx, name),
+				} {
+					if !errors.Is(err, farm.ErrInvalid) {
+						t.Errorf("%s %s: err = %v, want ErrInvalid", what, name, err)
+					}
+				}
+			}
+			if _, err := ca.List(ctx); !errors.Is(err, farm.ErrInvalid) {
+				t.Errorf("List: err = %v, want ErrInvalid", err)
+			}
+			if _, err := ca.CertificateRequest(ctx, pending); err != nil {
+				t.Errorf("the request is no longer pending after the refused calls: %v", err)
+			}
+			if _, err := ca.Certificate(ctx, pending); !errors.Is(err, farm.ErrNotFound) {
+				t.Errorf("Certificate after the refused calls: err = %v, want ErrNotFound (nothing signed)", err)
+			}
+		})
+	}
+
 	t.Run("CACertificate", func(t *testing.T) {
 		ca := open(t)
 		cert := caCACert(t, ca)
@@ -96,21 +186,26 @@ func TestCA(t *testing.T, open func(t *testing.T) farm.CA) {
 		if _, err := ca.Certificate(ctx, name); !errors.Is(err, farm.ErrNotFound) {
 			t.Fatalf("Certificate before signing: err = %v, want ErrNotFound", err)
 		}
-		st := caStatus(t, ca, name)
-		if st.State != farm.CertRequested {
-			t.Fatalf("state after submit = %q, want %q", st.State, farm.CertRequested)
+		lists := s.lists(t, "the states, serial and fingerprint of a request and a certificate")
+		if lists {
+			st := caStatus(t, ca, name)
+			if st.State != farm.CertRequested {
+				t.Fatalf("state after submit = %q, want %q", st.State, farm.CertRequested)
+			}
+			caCheckFingerprint(t, st.Fingerprint)
 		}
-		caCheckFingerprint(t, st.Fingerprint)
 
-		if err := ca.Sign(ctx, name); err != nil {
+		if err := s.signer(ca).Sign(ctx, name); err != nil {
 			t.Fatalf("Sign: %v", err)
 		}
 		cert := caAgentCert(t, ca, name, key)
-		st = caStatus(t, ca, name)
-		if st.State != farm.CertSigned {
-			t.Fatalf("state after signing = %q, want %q", st.State, farm.CertSigned)
+		if lists {
+			st := caStatus(t, ca, name)
+			if st.State != farm.CertSigned {
+				t.Fatalf("state after signing = %q, want %q", st.State, farm.CertSigned)
+			}
+			caCheckStatusMatches(t, st, cert)
 		}
-		caCheckStatusMatches(t, st, cert)
 	})
 
 	t.Run("ResubmitPendingReplaces", func(t *testing.T) {
@@ -132,7 +227,7 @@ func TestCA(t *testing.T, open func(t *testing.T) farm.CA) {
 		if !caSameDER(t, got, second) {
 			t.Fatalf("pending request was not replaced by the resubmitted one")
 		}
-		if err := ca.Sign(ctx, name); err != nil {
+		if err := s.signer(ca).Sign(ctx, name); err != nil {
 			t.Fatalf("Sign: %v", err)
 		}
 		caAgentCert(t, ca, name, key)
@@ -142,7 +237,7 @@ func TestCA(t *testing.T, open func(t *testing.T) farm.CA) {
 		ca := open(t)
 		ctx := t.Context()
 		const name = "agent3.example.test"
-		caSubmitSign(t, ca, name)
+		s.submitSign(t, ca, name)
 		before, err := ca.Certificate(ctx, name)
 		if err != nil {
 			t.Fatalf("Certificate: %v", err)
@@ -169,16 +264,22 @@ func TestCA(t *testing.T, open func(t *testing.T) farm.CA) {
 		if err := ca.SubmitCSR(t.Context(), name, csrPEM); err != nil {
 			t.Fatalf("SubmitCSR of a pp_cli_auth request: %v (want it stored, pending)", err)
 		}
-		if st := caStatus(t, ca, name); st.State != farm.CertRequested {
-			t.Fatalf("state after SubmitCSR = %q, want %q", st.State, farm.CertRequested)
+		if _, err := ca.CertificateRequest(t.Context(), name); err != nil {
+			t.Fatalf("CertificateRequest after SubmitCSR: %v (want it pending)", err)
 		}
-		if err := ca.Sign(t.Context(), name); !errors.Is(err, farm.ErrInvalid) {
+		if s.lists(t, "the state of a pending operator request") {
+			if st := caStatus(t, ca, name); st.State != farm.CertRequested {
+				t.Fatalf("state after SubmitCSR = %q, want %q", st.State, farm.CertRequested)
+			}
+		}
+		signer := s.signer(ca)
+		if err := signer.Sign(t.Context(), name); !errors.Is(err, farm.ErrInvalid) {
 			t.Fatalf("Sign of a pp_cli_auth request = %v, want ErrInvalid", err)
 		}
-		if err := ca.SignWith(t.Context(), name, farm.SignOptions{}); !errors.Is(err, farm.ErrInvalid) {
+		if err := signer.SignWith(t.Context(), name, farm.SignOptions{}); !errors.Is(err, farm.ErrInvalid) {
 			t.Fatalf("SignWith (no options) of a pp_cli_auth request = %v, want ErrInvalid", err)
 		}
-		if err := ca.SignWith(t.Context(), name, farm.SignOptions{AllowAuthorizationExtensions: true}); err != nil {
+		if err := signer.SignWith(t.Context(), name, farm.SignOptions{AllowAuthorizationExtensions: true}); err != nil {
 			t.Fatalf("SignWith AllowAuthorizationExtensions: %v", err)
 		}
 		cert := caAgentCert(t, ca, name, key)
@@ -197,21 +298,20 @@ func TestCA(t *testing.T, open func(t *testing.T) farm.CA) {
 		ca := open(t)
 		ctx := t.Context()
 		const name = "agent4.example.test"
-		cert := caSubmitSign(t, ca, name)
-		caSubmitSign(t, ca, "bystander.example.test")
-		if err := ca.Revoke(ctx, name); err != nil {
+		cert := s.submitSign(t, ca, name)
+		s.submitSign(t, ca, "bystander.example.test")
+		if err := s.signer(ca).Revoke(ctx, name); err != nil {
 			t.Fatalf("Revoke: %v", err)
 		}
-		if st := caStatus(t, ca, name); st.State != farm.CertRevoked {
-			t.Fatalf("state after revoke = %q, want %q", st.State, farm.CertRevoked)
+		if s.lists(t, "the states of a revoked certificate and a bystander") {
+			if st := caStatus(t, ca, name); st.State != farm.CertRevoked {
+				t.Fatalf("state after revoke = %q, want %q", st.State, farm.CertRevoked)
+			}
+			if st := caStatus(t, ca, "bystander.example.test"); st.State != farm.CertSigned {
+				t.Fatalf("bystander's state after another revoke = %q, want %q", st.State, farm.CertSigned)
+			}
 		}
-		if st := caStatus(t, ca, "bystander.example.test"); st.State != farm.CertSigned {
-			t.Fatalf("bystander's state after another revoke = %q, want %q", st.State, farm.CertSigned)
-		}
-		crl := caCRL(t, ca)
-		if !caCRLHas(crl, cert.SerialNumber) {
-			t.Fatalf("CRL does not list revoked serial %x", cert.SerialNumber)
-		}
+		crl := s.crlListing(t, ca, cert.SerialNumber)
 		if len(crl.RevokedCertificateEntries) != 1 {
 			t.Fatalf("CRL lists %d serials, want 1", len(crl.RevokedCertificateEntries))
 		}
@@ -245,9 +345,13 @@ func TestCA(t *testing.T, open func(t *testing.T) farm.CA) {
 				}
 			})
 		}
-		list, err := ca.List(ctx)
+		list, err := s.signer(ca).List(ctx)
 		if err != nil {
 			t.Fatalf("List: %v", err)
+		}
+		if s.signsNothing {
+			// The upstream lists its own front door's certificate too.
+			list = slices.DeleteFunc(list, func(st farm.CertStatus) bool { return st.State != farm.CertRequested })
 		}
 		if len(list) != 0 {
 			t.Fatalf("refused requests left %d entries: %+v", len(list), list)
@@ -263,6 +367,10 @@ func TestCA(t *testing.T, open func(t *testing.T) farm.CA) {
 		}
 		if _, err := ca.CertificateRequest(ctx, name); !errors.Is(err, farm.ErrNotFound) {
 			t.Errorf("CertificateRequest: err = %v, want ErrNotFound", err)
+		}
+		if s.signsNothing {
+			t.Log("left out (SignsNothing): the ErrNotFound of Sign and Revoke for an unknown name")
+			return
 		}
 		if err := ca.Sign(ctx, name); !errors.Is(err, farm.ErrNotFound) {
 			t.Errorf("Sign: err = %v, want ErrNotFound", err)
@@ -299,7 +407,7 @@ func TestCA(t *testing.T, open func(t *testing.T) farm.CA) {
 			go func() {
 				defer wg.Done()
 				name := fmt.Sprintf("node%02d.example.test", i)
-				if err := ca.Sign(ctx, name); err != nil {
+				if err := s.signer(ca).Sign(ctx, name); err != nil {
 					errs <- fmt.Errorf("Sign %s: %w", name, err)
 				}
 			}()
@@ -322,7 +430,7 @@ func TestCA(t *testing.T, open func(t *testing.T) farm.CA) {
 			}
 			serials[s] = name
 		}
-		list, err := ca.List(ctx)
+		list, err := s.signer(ca).List(ctx)
 		if err != nil {
 			t.Fatalf("List: %v", err)
 		}
@@ -336,6 +444,37 @@ func TestCA(t *testing.T, open func(t *testing.T) farm.CA) {
 			t.Fatalf("List shows %d signed nodes, want %d", signed, n)
 		}
 	})
+}
+
+// submitSign submits a request for name through ca, signs it (on ca's
+// upstream when ca signs nothing) and returns the certificate ca serves.
+func (s *caSuite) submitSign(t testing.TB, ca farm.CA, name string) *x509.Certificate {
+	t.Helper()
+	csrPEM, key := NewCSR(t, name)
+	if err := ca.SubmitCSR(t.Context(), name, csrPEM); err != nil {
+		t.Fatalf("SubmitCSR %s: %v", name, err)
+	}
+	if err := s.signer(ca).Sign(t.Context(), name); err != nil {
+		t.Fatalf("Sign %s: %v", name, err)
+	}
+	return caAgentCert(t, ca, name, key)
+}
+
+// crlListing returns ca's CRL once it lists serial: at once for a CA that
+// signs, within caCRLWait for one that signs nothing.
+func (s *caSuite) crlListing(t testing.TB, ca farm.CA, serial *big.Int) *x509.RevocationList {
+	t.Helper()
+	deadline := time.Now().Add(caCRLWait)
+	for {
+		crl := caCRL(t, ca)
+		if caCRLHas(crl, serial) {
+			return crl
+		}
+		if !s.signsNothing || time.Now().After(deadline) {
+			t.Fatalf("CRL does not list revoked serial %x", serial)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func caPEMBlock(t testing.TB, data []byte, typ string) []byte {
@@ -413,18 +552,6 @@ func caAgentCert(t testing.TB, ca farm.CA, name string, key crypto.Signer) *x509
 		t.Fatalf("certificate of %s does not verify for client auth: %v", name, err)
 	}
 	return cert
-}
-
-func caSubmitSign(t testing.TB, ca farm.CA, name string) *x509.Certificate {
-	t.Helper()
-	csrPEM, key := NewCSR(t, name)
-	if err := ca.SubmitCSR(t.Context(), name, csrPEM); err != nil {
-		t.Fatalf("SubmitCSR %s: %v", name, err)
-	}
-	if err := ca.Sign(t.Context(), name); err != nil {
-		t.Fatalf("Sign %s: %v", name, err)
-	}
-	return caAgentCert(t, ca, name, key)
 }
 
 func caStatus(t testing.TB, ca farm.CA, name string) farm.CertStatus {

@@ -1,4 +1,15 @@
-package ca
+// Package cadir keeps a Puppet CA in a directory laid out like Puppet
+// Server's cadir: its records (Store, a farm.CAStore), its key (KeyFile,
+// ca_key.pem, a farm.CAKeyImporter) and the opener that wires both into
+// the signer of package ca (OpenCA).
+//
+// ca_crt.pem, ca_key.pem, ca_pub.pem, ca_crl.pem, serial, inventory.txt,
+// requests/ and signed/ are Puppet Server's; server/ holds the front
+// door's own certificates and keys. Every write is atomic (temp file,
+// fsync, rename), and several processes may open one directory (the
+// running broker and an operator's "broker ca sign"): the CA's changes are
+// serialised with flock(2) on <dir>/.lock.
+package cadir
 
 import (
 	"bytes"
@@ -19,6 +30,7 @@ import (
 	"github.com/compilefarm/compilefarm/internal/atomicfile"
 	"github.com/compilefarm/compilefarm/internal/backoff"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
 // Files and directories of a CA directory. The names follow Puppet Server's
@@ -37,22 +49,22 @@ const (
 	dirServer     = "server"        // front door certs and keys: server/<certname>.{pem,key}
 )
 
-// DirStore is the Store kept in a directory laid out like Puppet Server's
-// cadir. Its writes are atomic (temp file, fsync, rename) but not
+// Store is the farm.CAStore kept in a directory laid out like Puppet
+// Server's cadir. Its writes are atomic (temp file, fsync, rename) but not
 // conditional: the CA takes Lock (flock(2) on <dir>/.lock) around every
 // change, so processes sharing the directory on one host (or a filesystem
 // with working flock) take turns.
-type DirStore struct {
+type Store struct {
 	dir      string
 	mu       sync.Mutex // one holder of the file lock per process
 	lockFile *os.File
 }
 
-var _ farm.CAStore = (*DirStore)(nil)
+var _ farm.CAStore = (*Store)(nil)
 
-// OpenDirStore opens the store in dir, creating dir and its subdirectories
+// Open opens the store in dir, creating dir and its subdirectories
 // when missing. Close releases it.
-func OpenDirStore(dir string) (*DirStore, error) {
+func Open(dir string) (*Store, error) {
 	for _, d := range []struct {
 		path string
 		perm fs.FileMode
@@ -65,22 +77,22 @@ func OpenDirStore(dir string) (*DirStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &DirStore{dir: dir, lockFile: f}, nil
+	return &Store{dir: dir, lockFile: f}, nil
 }
 
 // Close releases the directory's lock file.
-func (d *DirStore) Close() error { return d.lockFile.Close() }
+func (d *Store) Close() error { return d.lockFile.Close() }
 
-func (d *DirStore) path(elem ...string) string {
+func (d *Store) path(elem ...string) string {
 	return filepath.Join(append([]string{d.dir}, elem...)...)
 }
 
-func (d *DirStore) requestPath(certname string) string { return d.path(dirRequests, certname+".pem") }
-func (d *DirStore) signedPath(certname string) string  { return d.path(dirSigned, certname+".pem") }
+func (d *Store) requestPath(certname string) string { return d.path(dirRequests, certname+".pem") }
+func (d *Store) signedPath(certname string) string  { return d.path(dirSigned, certname+".pem") }
 
 // Lock takes the OS lock on the directory, waiting while another process
 // holds it, until ctx ends.
-func (d *DirStore) Lock(ctx context.Context) (func(), error) {
+func (d *Store) Lock(ctx context.Context) (func(), error) {
 	if err := farm.CheckCALock(ctx); err != nil {
 		return nil, err
 	}
@@ -105,7 +117,7 @@ func (d *DirStore) Lock(ctx context.Context) (func(), error) {
 }
 
 // Check reads the serial counter.
-func (d *DirStore) Check(ctx context.Context) error {
+func (d *Store) Check(ctx context.Context) error {
 	if err := farm.CheckCACheck(ctx); err != nil {
 		return err
 	}
@@ -116,7 +128,7 @@ func (d *DirStore) Check(ctx context.Context) error {
 // CACert reads ca_crt.pem. A missing certificate while signed/ holds
 // certificates means ca_crt.pem was lost: making a new CA would silently
 // cut off every agent, so that is an error, not ErrNotFound.
-func (d *DirStore) CACert(ctx context.Context) ([]byte, error) {
+func (d *Store) CACert(ctx context.Context) ([]byte, error) {
 	if err := farm.CheckCACert(ctx); err != nil {
 		return nil, err
 	}
@@ -140,14 +152,14 @@ func (d *DirStore) CACert(ctx context.Context) ([]byte, error) {
 
 // Create writes the CA's files, the certificate last: a directory without
 // ca_crt.pem has no CA yet, whatever else a crash left behind.
-func (d *DirStore) Create(ctx context.Context, g farm.CAGenesis) error {
+func (d *Store) Create(ctx context.Context, g farm.CAGenesis) error {
 	if err := farm.CheckCACreate(ctx, &g); err != nil {
 		return err
 	}
 	if _, err := os.Stat(d.path(fileCACert)); err == nil {
 		return fmt.Errorf("create CA in %s: %w", d.dir, farm.ErrConflict)
 	}
-	cert, err := parseCertPEM(g.CertPEM)
+	cert, err := pki.ParseCertPEM(g.CertPEM)
 	if err != nil {
 		return fmt.Errorf("create CA in %s: %w", d.dir, err)
 	}
@@ -175,7 +187,7 @@ func (d *DirStore) Create(ctx context.Context, g farm.CAGenesis) error {
 
 // readSerial returns the next serial number recorded in the serial file;
 // ErrNotFound when there is none (no CA yet).
-func (d *DirStore) readSerial() (*big.Int, error) {
+func (d *Store) readSerial() (*big.Int, error) {
 	b, err := readRecord(d.path(fileSerial))
 	if err != nil {
 		return nil, fmt.Errorf("read serial counter: %w", err)
@@ -189,13 +201,13 @@ func (d *DirStore) readSerial() (*big.Int, error) {
 }
 
 // writeSerial records next as the next serial number to hand out.
-func (d *DirStore) writeSerial(next *big.Int) error {
-	return atomicfile.Write(d.path(fileSerial), []byte(FormatSerial(next)), 0o644)
+func (d *Store) writeSerial(next *big.Int) error {
+	return atomicfile.Write(d.path(fileSerial), []byte(pki.FormatSerial(next)), 0o644)
 }
 
 // NextSerial moves the counter before the certificate is written, so a
 // crash can skip a serial but never hand one out twice. Caller holds Lock.
-func (d *DirStore) NextSerial(ctx context.Context) (*big.Int, error) {
+func (d *Store) NextSerial(ctx context.Context) (*big.Int, error) {
 	if err := farm.CheckCANextSerial(ctx); err != nil {
 		return nil, err
 	}
@@ -212,7 +224,7 @@ func (d *DirStore) NextSerial(ctx context.Context) (*big.Int, error) {
 // RecordIssued adds a line to inventory.txt in Puppet's format
 // ("0x0003 2026-11-20T22:26:40UTC 2031-11-20T22:26:40UTC /CN=agent1"),
 // rewriting the file atomically as Puppet Server does.
-func (d *DirStore) RecordIssued(ctx context.Context, e farm.CertIssued) error {
+func (d *Store) RecordIssued(ctx context.Context, e farm.CertIssued) error {
 	if err := farm.CheckCARecordIssued(ctx, &e); err != nil {
 		return err
 	}
@@ -237,12 +249,12 @@ func (d *DirStore) RecordIssued(ctx context.Context, e farm.CertIssued) error {
 // inventoryLine formats e as a line of Puppet's inventory.txt.
 func inventoryLine(e farm.CertIssued) string {
 	const layout = "2006-01-02T15:04:05MST"
-	return fmt.Sprintf("0x%s %s %s /CN=%s\n", FormatSerial(e.Serial),
+	return fmt.Sprintf("0x%s %s %s /CN=%s\n", pki.FormatSerial(e.Serial),
 		e.NotBefore.UTC().Format(layout), e.NotAfter.UTC().Format(layout), e.Certname)
 }
 
 // Request reads requests/<certname>.pem.
-func (d *DirStore) Request(ctx context.Context, certname string) ([]byte, error) {
+func (d *Store) Request(ctx context.Context, certname string) ([]byte, error) {
 	if err := farm.CheckCARequest(ctx, certname); err != nil {
 		return nil, err
 	}
@@ -250,7 +262,7 @@ func (d *DirStore) Request(ctx context.Context, certname string) ([]byte, error)
 }
 
 // PutRequest writes requests/<certname>.pem.
-func (d *DirStore) PutRequest(ctx context.Context, certname string, csrPEM []byte) error {
+func (d *Store) PutRequest(ctx context.Context, certname string, csrPEM []byte) error {
 	if err := farm.CheckCAPutRequest(ctx, certname, csrPEM); err != nil {
 		return err
 	}
@@ -258,7 +270,7 @@ func (d *DirStore) PutRequest(ctx context.Context, certname string, csrPEM []byt
 }
 
 // DeleteRequest removes requests/<certname>.pem.
-func (d *DirStore) DeleteRequest(ctx context.Context, certname string) error {
+func (d *Store) DeleteRequest(ctx context.Context, certname string) error {
 	if err := farm.CheckCADeleteRequest(ctx, certname); err != nil {
 		return err
 	}
@@ -266,7 +278,7 @@ func (d *DirStore) DeleteRequest(ctx context.Context, certname string) error {
 }
 
 // Requests reads requests/.
-func (d *DirStore) Requests(ctx context.Context) (map[string][]byte, error) {
+func (d *Store) Requests(ctx context.Context) (map[string][]byte, error) {
 	if err := farm.CheckCARequests(ctx); err != nil {
 		return nil, err
 	}
@@ -274,7 +286,7 @@ func (d *DirStore) Requests(ctx context.Context) (map[string][]byte, error) {
 }
 
 // Signed reads signed/<certname>.pem.
-func (d *DirStore) Signed(ctx context.Context, certname string) ([]byte, error) {
+func (d *Store) Signed(ctx context.Context, certname string) ([]byte, error) {
 	if err := farm.CheckCASigned(ctx, certname); err != nil {
 		return nil, err
 	}
@@ -283,12 +295,12 @@ func (d *DirStore) Signed(ctx context.Context, certname string) ([]byte, error) 
 
 // PutSigned checks replace against the file it overwrites. Caller holds
 // Lock.
-func (d *DirStore) PutSigned(ctx context.Context, certname string, certPEM []byte, replace *big.Int) error {
+func (d *Store) PutSigned(ctx context.Context, certname string, certPEM []byte, replace *big.Int) error {
 	if err := farm.CheckCAPutSigned(ctx, certname, certPEM, replace); err != nil {
 		return err
 	}
 	if err := d.checkHeld(certname, replace); errors.Is(err, farm.ErrNotFound) {
-		return fmt.Errorf("replace certificate %s of %s: it holds none: %w", FormatSerial(replace), certname, farm.ErrConflict)
+		return fmt.Errorf("replace certificate %s of %s: it holds none: %w", pki.FormatSerial(replace), certname, farm.ErrConflict)
 	} else if err != nil {
 		return err
 	}
@@ -297,7 +309,7 @@ func (d *DirStore) PutSigned(ctx context.Context, certname string, certPEM []byt
 
 // DeleteSigned checks serial against the file it removes. Caller holds
 // Lock.
-func (d *DirStore) DeleteSigned(ctx context.Context, certname string, serial *big.Int) error {
+func (d *Store) DeleteSigned(ctx context.Context, certname string, serial *big.Int) error {
 	if err := farm.CheckCADeleteSigned(ctx, certname, serial); err != nil {
 		return err
 	}
@@ -313,7 +325,7 @@ func (d *DirStore) DeleteSigned(ctx context.Context, certname string, serial *bi
 // checkHeld returns nil when certname holds the certificate with serial
 // want (none, when want is nil), ErrConflict when it holds another and
 // ErrNotFound when it holds none but want is set.
-func (d *DirStore) checkHeld(certname string, want *big.Int) error {
+func (d *Store) checkHeld(certname string, want *big.Int) error {
 	data, err := os.ReadFile(d.signedPath(certname))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -324,18 +336,18 @@ func (d *DirStore) checkHeld(certname string, want *big.Int) error {
 	case err != nil:
 		return fmt.Errorf("read certificate of %s: %w", certname, err)
 	}
-	held, err := parseCertPEM(data)
+	held, err := pki.ParseCertPEM(data)
 	if err != nil {
 		return fmt.Errorf("read certificate of %s: %w", certname, err)
 	}
 	if want == nil || held.SerialNumber.Cmp(want) != 0 {
-		return fmt.Errorf("%s holds certificate %s: %w", certname, FormatSerial(held.SerialNumber), farm.ErrConflict)
+		return fmt.Errorf("%s holds certificate %s: %w", certname, pki.FormatSerial(held.SerialNumber), farm.ErrConflict)
 	}
 	return nil
 }
 
 // SignedCerts reads signed/.
-func (d *DirStore) SignedCerts(ctx context.Context) (map[string][]byte, error) {
+func (d *Store) SignedCerts(ctx context.Context) (map[string][]byte, error) {
 	if err := farm.CheckCASignedCerts(ctx); err != nil {
 		return nil, err
 	}
@@ -344,7 +356,7 @@ func (d *DirStore) SignedCerts(ctx context.Context) (map[string][]byte, error) {
 
 // PutServerCert writes server/<certname>.pem, which is also where
 // IssueServerCert keeps the certificate next to its key.
-func (d *DirStore) PutServerCert(ctx context.Context, certname string, certPEM []byte) error {
+func (d *Store) PutServerCert(ctx context.Context, certname string, certPEM []byte) error {
 	if err := farm.CheckCAPutServerCert(ctx, certname, certPEM); err != nil {
 		return err
 	}
@@ -356,7 +368,7 @@ func (d *DirStore) PutServerCert(ctx context.Context, certname string, certPEM [
 }
 
 // ServerCerts reads server/ (a few files: one per front door certname).
-func (d *DirStore) ServerCerts(ctx context.Context, dnsName string) ([][]byte, error) {
+func (d *Store) ServerCerts(ctx context.Context, dnsName string) ([][]byte, error) {
 	if err := farm.CheckCAServerCerts(ctx, dnsName); err != nil {
 		return nil, err
 	}
@@ -367,7 +379,7 @@ func (d *DirStore) ServerCerts(ctx context.Context, dnsName string) ([][]byte, e
 	out := make([][]byte, 0, len(all))
 	for _, data := range all {
 		if dnsName != "" {
-			cert, err := parseCertPEM(data)
+			cert, err := pki.ParseCertPEM(data)
 			if err != nil || !slices.Contains(cert.DNSNames, dnsName) {
 				continue
 			}
@@ -378,7 +390,7 @@ func (d *DirStore) ServerCerts(ctx context.Context, dnsName string) ([][]byte, e
 }
 
 // CRL reads ca_crl.pem.
-func (d *DirStore) CRL(ctx context.Context) ([]byte, error) {
+func (d *Store) CRL(ctx context.Context) ([]byte, error) {
 	if err := farm.CheckCACRL(ctx); err != nil {
 		return nil, err
 	}
@@ -391,7 +403,7 @@ func (d *DirStore) CRL(ctx context.Context) ([]byte, error) {
 
 // PutCRL writes ca_crl.pem if the current one's CRL number is prev.
 // Caller holds Lock.
-func (d *DirStore) PutCRL(ctx context.Context, crlPEM []byte, number, prev *big.Int) error {
+func (d *Store) PutCRL(ctx context.Context, crlPEM []byte, number, prev *big.Int) error {
 	if err := farm.CheckCAPutCRL(ctx, crlPEM, number, prev); err != nil {
 		return err
 	}
@@ -415,7 +427,7 @@ func (d *DirStore) PutCRL(ctx context.Context, crlPEM []byte, number, prev *big.
 
 // readAll reads every <certname>.pem in a subdirectory; files removed
 // meanwhile are left out.
-func (d *DirStore) readAll(sub string) (map[string][]byte, error) {
+func (d *Store) readAll(sub string) (map[string][]byte, error) {
 	names, err := d.names(sub)
 	if err != nil {
 		return nil, err
@@ -435,7 +447,7 @@ func (d *DirStore) readAll(sub string) (map[string][]byte, error) {
 }
 
 // names lists the certnames with a .pem file in a subdirectory.
-func (d *DirStore) names(sub string) ([]string, error) {
+func (d *Store) names(sub string) ([]string, error) {
 	entries, err := os.ReadDir(d.path(sub))
 	if err != nil {
 		return nil, err
@@ -443,7 +455,7 @@ func (d *DirStore) names(sub string) ([]string, error) {
 	var out []string
 	for _, e := range entries {
 		name, ok := strings.CutSuffix(e.Name(), ".pem")
-		if !ok || e.IsDir() || checkCertname(name) != nil {
+		if !ok || e.IsDir() || farm.ValidateCertname(name) != nil {
 			continue
 		}
 		out = append(out, name)

@@ -1,4 +1,8 @@
-package ca
+// Package clientcert checks the client certificates a Puppet TLS server
+// (port 8140) is given against the CA certificates it trusts and their CRL,
+// remembering the ones that verified; the built-in CA (package ca) and the
+// proxy to an upstream CA (package caproxy) both serve TLS with it.
+package clientcert
 
 import (
 	"bytes"
@@ -7,15 +11,17 @@ import (
 	"fmt"
 	"math/big"
 	"time"
+
+	"github.com/compilefarm/compilefarm/pkg/pki"
 )
 
-// ClientCheck checks the client certificates a Puppet TLS server (port
-// 8140) is given: issued by one of a set of CAs, valid now, good for client
+// Check checks the client certificates a Puppet TLS server (port 8140) is
+// given: issued by one of a set of CAs, valid now, good for client
 // authentication, not revoked. Client certificates are optional: the CA
 // endpoints serve agents without one, and authorization is per path. Both
-// this package's CA and a proxy to an upstream CA (package caproxy) build
+// package ca's CA and a proxy to an upstream CA (package caproxy) build
 // their VerifyConnection and ServerTLSConfig on it.
-type ClientCheck struct {
+type Check struct {
 	// Roots holds the CA certificates client certificates must chain to;
 	// it is also the TLS configuration's ClientCAs.
 	Roots *x509.CertPool
@@ -37,7 +43,7 @@ type ClientCheck struct {
 // VerifyClient checks a client certificate: it chains to Roots (through
 // intermediates, which may be nil), is valid now, is good for client
 // authentication and is not revoked.
-func (cc ClientCheck) VerifyClient(cert *x509.Certificate, intermediates *x509.CertPool) error {
+func (cc Check) VerifyClient(cert *x509.Certificate, intermediates *x509.CertPool) error {
 	now := cc.now()
 	chains, err := cert.Verify(x509.VerifyOptions{
 		Roots:         cc.Roots,
@@ -57,7 +63,7 @@ func (cc ClientCheck) VerifyClient(cert *x509.Certificate, intermediates *x509.C
 // VerifyPeer checks the certificates a TLS client presented (leaf first,
 // then intermediates) as VerifyClient does. A leaf the Verified cache
 // knows has its chain's dates and its revocation checked only.
-func (cc ClientCheck) VerifyPeer(certs []*x509.Certificate) error {
+func (cc Check) VerifyPeer(certs []*x509.Certificate) error {
 	if len(certs) == 0 {
 		return fmt.Errorf("verify client certificate: none given")
 	}
@@ -75,16 +81,16 @@ func (cc ClientCheck) VerifyPeer(certs []*x509.Certificate) error {
 	return cc.VerifyClient(leaf, inter)
 }
 
-func (cc ClientCheck) now() time.Time {
+func (cc Check) now() time.Time {
 	if cc.Now != nil {
 		return cc.Now()
 	}
 	return time.Now()
 }
 
-func (cc ClientCheck) checkRevoked(cert *x509.Certificate) error {
+func (cc Check) checkRevoked(cert *x509.Certificate) error {
 	if cc.IsRevoked(cert.SerialNumber) {
-		return fmt.Errorf("verify client certificate %q: certificate serial %s is revoked", cert.Subject.CommonName, FormatSerial(cert.SerialNumber))
+		return fmt.Errorf("verify client certificate %q: certificate serial %s is revoked", cert.Subject.CommonName, pki.FormatSerial(cert.SerialNumber))
 	}
 	return nil
 }
@@ -93,7 +99,7 @@ func (cc ClientCheck) checkRevoked(cert *x509.Certificate) error {
 // certificate that is revoked (crypto/tls has already verified the chain
 // against ClientCAs) and verifies fully (VerifyPeer) when the configuration
 // did not ask crypto/tls to. Connections without a client certificate pass.
-func (cc ClientCheck) VerifyConnection(cs tls.ConnectionState) error {
+func (cc Check) VerifyConnection(cs tls.ConnectionState) error {
 	if len(cs.PeerCertificates) == 0 {
 		return nil
 	}
@@ -102,7 +108,7 @@ func (cc ClientCheck) VerifyConnection(cs tls.ConnectionState) error {
 		return cc.VerifyPeer(cs.PeerCertificates)
 	}
 	if cc.issuedByIssuer(leaf) && cc.IsRevoked(leaf.SerialNumber) {
-		return fmt.Errorf("client certificate %q (serial %s) is revoked", leaf.Subject.CommonName, FormatSerial(leaf.SerialNumber))
+		return fmt.Errorf("client certificate %q (serial %s) is revoked", leaf.Subject.CommonName, pki.FormatSerial(leaf.SerialNumber))
 	}
 	return nil
 }
@@ -122,7 +128,7 @@ func (cc ClientCheck) VerifyConnection(cs tls.ConnectionState) error {
 // VerifiedChains stays empty: a server using this configuration asks
 // VerifyPeer, not VerifiedChains, whether a request's certificate is good.
 // Callers may adjust the result (NextProtos, timeouts).
-func (cc ClientCheck) TLSConfig(server tls.Certificate) *tls.Config {
+func (cc Check) TLSConfig(server tls.Certificate) *tls.Config {
 	return &tls.Config{
 		MinVersion:                  tls.VersionTLS12,
 		Certificates:                []tls.Certificate{server},
@@ -135,7 +141,7 @@ func (cc ClientCheck) TLSConfig(server tls.Certificate) *tls.Config {
 }
 
 // issuedByIssuer reports whether cert names one of Issuers as its issuer.
-func (cc ClientCheck) issuedByIssuer(cert *x509.Certificate) bool {
+func (cc Check) issuedByIssuer(cert *x509.Certificate) bool {
 	for _, ca := range cc.Issuers {
 		if bytes.Equal(cert.RawIssuer, ca.RawSubject) {
 			return true

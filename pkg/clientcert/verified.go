@@ -1,4 +1,4 @@
-package ca
+package clientcert
 
 import (
 	"crypto/sha256"
@@ -13,7 +13,7 @@ import (
 const DefaultVerifiedCerts = 100_000
 
 // VerifiedCache remembers client certificates that verified against a
-// ClientCheck's roots, so that an agent's next connection does not check
+// Check's roots, so that an agent's next connection does not check
 // its chain's signatures again (with Puppet's RSA-4096 CA, that check is
 // about half of the server's share of a TLS handshake). It keys by the
 // SHA-256 of the certificate's DER bytes and keeps the verified chain's
@@ -22,7 +22,7 @@ const DefaultVerifiedCerts = 100_000
 // every use.
 //
 // The roots a cache's entries were verified against must not change while
-// it is used: give each ClientCheck's roots their own cache. It holds at
+// it is used: give each Check's roots their own cache. It holds at
 // most its bound, evicting arbitrary entries when full. Safe for
 // concurrent use; the zero value is not usable, see NewVerifiedCache.
 type VerifiedCache struct {

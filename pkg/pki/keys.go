@@ -1,7 +1,10 @@
-package ca
+// Package pki holds what Puppet's public key infrastructure is made of, for
+// every CA driver and client alike: keys (parse, encode, generate,
+// compare), certificates (read, fingerprint, serial, reuse of a kept
+// server certificate) and the names a server certificate carries.
+package pki
 
 import (
-	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -12,21 +15,16 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-
-	"github.com/compilefarm/compilefarm/internal/atomicfile"
-	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
-// Key types for IssueServerCert.
+// Key types of server certificates (ca.CA.IssueServerCert,
+// caproxy.CA.ServerCert).
 const (
 	KeyECDSAP256 = "ecdsa-p256" // the default: fast handshakes, accepted by Puppet 7 agents
-	KeyRSA       = "rsa"        // Options.KeyBits bits
+	KeyRSA       = "rsa"        // of the size the caller chooses
 )
 
-// KeyTypeOf names key's type as IssueServerCert's keyType does: KeyECDSAP256
+// KeyTypeOf names key's type as a server certificate's key type: KeyECDSAP256
 // or KeyRSA; other keys get a descriptive name no request matches, such as
 // "ecdsa-P-384".
 func KeyTypeOf(key crypto.Signer) string {
@@ -62,6 +60,17 @@ func NewServerKey(keyType string, rsaBits int) (crypto.Signer, []byte, error) {
 		return nil, nil, err
 	}
 	return key, keyPEM, nil
+}
+
+// NewRSAKey generates an RSA key of bits bits (a CA's) and returns it with
+// its PEM encoding as Puppet Server writes ca_key.pem: PKCS#1, "RSA PRIVATE
+// KEY".
+func NewRSAKey(bits int) (*rsa.PrivateKey, []byte, error) {
+	key, err := rsa.GenerateKey(rand.Reader, bits)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate %d-bit RSA key: %w", bits, err)
+	}
+	return key, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), nil
 }
 
 // EncodePrivateKey encodes key as a PEM "PRIVATE KEY" block (PKCS#8), which
@@ -115,47 +124,4 @@ func PublicKeysEqual(a, b crypto.PublicKey) bool {
 		return k.(equaler).Equal(b)
 	}
 	return false
-}
-
-// KeyFile is a farm.CAKeySource kept in a PEM file, mode 0600, created in
-// an existing directory.
-type KeyFile string
-
-var _ farm.CAKeySource = KeyFile("")
-
-// String names the file: "file <path>".
-func (f KeyFile) String() string { return "file " + string(f) }
-
-// LoadKey reads the file; ErrNotFound when it does not exist.
-func (f KeyFile) LoadKey(ctx context.Context) ([]byte, error) {
-	if err := farm.CheckLoadKey(ctx, f); err != nil {
-		return nil, err
-	}
-	b, err := readRecord(string(f))
-	if err != nil {
-		return nil, fmt.Errorf("read CA key: %w", err)
-	}
-	return b, nil
-}
-
-// CreateKey writes the key durably and only if the file does not exist:
-// it is written to a temp file and hard-linked into place, so a crash never
-// leaves half a key and two processes never both win.
-func (f KeyFile) CreateKey(ctx context.Context, keyPEM []byte) error {
-	if err := farm.CheckCreateKey(ctx, f, keyPEM); err != nil {
-		return err
-	}
-	path := string(f)
-	tmp, err := atomicfile.WriteTemp(path, keyPEM, 0o600)
-	if err != nil {
-		return fmt.Errorf("write CA key %s: %w", path, err)
-	}
-	defer os.Remove(tmp)
-	if err := os.Link(tmp, path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("write CA key %s: %w", path, farm.ErrConflict)
-		}
-		return fmt.Errorf("write CA key %s: %w", path, err)
-	}
-	return atomicfile.SyncDir(filepath.Dir(path))
 }

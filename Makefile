@@ -107,8 +107,12 @@ scaler-bootstrap:
 # another copy of the source tree's image assets there) with the pinned CDK CLI
 # (scripts/cdk.sh installs it into .tools/cdk), offline: no notices, no
 # telemetry. CDK_CONTEXT passes context, e.g. CDK_CONTEXT="-c stage=prod".
+# First the Go build stage of both images' Dockerfiles runs here for
+# linux/arm64 into a throwaway directory (scripts/cross-compile.sh), so a
+# change the images cannot build fails synth, not a cdk deploy.
 CDK_CONTEXT ?=
 synth: scaler-bootstrap
+	GO=$(GO) scripts/cross-compile.sh
 	scripts/cdk.sh
 	rm -rf infra/cdk.out
 	cd infra && $(INFRA_ENV) CDK_DISABLE_CLI_TELEMETRY=true CDK_DISABLE_VERSION_CHECK=1 CDK_HOME=$(CURDIR)/.tools/cdk-home \

@@ -174,17 +174,10 @@ func NewCompile(scope constructs.Construct, id string, cfg Config, p CompileProp
 		CurrentVersionOptions: &awslambda.VersionOptions{RemovalPolicy: awscdk.RemovalPolicy_RETAIN},
 	})
 	fn := c.Function
-	st.Bucket.GrantReadWrite(fn, nil)
-	for _, role := range []string{dynamostate.RoleNodes, dynamostate.RoleNodeIndex, dynamostate.RoleEnvironments} {
-		st.Table(role).GrantReadWriteData(fn)
-	}
-	// Collectors' recompiles are queued from the function; the event
-	// sources grant the receive side themselves.
-	q.Urgent.Queue.GrantSendMessages(fn)
-	q.Bulk.Queue.GrantSendMessages(fn)
+	// The actions the function calls, on what it calls them (access.go);
+	// the event sources grant the receive side themselves.
+	grantCompile(fn.Role(), st, q, p.PuppetDB)
 	if pdb := p.PuppetDB; pdb != nil {
-		pdb.GrantCompile(fn)
-		st.Table(dynamostate.RoleQueries).GrantReadWriteData(fn)
 		if len(pdb.CompileSubnetIDs) > 0 {
 			// In the VPC PuppetDB is reached from (puppetdbSubnetIds), set
 			// on the CloudFormation resource: the L2 function wants an

@@ -248,22 +248,12 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		StopTimeout: awscdk.Duration_Seconds(jsii.Number(30)),
 	})
 
-	// Grants only: what broker serve calls (s3store, dynamostate's tables
-	// presence and jobs included, sqsqueue's SendMessage and
-	// GetQueueAttributes, cakey's GetSecretValue), and the PCP inboxes.
+	// What broker serve calls, on what it calls it (access.go: s3store,
+	// dynamostate's tables, sqsqueue's compile queues, PCP inboxes and
+	// PuppetDB outbox), and the CA key (cakey's GetSecretValue).
 	role := task.TaskRole()
-	st.Bucket.GrantReadWrite(role, nil)
-	for _, t := range st.Tables {
-		t.GrantReadWriteData(role)
-	}
-	for _, l := range q.Lanes() {
-		l.Queue.GrantSendMessages(role)
-	}
+	grantFleet(role, cfg, st, q, p.PuppetDB)
 	st.CAKeySecret.GrantRead(role, nil)
-	role.AddToPrincipalPolicy(PCPInboxStatement(f.Construct, cfg))
-	if p.PuppetDB != nil {
-		p.PuppetDB.GrantFleet(role)
-	}
 
 	f.Service = awsecs.NewFargateService(f.Construct, jsii.String("Service"), &awsecs.FargateServiceProps{
 		ServiceName:       jsii.String(cfg.Name("front-door")),

@@ -10,7 +10,6 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsecs"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -258,16 +257,6 @@ func (p *PuppetDB) ServeSecrets() map[string]awsecs.Secret {
 	return s
 }
 
-// GrantFleet gives the fleet's task role the outbox: send (the sink),
-// receive, delete and change visibility (the drainer's Ack and Retry), and
-// send to the dead-letter queue (DeadLetter); queue attributes on both for
-// the backlog gauges (farm.Outbox's Stats). Nothing else gets them.
-func (p *PuppetDB) GrantFleet(role awsiam.IRole) {
-	p.Outbox.GrantSendMessages(role)
-	p.Outbox.GrantConsumeMessages(role)
-	p.DLQ.GrantSendMessages(role)
-}
-
 // CompileEnvironment is the compile function's PuppetDB variables.
 func (p *PuppetDB) CompileEnvironment() map[string]*string {
 	env := map[string]*string{
@@ -284,13 +273,4 @@ func (p *PuppetDB) CompileEnvironment() map[string]*string {
 		env[EnvPuppetDBIdentitySecret] = jsii.String(p.Config.IdentitySecret)
 	}
 	return env
-}
-
-// GrantCompile lets the compile function read the secrets it is told of.
-func (p *PuppetDB) GrantCompile(grantee awsiam.IGrantable) {
-	for _, s := range []awssecretsmanager.ISecret{p.Identity, p.CASecret} {
-		if s != nil {
-			s.GrantRead(grantee, nil)
-		}
-	}
 }

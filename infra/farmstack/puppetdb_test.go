@@ -216,9 +216,9 @@ func TestPuppetDBGrants(t *testing.T) {
 	}
 	sorted := func(v []string) []string { v = slices.Clone(v); sort.Strings(v); return slices.Compact(v) }
 	for name, want := range map[string]grant{
-		"outbox": {[]string{"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl",
+		"outbox": {[]string{"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes",
 			"sqs:ReceiveMessage", "sqs:SendMessage"}, []string{taskRole}},
-		"dlq":      {[]string{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}, []string{taskRole}},
+		"dlq":      {[]string{"sqs:GetQueueAttributes", "sqs:SendMessage"}, []string{taskRole}},
 		"identity": {[]string{"secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue"}, sorted([]string{execRole, fnRole})},
 		"ca":       {[]string{"secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue"}, sorted([]string{execRole, fnRole})},
 	} {

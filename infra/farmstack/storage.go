@@ -15,6 +15,12 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
+// supersededTag is the object tag pkg/s3store's Retire sets
+// (s3store.RetiredTagKey=RetiredTagValue; spelled out here because the
+// infra module does not build the S3 SDK in): the lifecycle rule of
+// superseded catalogs selects it. Both sides' tests pin the words.
+var supersededTag = map[string]interface{}{"compilefarm-superseded": "true"}
+
 // Storage is the farm's state: the content store bucket (pkg/s3store), the
 // DynamoDB tables (pkg/dynamostate, one per role of dynamostate.Tables())
 // and the Secrets Manager secret of the CA key (pkg/cakey).
@@ -56,17 +62,20 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 			Expiration: awscdk.Duration_Days(jsii.Number(cfg.ReportRetentionDays)),
 		})
 	}
-	if cfg.CatalogRetentionDays > 0 {
-		// Off by default: catalogs are content addressed, so a node whose
-		// catalog has not changed for N days still points at an N-day-old
-		// object, and the front door serves it from there (a missing one is
-		// an error, not a recompile). Only turn this on when every node is
-		// recompiled more often than this (code deploys recompile the nodes
-		// they touch).
+	if cfg.SupersededCatalogDays > 0 {
+		// Catalogs are content addressed and a node's own; the compiler
+		// and the intake retire those a node stops referring to (the one
+		// that falls out of its History, a replaced candidate) by copying
+		// them onto themselves with this tag, so the days count from the
+		// retirement (lifecycle counts from Last-Modified), and take the
+		// tag back when a node refers to one again (pkg/farm
+		// RetireCatalogs). Only catalogs/: read records, exports and
+		// query texts there may be shared and carry no tag.
 		rules = append(rules, &awss3.LifecycleRule{
-			Id:         jsii.String("expire-catalogs"),
+			Id:         jsii.String("expire-superseded-catalogs"),
 			Prefix:     jsii.String(string(farm.SpaceCatalogs) + "/"),
-			Expiration: awscdk.Duration_Days(jsii.Number(cfg.CatalogRetentionDays)),
+			TagFilters: &supersededTag,
+			Expiration: awscdk.Duration_Days(jsii.Number(cfg.SupersededCatalogDays)),
 		})
 	}
 	s.Bucket = awss3.NewBucket(s.Construct, jsii.String("Content"), &awss3.BucketProps{
@@ -74,10 +83,11 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 		BlockPublicAccess: awss3.BlockPublicAccess_BLOCK_ALL(),
 		EnforceSSL:        jsii.Bool(true),
 		ObjectOwnership:   awss3.ObjectOwnership_BUCKET_OWNER_ENFORCED,
-		// Versioning off: the store never overwrites an object (content
-		// addressed blobs and write-once names, both with If-None-Match: *),
-		// so versions would add nothing but noncurrent copies that outlive
-		// the lifecycle expirations above. What a version would protect
+		// Versioning off: the store never overwrites an object with other
+		// bytes (content addressed blobs and write-once names, both with
+		// If-None-Match: *; a retirement copies an object onto itself), so
+		// versions would add nothing but noncurrent copies that outlive the
+		// lifecycle expirations above. What a version would protect
 		// against (a delete) is covered by the data being derived: catalogs
 		// recompile, code is deployed again from its repository.
 		Versioned:      jsii.Bool(false),

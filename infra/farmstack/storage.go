@@ -103,7 +103,7 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 	// Tables: from dynamostate.Tables(), the one definition of their keys
 	// and indexes (dynamostate.EnsureTables creates the same ones for tests).
 	for _, spec := range dynamostate.Tables() {
-		var ttl *string // the presence table's: expired records go by themselves
+		var ttl *string // presence and ended jobs: expired items go by themselves
 		if spec.TTLAttribute != "" {
 			ttl = jsii.String(spec.TTLAttribute)
 		}

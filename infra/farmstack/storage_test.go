@@ -170,7 +170,11 @@ func TestTablesFromDynamostate(t *testing.T) {
 	if got := jsonString(p["TimeToLiveSpecification"]); got != `{"AttributeName":"expires_at","Enabled":true}` {
 		t.Errorf("presence table TimeToLiveSpecification = %s, want expires_at enabled", got)
 	}
-	s.find(t, "AWS::DynamoDB::Table", "TableName", "compilefarm-dev-"+dynamostate.RoleJobs)
+	// Ended jobs too (dynamostate.JobRetention).
+	_, p = s.find(t, "AWS::DynamoDB::Table", "TableName", "compilefarm-dev-"+dynamostate.RoleJobs)
+	if got := jsonString(p["TimeToLiveSpecification"]); got != `{"AttributeName":"expires_at","Enabled":true}` {
+		t.Errorf("jobs table TimeToLiveSpecification = %s, want expires_at enabled", got)
+	}
 }
 
 // TestRemovalPolicies: prod keeps its state when the stack goes; other

@@ -150,6 +150,91 @@ func TestPresenceItemLayout(t *testing.T) {
 	}
 }
 
+// TestJobItemsExpire pins the jobs table's time to live: no expires_at on
+// a running job nor on a queued or running node; JobRetention after the
+// write that ended a job, JobNodeRetention after the one that ended a
+// node's run (Unix seconds); none again when a job runs again.
+func TestJobItemsExpire(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
+	s := newStore(t)
+	ctx := testCtx(t)
+	table := s.opts.JobsTable
+	// expiry returns the item's expires_at, or 0 when it has none.
+	expiry := func(item string) int64 {
+		t.Helper()
+		it := getItem(t, s, table, jobItemKey("j1", item))
+		if _, ok := it[AttrExpiresAt]; !ok {
+			return 0
+		}
+		var n int64
+		fmt.Sscan(attrN(t, it, AttrExpiresAt), &n)
+		return n
+	}
+	// within fails unless got is retention after a time in [from, now].
+	within := func(what string, got int64, from time.Time, retention time.Duration) {
+		t.Helper()
+		lo, hi := from.Add(retention).Unix(), time.Now().Add(retention).Unix()+1
+		if got < lo || got > hi {
+			t.Errorf("%s expires_at = %d, want %d to %d (%v after the write)", what, got, lo, hi, retention)
+		}
+	}
+	job := farm.RunJob{ID: "j1", Created: time.Now(), State: farm.JobRunning, Total: 2}
+	if err := s.CreateJob(ctx, job, []string{"a.example.com", "b.example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, item := range []string{ItemJob, ItemNodePrefix + "a.example.com"} {
+		if x := expiry(item); x != 0 {
+			t.Errorf("item %s of a running job has expires_at %d", item, x)
+		}
+	}
+	setNode := func(node, state string) {
+		t.Helper()
+		if _, err := s.UpdateJobNode(ctx, "j1", node, func(n *farm.RunJobNode) error { n.State = state; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setNode("a.example.com", farm.JobNodeRunning)
+	if x := expiry(ItemNodePrefix + "a.example.com"); x != 0 {
+		t.Errorf("a running node's item has expires_at %d", x)
+	}
+	ended := time.Now()
+	setNode("a.example.com", farm.JobNodeFinished)
+	within("a finished node's item", expiry(ItemNodePrefix+"a.example.com"), ended, JobNodeRetention)
+	setNode("b.example.com", farm.JobNodeUnreachable)
+	within("an unreachable node's item", expiry(ItemNodePrefix+"b.example.com"), ended, JobNodeRetention)
+	setJob := func(state string) {
+		t.Helper()
+		if _, err := s.UpdateJob(ctx, "j1", func(j *farm.RunJob) error { j.State = state; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setJob(farm.JobRunning) // a heartbeat
+	if x := expiry(ItemJob); x != 0 {
+		t.Errorf("a running job's item has expires_at %d after a heartbeat", x)
+	}
+	ended = time.Now()
+	setJob(farm.JobFailed)
+	within("a failed job's item", expiry(ItemJob), ended, JobRetention)
+	if JobNodeRetention <= JobRetention {
+		t.Errorf("node items (%v) do not outlive their job's (%v)", JobNodeRetention, JobRetention)
+	}
+	setJob(farm.JobRunning) // resumed
+	if x := expiry(ItemJob); x != 0 {
+		t.Errorf("a job running again keeps expires_at %d", x)
+	}
+	// A job created ended (no nodes to run) expires from its creation.
+	created := time.Now()
+	if err := s.CreateJob(ctx, farm.RunJob{ID: "j2", Created: created, State: farm.JobFinished}, nil); err != nil {
+		t.Fatal(err)
+	}
+	it := getItem(t, s, table, jobItemKey("j2", ItemJob))
+	var n int64
+	fmt.Sscan(attrN(t, it, AttrExpiresAt), &n)
+	within("a job created finished", n, created, JobRetention)
+}
+
 // A store without the presence or jobs table says which option is missing.
 func TestPCPTablesNotConfigured(t *testing.T) {
 	s := New(newClient("http://127.0.0.1:1"), Options{NodesTable: "n", IndexTable: "i", EnvironmentsTable: "e"})

@@ -89,8 +89,9 @@ func Tables() []TableSpec {
 		},
 		{
 			// A job's item (sort key ItemJob) and one item per node of it
-			// (ItemNodePrefix + certname) under the job's id.
-			Role: RoleJobs, PartitionKey: s(AttrJob), SortKey: &item,
+			// (ItemNodePrefix + certname) under the job's id; ended ones
+			// expire (JobRetention, JobNodeRetention).
+			Role: RoleJobs, PartitionKey: s(AttrJob), SortKey: &item, TTLAttribute: AttrExpiresAt,
 			Indexes: []IndexSpec{{Name: IndexByCreated, PartitionKey: s(AttrList), SortKey: &created, Projection: types.ProjectionTypeAll}},
 		},
 		{

@@ -67,6 +67,10 @@ type Config struct {
 	// catalogRetentionDays, which expired catalogs nodes still pointed at
 	// and is refused.
 	SupersededCatalogDays int
+	// presenceOldIndex: true keeps the presence table's old index
+	// (dynamostate.OldIndexByClientType) beside the sharded one, for the
+	// first deploy of a stack made before it (docs/operations.md, Upgrade).
+	PresenceOldIndex bool
 
 	PuppetDB PuppetDBConfig // the site's PuppetDB (puppetdb.go); none without puppetdbUrls
 }
@@ -399,6 +403,7 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	}
 	boolean("fleet", &c.Fleet)
 	boolean("compileFunction", &c.CompileFunction)
+	boolean("presenceOldIndex", &c.PresenceOldIndex)
 	if s, ok := str("alarmEmail"); ok {
 		c.AlarmEmail = s
 	}

@@ -119,12 +119,23 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 			DeletionProtection: jsii.Bool(cfg.Prod()),
 			RemovalPolicy:      removal,
 		})
-		for _, ix := range spec.Indexes {
+		indexes := spec.Indexes
+		if spec.Role == dynamostate.RolePresence && cfg.PresenceOldIndex {
+			// Kept for one deploy of a stack made before the sharded
+			// index: CloudFormation adds or removes one index per update.
+			indexes = append([]dynamostate.IndexSpec{dynamostate.OldIndexByClientType()}, indexes...)
+		}
+		for _, ix := range indexes {
+			var include *[]*string
+			if len(ix.NonKeyAttributes) > 0 {
+				include = jsii.Strings(ix.NonKeyAttributes...)
+			}
 			t.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
-				IndexName:      jsii.String(ix.Name),
-				PartitionKey:   attribute(ix.PartitionKey),
-				SortKey:        optAttribute(ix.SortKey),
-				ProjectionType: projection(ix.Projection),
+				IndexName:        jsii.String(ix.Name),
+				PartitionKey:     attribute(ix.PartitionKey),
+				SortKey:          optAttribute(ix.SortKey),
+				ProjectionType:   projection(ix.Projection),
+				NonKeyAttributes: include,
 			})
 		}
 		s.Tables[spec.Role] = t
@@ -185,7 +196,8 @@ func projection(p ddbtypes.ProjectionType) awsdynamodb.ProjectionType {
 		return awsdynamodb.ProjectionType_KEYS_ONLY
 	case ddbtypes.ProjectionTypeAll, "":
 		return awsdynamodb.ProjectionType_ALL
+	case ddbtypes.ProjectionTypeInclude:
+		return awsdynamodb.ProjectionType_INCLUDE
 	}
-	// INCLUDE would need the non-key attributes, which IndexSpec does not carry.
 	panic(fmt.Sprintf("farmstack: unsupported projection %q", p))
 }

@@ -127,10 +127,18 @@ func TestTablesFromDynamostate(t *testing.T) {
 		for _, ix := range spec.Indexes {
 			add(&ix.PartitionKey)
 			add(ix.SortKey)
+			projection := map[string]interface{}{"ProjectionType": string(ix.Projection)}
+			if len(ix.NonKeyAttributes) > 0 {
+				var attrs []interface{}
+				for _, a := range ix.NonKeyAttributes {
+					attrs = append(attrs, a)
+				}
+				projection["NonKeyAttributes"] = attrs
+			}
 			wantGSIs = append(wantGSIs, map[string]interface{}{
 				"IndexName":  ix.Name,
 				"KeySchema":  keySchema(ix.PartitionKey, ix.SortKey),
-				"Projection": map[string]interface{}{"ProjectionType": string(ix.Projection)},
+				"Projection": projection,
 			})
 		}
 		var wantAttrs []interface{}
@@ -174,6 +182,28 @@ func TestTablesFromDynamostate(t *testing.T) {
 	_, p = s.find(t, "AWS::DynamoDB::Table", "TableName", "compilefarm-dev-"+dynamostate.RoleJobs)
 	if got := jsonString(p["TimeToLiveSpecification"]); got != `{"AttributeName":"expires_at","Enabled":true}` {
 		t.Errorf("jobs table TimeToLiveSpecification = %s, want expires_at enabled", got)
+	}
+}
+
+// TestPresenceIndex: the presence table's one index is keyed by client
+// type and shard and projects what QueryPresence reads only; with
+// presenceOldIndex the old one is kept beside it (an upgrade's first
+// deploy: one index added, none removed).
+func TestPresenceIndex(t *testing.T) {
+	gsis := func(s *synthed) string {
+		t.Helper()
+		_, p := s.find(t, "AWS::DynamoDB::Table", "TableName", "compilefarm-dev-"+dynamostate.RolePresence)
+		return jsonString(p["GlobalSecondaryIndexes"])
+	}
+	want := `{"IndexName":"by-client-shard","KeySchema":[{"AttributeName":"client_shard","KeyType":"HASH"},{"AttributeName":"uri","KeyType":"RANGE"}],` +
+		`"Projection":{"NonKeyAttributes":["task","expires_ns"],"ProjectionType":"INCLUDE"}}`
+	if got := gsis(dev(t)); got != "["+want+"]" {
+		t.Errorf("presence indexes = %s, want [%s]", got, want)
+	}
+	old := `{"IndexName":"by-client-type","KeySchema":[{"AttributeName":"client_type","KeyType":"HASH"},{"AttributeName":"uri","KeyType":"RANGE"}],` +
+		`"Projection":{"ProjectionType":"ALL"}}`
+	if got := gsis(synth(t, map[string]string{"presenceOldIndex": "true"})); got != "["+old+","+want+"]" {
+		t.Errorf("presence indexes with presenceOldIndex = %s, want [%s,%s]", got, old, want)
 	}
 }
 

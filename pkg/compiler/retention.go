@@ -80,7 +80,8 @@ func (p *Pool) putCatalog(ctx context.Context, b []byte) (d farm.Digest, existed
 // logs what failed: a blob left unretired is only kept longer.
 func (p *Pool) retire(ctx context.Context, certname string, before []farm.Digest, after *farm.Node, existed []farm.Digest, log *slog.Logger) {
 	r := p.retirer()
-	if r == nil {
+	dropped := farm.Dropped(before, after)
+	if r == nil || (len(existed) == 0 && len(dropped) == 0) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
@@ -96,7 +97,6 @@ func (p *Pool) retire(ctx context.Context, certname string, before []farm.Digest
 				"digest", d, "err", err)
 		}
 	}
-	dropped := farm.Dropped(before, after)
 	if err := farm.RetireCatalogs(ctx, p.Nodes, r, certname, dropped); err != nil {
 		log.Warn("retire catalogs the node no longer refers to: they stay stored", "err", err)
 		return

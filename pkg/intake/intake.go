@@ -416,6 +416,9 @@ func (in *Intake) request(n *farm.Node, cat *farm.CatalogRef, env, code string, 
 	return r
 }
 
+// retireTimeout bounds retiring the catalogs one write dropped.
+const retireTimeout = 30 * time.Second
+
 // retire tells a content store that removes catalogs no node refers to
 // (a farm.ContentRetirer) which ones the write of the node's record that
 // turned the catalog blobs before into after's dropped: a promoted
@@ -430,7 +433,15 @@ func (in *Intake) retire(ctx context.Context, certname string, before []farm.Dig
 	if !ok {
 		return
 	}
-	if err := farm.RetireCatalogs(ctx, in.Nodes, r, certname, farm.Dropped(before, after)); err != nil {
+	dropped := farm.Dropped(before, after)
+	if len(dropped) == 0 {
+		return
+	}
+	// Its own time: an agent that hangs up must not cut the retire off
+	// between its steps.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retireTimeout)
+	defer cancel()
+	if err := farm.RetireCatalogs(ctx, in.Nodes, r, certname, dropped); err != nil {
 		in.log().Warn("retire catalogs the node no longer refers to: they stay stored", "node", certname, "err", err)
 	}
 }

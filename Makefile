@@ -7,7 +7,7 @@ METRICS ?= 127.0.0.1:9140
 ENVS    ?= examples/environments
 
 .PHONY: run build deps puppetdb-deps puppetdb puppetdb-stop puppetdb-reference emulators pcp-clients fuzz test unit e2e vet fmt-check bench clean synth infra-test scaler-bootstrap \
-	localstack-up localstack-deploy localstack-e2e localstack-down
+	localstack-up localstack-deploy localstack-e2e localstack-down cdk-gc
 
 build:
 	$(GO) build -o bin/broker ./broker
@@ -117,6 +117,25 @@ synth: scaler-bootstrap
 	rm -rf infra/cdk.out
 	cd infra && $(INFRA_ENV) CDK_DISABLE_CLI_TELEMETRY=true CDK_DISABLE_VERSION_CHECK=1 CDK_HOME=$(CURDIR)/.tools/cdk-home \
 	  ../.tools/cdk/node_modules/.bin/cdk synth --no-notices --quiet $(CDK_CONTEXT)
+
+# Removes the CDK's image assets that no stack uses any more from the
+# bootstrap's shared ECR repository (docs/operations.md, Retention), with the
+# pinned CLI's reference-aware `cdk gc`: an image any CloudFormation template
+# in the account and region refers to is kept; an unused one is tagged, and
+# deleted once it has been unused GC_ROLLBACK_DAYS (30) days and is at least a
+# day old. Needs AWS credentials that may read every stack's template and
+# tag and delete images. GC_ENV=aws://ACCOUNT/REGION is required; GC_ACTION=print
+# only counts; GC_TYPE=all includes the bootstrap bucket's file assets;
+# GC_TOOLKIT_STACK names a bootstrap made with its own qualifier.
+GC_ENV ?=
+GC_ROLLBACK_DAYS ?= 30
+GC_ACTION ?= full
+GC_TYPE ?= ecr
+GC_TOOLKIT_STACK ?= CDKToolkit
+cdk-gc:
+	@case "$(GC_ENV)" in aws://*/*) ;; *) echo "cdk-gc: set GC_ENV=aws://ACCOUNT/REGION (the environment whose bootstrap to collect)" >&2; exit 1;; esac
+	scripts/cdk.sh gc $(GC_ENV) --unstable=gc --type=$(GC_TYPE) --action=$(GC_ACTION) \
+	  --rollback-buffer-days=$(GC_ROLLBACK_DAYS) --created-buffer-days=1 --confirm=false --toolkit-stack-name=$(GC_TOOLKIT_STACK)
 
 # The stack on LocalStack and a real puppet agent against it (localstack/README.md):
 # Docker, Node.js and, for pro, LOCALSTACK_AUTH_TOKEN. CI does not run these

@@ -66,8 +66,17 @@ type Config struct {
 
 	AlarmEmail string // alarmEmail: optional; subscribes the address to an SNS topic the alarms notify
 
-	ReportRetentionDays  int // reportRetentionDays: agent reports expire after this many days (0: never)
-	CatalogRetentionDays int // catalogRetentionDays: catalogs expire after this many days (0, the default: never; see storage.go)
+	ReportRetentionDays int // reportRetentionDays: agent reports expire after this many days (0: never)
+	// supersededCatalogDays: catalogs no node refers to any more (retired
+	// by the compiler, pkg/s3store's tag) are removed this many days after
+	// they were retired; 0 keeps them (see storage.go). It replaces
+	// catalogRetentionDays, which expired catalogs nodes still pointed at
+	// and is refused.
+	SupersededCatalogDays int
+	// presenceOldIndex: true keeps the presence table's old index
+	// (dynamostate.OldIndexByClientType) beside the sharded one, for the
+	// first deploy of a stack made before it (docs/operations.md, Upgrade).
+	PresenceOldIndex bool
 
 	PuppetDB PuppetDBConfig // the site's PuppetDB (puppetdb.go); none without puppetdbUrls
 }
@@ -137,6 +146,7 @@ func Defaults() Config {
 		FleetCPU:              1024,
 		FleetMemoryMiB:        2048,
 		ReportRetentionDays:   30,
+		SupersededCatalogDays: 7,
 		PuppetDB:              PuppetDBConfig{QueryRefresh: 5 * time.Minute, Storeconfigs: StoreconfigsFarm},
 	}
 }
@@ -198,7 +208,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("awsEndpointURL %q: want an http:// or https:// URL with a host", c.AWSEndpointURL)
 		}
 	}
-	if c.ReportRetentionDays < 0 || c.CatalogRetentionDays < 0 {
+	if c.ReportRetentionDays < 0 || c.SupersededCatalogDays < 0 {
 		return fmt.Errorf("retention days must not be negative")
 	}
 	return c.validatePuppetDB()
@@ -384,7 +394,11 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	num("fleetCpu", &c.FleetCPU)
 	num("fleetMemoryMiB", &c.FleetMemoryMiB)
 	num("reportRetentionDays", &c.ReportRetentionDays)
-	num("catalogRetentionDays", &c.CatalogRetentionDays)
+	num("supersededCatalogDays", &c.SupersededCatalogDays)
+	if _, set := str("catalogRetentionDays"); set {
+		errs = append(errs, "context catalogRetentionDays is retired: it expired catalogs by age, those nodes still pointed at too; "+
+			"catalogs no node refers to are removed supersededCatalogDays (default 7) after they were superseded (docs/operations.md, Retention): remove the key")
+	}
 	if c.FleetMaxCount < c.FleetDesiredCount {
 		if _, set := str("fleetMaxCount"); !set {
 			c.FleetMaxCount = c.FleetDesiredCount // a larger desired count raises the default maximum
@@ -402,6 +416,7 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	}
 	boolean("fleet", &c.Fleet)
 	boolean("compileFunction", &c.CompileFunction)
+	boolean("presenceOldIndex", &c.PresenceOldIndex)
 	if s, ok := str("alarmEmail"); ok {
 		c.AlarmEmail = s
 	}

@@ -15,6 +15,12 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/farm"
 )
 
+// supersededTag is the object tag pkg/s3store's Retire sets
+// (s3store.RetiredTagKey=RetiredTagValue; spelled out here because the
+// infra module does not build the S3 SDK in): the lifecycle rule of
+// superseded catalogs selects it. Both sides' tests pin the words.
+var supersededTag = map[string]interface{}{"compilefarm-superseded": "true"}
+
 // Storage is the farm's state: the content store bucket (pkg/s3store), the
 // DynamoDB tables (pkg/dynamostate, one per role of dynamostate.Tables())
 // and the Secrets Manager secret of the CA key (pkg/cakey).
@@ -56,17 +62,20 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 			Expiration: awscdk.Duration_Days(jsii.Number(cfg.ReportRetentionDays)),
 		})
 	}
-	if cfg.CatalogRetentionDays > 0 {
-		// Off by default: catalogs are content addressed, so a node whose
-		// catalog has not changed for N days still points at an N-day-old
-		// object, and the front door serves it from there (a missing one is
-		// an error, not a recompile). Only turn this on when every node is
-		// recompiled more often than this (code deploys recompile the nodes
-		// they touch).
+	if cfg.SupersededCatalogDays > 0 {
+		// Catalogs are content addressed and a node's own; the compiler
+		// and the intake retire those a node stops referring to (the one
+		// that falls out of its History, a replaced candidate) by copying
+		// them onto themselves with this tag, so the days count from the
+		// retirement (lifecycle counts from Last-Modified), and take the
+		// tag back when a node refers to one again (pkg/farm
+		// RetireCatalogs). Only catalogs/: read records, exports and
+		// query texts there may be shared and carry no tag.
 		rules = append(rules, &awss3.LifecycleRule{
-			Id:         jsii.String("expire-catalogs"),
+			Id:         jsii.String("expire-superseded-catalogs"),
 			Prefix:     jsii.String(string(farm.SpaceCatalogs) + "/"),
-			Expiration: awscdk.Duration_Days(jsii.Number(cfg.CatalogRetentionDays)),
+			TagFilters: &supersededTag,
+			Expiration: awscdk.Duration_Days(jsii.Number(cfg.SupersededCatalogDays)),
 		})
 	}
 	s.Bucket = awss3.NewBucket(s.Construct, jsii.String("Content"), &awss3.BucketProps{
@@ -74,10 +83,11 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 		BlockPublicAccess: awss3.BlockPublicAccess_BLOCK_ALL(),
 		EnforceSSL:        jsii.Bool(true),
 		ObjectOwnership:   awss3.ObjectOwnership_BUCKET_OWNER_ENFORCED,
-		// Versioning off: the store never overwrites an object (content
-		// addressed blobs and write-once names, both with If-None-Match: *),
-		// so versions would add nothing but noncurrent copies that outlive
-		// the lifecycle expirations above. What a version would protect
+		// Versioning off: the store never overwrites an object with other
+		// bytes (content addressed blobs and write-once names, both with
+		// If-None-Match: *; a retirement copies an object onto itself), so
+		// versions would add nothing but noncurrent copies that outlive the
+		// lifecycle expirations above. What a version would protect
 		// against (a delete) is covered by the data being derived: catalogs
 		// recompile, code is deployed again from its repository.
 		Versioned:      jsii.Bool(false),
@@ -93,7 +103,7 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 	// Tables: from dynamostate.Tables(), the one definition of their keys
 	// and indexes (dynamostate.EnsureTables creates the same ones for tests).
 	for _, spec := range dynamostate.Tables() {
-		var ttl *string // the presence table's: expired records go by themselves
+		var ttl *string // presence and ended jobs: expired items go by themselves
 		if spec.TTLAttribute != "" {
 			ttl = jsii.String(spec.TTLAttribute)
 		}
@@ -109,12 +119,23 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 			DeletionProtection: jsii.Bool(cfg.Prod()),
 			RemovalPolicy:      removal,
 		})
-		for _, ix := range spec.Indexes {
+		indexes := spec.Indexes
+		if spec.Role == dynamostate.RolePresence && cfg.PresenceOldIndex {
+			// Kept for one deploy of a stack made before the sharded
+			// index: CloudFormation adds or removes one index per update.
+			indexes = append([]dynamostate.IndexSpec{dynamostate.OldIndexByClientType()}, indexes...)
+		}
+		for _, ix := range indexes {
+			var include *[]*string
+			if len(ix.NonKeyAttributes) > 0 {
+				include = jsii.Strings(ix.NonKeyAttributes...)
+			}
 			t.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
-				IndexName:      jsii.String(ix.Name),
-				PartitionKey:   attribute(ix.PartitionKey),
-				SortKey:        optAttribute(ix.SortKey),
-				ProjectionType: projection(ix.Projection),
+				IndexName:        jsii.String(ix.Name),
+				PartitionKey:     attribute(ix.PartitionKey),
+				SortKey:          optAttribute(ix.SortKey),
+				ProjectionType:   projection(ix.Projection),
+				NonKeyAttributes: include,
 			})
 		}
 		s.Tables[spec.Role] = t
@@ -175,7 +196,8 @@ func projection(p ddbtypes.ProjectionType) awsdynamodb.ProjectionType {
 		return awsdynamodb.ProjectionType_KEYS_ONLY
 	case ddbtypes.ProjectionTypeAll, "":
 		return awsdynamodb.ProjectionType_ALL
+	case ddbtypes.ProjectionTypeInclude:
+		return awsdynamodb.ProjectionType_INCLUDE
 	}
-	// INCLUDE would need the non-key attributes, which IndexSpec does not carry.
 	panic(fmt.Sprintf("farmstack: unsupported projection %q", p))
 }

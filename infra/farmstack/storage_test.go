@@ -3,6 +3,7 @@ package farmstack
 import (
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
@@ -36,21 +37,61 @@ func TestBucket(t *testing.T) {
 			})},
 		})
 	})
-	// Catalogs do not expire unless asked for (see storage.go).
-	for _, r := range s.resources("AWS::S3::Bucket") {
-		if containsAll(jsonString(props(r)), "expire-catalogs") {
-			t.Errorf("catalogs expire by default: %s", jsonString(props(r)["LifecycleConfiguration"]))
-		}
-	}
-	c := synth(t, map[string]string{"catalogRetentionDays": "90", "reportRetentionDays": "7"})
-	check(t, "catalog and report retention from context", func() {
+	c := synth(t, map[string]string{"supersededCatalogDays": "14", "reportRetentionDays": "7"})
+	check(t, "superseded catalog and report retention from context", func() {
 		c.tpl.HasResourceProperties(jsii.String("AWS::S3::Bucket"), map[string]interface{}{
 			"LifecycleConfiguration": map[string]interface{}{"Rules": assertions.Match_ArrayWith(&[]interface{}{
 				map[string]interface{}{"Id": "expire-reports", "Prefix": "reports/", "ExpirationInDays": 7, "Status": "Enabled"},
-				map[string]interface{}{"Id": "expire-catalogs", "Prefix": "catalogs/", "ExpirationInDays": 90, "Status": "Enabled"},
+				supersededRule(14),
 			})},
 		})
 	})
+}
+
+// supersededRule is the bucket's lifecycle rule of superseded catalogs:
+// catalogs/ objects tagged as pkg/s3store's Retire tags them
+// (TestRetireTags there pins the same words), days after the retirement.
+func supersededRule(days int) map[string]interface{} {
+	return map[string]interface{}{
+		"Id": "expire-superseded-catalogs", "ExpirationInDays": days, "Status": "Enabled",
+		"Prefix":     "catalogs/",
+		"TagFilters": []interface{}{map[string]interface{}{"Key": "compilefarm-superseded", "Value": "true"}},
+	}
+}
+
+// TestCatalogRetention: by default catalogs no node refers to go 7 days
+// after they were superseded, and no rule expires catalogs by age alone
+// (one would remove catalogs nodes still point at); 0 keeps them;
+// catalogRetentionDays, the age rule's key, is refused.
+func TestCatalogRetention(t *testing.T) {
+	s := dev(t)
+	check(t, "superseded catalogs expire after 7 days", func() {
+		s.tpl.HasResourceProperties(jsii.String("AWS::S3::Bucket"), map[string]interface{}{
+			"LifecycleConfiguration": map[string]interface{}{"Rules": assertions.Match_ArrayWith(&[]interface{}{supersededRule(7)})},
+		})
+	})
+	for _, stage := range []*synthed{s, synth(t, map[string]string{"supersededCatalogDays": "0"})} {
+		for _, r := range stage.resources("AWS::S3::Bucket") {
+			rules, _ := props(r)["LifecycleConfiguration"].(map[string]interface{})["Rules"].([]interface{})
+			for _, rule := range rules {
+				rule := rule.(map[string]interface{})
+				if p, _ := rule["Prefix"].(string); strings.HasPrefix(p, "catalogs/") && rule["TagFilters"] == nil {
+					t.Errorf("a rule expires catalogs without the superseded tag: %s", jsonString(rule))
+				}
+			}
+		}
+	}
+	for _, r := range synth(t, map[string]string{"supersededCatalogDays": "0"}).resources("AWS::S3::Bucket") {
+		if containsAll(jsonString(props(r)), "expire-superseded-catalogs") {
+			t.Errorf("supersededCatalogDays=0 still expires superseded catalogs: %s", jsonString(props(r)["LifecycleConfiguration"]))
+		}
+	}
+	if _, err := configFrom(t, map[string]interface{}{"catalogRetentionDays": "90"}); err == nil || !strings.Contains(err.Error(), "supersededCatalogDays") {
+		t.Errorf("catalogRetentionDays: %v, want a refusal naming supersededCatalogDays", err)
+	}
+	if _, err := configFrom(t, map[string]interface{}{"supersededCatalogDays": "-1"}); err == nil {
+		t.Error("supersededCatalogDays=-1 accepted")
+	}
 }
 
 // TestTablesFromDynamostate compares the tables with dynamostate.Tables(),
@@ -86,10 +127,18 @@ func TestTablesFromDynamostate(t *testing.T) {
 		for _, ix := range spec.Indexes {
 			add(&ix.PartitionKey)
 			add(ix.SortKey)
+			projection := map[string]interface{}{"ProjectionType": string(ix.Projection)}
+			if len(ix.NonKeyAttributes) > 0 {
+				var attrs []interface{}
+				for _, a := range ix.NonKeyAttributes {
+					attrs = append(attrs, a)
+				}
+				projection["NonKeyAttributes"] = attrs
+			}
 			wantGSIs = append(wantGSIs, map[string]interface{}{
 				"IndexName":  ix.Name,
 				"KeySchema":  keySchema(ix.PartitionKey, ix.SortKey),
-				"Projection": map[string]interface{}{"ProjectionType": string(ix.Projection)},
+				"Projection": projection,
 			})
 		}
 		var wantAttrs []interface{}
@@ -129,7 +178,33 @@ func TestTablesFromDynamostate(t *testing.T) {
 	if got := jsonString(p["TimeToLiveSpecification"]); got != `{"AttributeName":"expires_at","Enabled":true}` {
 		t.Errorf("presence table TimeToLiveSpecification = %s, want expires_at enabled", got)
 	}
-	s.find(t, "AWS::DynamoDB::Table", "TableName", "compilefarm-dev-"+dynamostate.RoleJobs)
+	// Ended jobs too (dynamostate.JobRetention).
+	_, p = s.find(t, "AWS::DynamoDB::Table", "TableName", "compilefarm-dev-"+dynamostate.RoleJobs)
+	if got := jsonString(p["TimeToLiveSpecification"]); got != `{"AttributeName":"expires_at","Enabled":true}` {
+		t.Errorf("jobs table TimeToLiveSpecification = %s, want expires_at enabled", got)
+	}
+}
+
+// TestPresenceIndex: the presence table's one index is keyed by client
+// type and shard and projects what QueryPresence reads only; with
+// presenceOldIndex the old one is kept beside it (an upgrade's first
+// deploy: one index added, none removed).
+func TestPresenceIndex(t *testing.T) {
+	gsis := func(s *synthed) string {
+		t.Helper()
+		_, p := s.find(t, "AWS::DynamoDB::Table", "TableName", "compilefarm-dev-"+dynamostate.RolePresence)
+		return jsonString(p["GlobalSecondaryIndexes"])
+	}
+	want := `{"IndexName":"by-client-shard","KeySchema":[{"AttributeName":"client_shard","KeyType":"HASH"},{"AttributeName":"uri","KeyType":"RANGE"}],` +
+		`"Projection":{"NonKeyAttributes":["task","expires_ns"],"ProjectionType":"INCLUDE"}}`
+	if got := gsis(dev(t)); got != "["+want+"]" {
+		t.Errorf("presence indexes = %s, want [%s]", got, want)
+	}
+	old := `{"IndexName":"by-client-type","KeySchema":[{"AttributeName":"client_type","KeyType":"HASH"},{"AttributeName":"uri","KeyType":"RANGE"}],` +
+		`"Projection":{"ProjectionType":"ALL"}}`
+	if got := gsis(synth(t, map[string]string{"presenceOldIndex": "true"})); got != "["+old+","+want+"]" {
+		t.Errorf("presence indexes with presenceOldIndex = %s, want [%s,%s]", got, old, want)
+	}
 }
 
 // TestRemovalPolicies: prod keeps its state when the stack goes; other

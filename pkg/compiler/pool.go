@@ -38,7 +38,9 @@ type Code interface {
 // Pool drains the compile queue: each worker takes a job, compiles it with
 // the engine, stores the catalog (plain and gzipped, content addressed) and
 // moves the node's catalog pointer forward with a sequence check, so a late
-// or duplicate compile never replaces a newer catalog.
+// or duplicate compile never replaces a newer catalog. When Content is a
+// farm.ContentRetirer it retires the catalogs a move dropped
+// (retention.go).
 type Pool struct {
 	Queue   farm.Queue
 	Nodes   farm.NodeStore
@@ -271,22 +273,25 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 		ExportsDigest: exportsDigest, ExportTypes: exportTypes, Collects: collects, Queries: queries,
 		At: p.now(), Duration: dur,
 	}
+	var existed []farm.Digest // catalog blobs stored before this compile put them
 	if !node.Slot(d.Slot).Holds(content) {
-		if c.Stored, err = p.store(ctx, sealed); err != nil {
+		if c.Stored, existed, err = p.storeCatalog(ctx, sealed, node.CatalogBlobs()); err != nil {
 			return err
 		}
 	}
 	var out moved
+	var before []farm.Digest // the catalog blobs of the record the move was written over
 	move := func(n *farm.Node) (err error) {
+		before = n.CatalogBlobs()
 		out, err = movePointer(n, c)
 		return err
 	}
-	_, err = p.Nodes.UpdateNode(ctx, d.Certname, move)
+	written, err := p.Nodes.UpdateNode(ctx, d.Certname, move)
 	if errors.Is(err, errNeedStore) {
-		if c.Stored, err = p.store(ctx, sealed); err != nil {
+		if c.Stored, existed, err = p.storeCatalog(ctx, sealed, before); err != nil {
 			return err
 		}
-		_, err = p.Nodes.UpdateNode(ctx, d.Certname, move)
+		written, err = p.Nodes.UpdateNode(ctx, d.Certname, move)
 	}
 	if errors.Is(err, farm.ErrConflict) {
 		p.Metrics.ObserveCompile(metrics.CompileStale, dur)
@@ -296,6 +301,7 @@ func (p *Pool) compile(ctx context.Context, d farm.Delivery, log *slog.Logger) e
 	if err != nil {
 		return fmt.Errorf("move catalog pointer of %s: %w", d.Certname, err)
 	}
+	p.retire(ctx, d.Certname, before, &written, existed, log)
 	p.tellCollectors(ctx, d, out.ExportsChanged, log)
 	p.recordQueries(ctx, d, c.Queries, log)
 	if out.Unchanged {
@@ -376,25 +382,34 @@ func superseded(n *farm.Node, slot farm.Slot, seq uint64) bool {
 	return s.Requested == nil || s.Requested.Seq > seq
 }
 
-// store writes the catalog and its gzip form to the content store.
-func (p *Pool) store(ctx context.Context, catalog []byte) (farm.CatalogRef, error) {
+// store writes the catalog and its gzip form to the content store and
+// returns the digests of those that were stored already (see putCatalog).
+func (p *Pool) store(ctx context.Context, catalog []byte) (farm.CatalogRef, []farm.Digest, error) {
 	var buf bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 	if _, err := zw.Write(catalog); err != nil {
-		return farm.CatalogRef{}, fmt.Errorf("gzip catalog: %w", err)
+		return farm.CatalogRef{}, nil, fmt.Errorf("gzip catalog: %w", err)
 	}
 	if err := zw.Close(); err != nil {
-		return farm.CatalogRef{}, fmt.Errorf("gzip catalog: %w", err)
+		return farm.CatalogRef{}, nil, fmt.Errorf("gzip catalog: %w", err)
 	}
-	d, err := p.Content.Put(ctx, farm.SpaceCatalogs, catalog)
+	var existed []farm.Digest
+	d, was, err := p.putCatalog(ctx, catalog)
 	if err != nil {
-		return farm.CatalogRef{}, fmt.Errorf("store catalog: %w", err)
+		return farm.CatalogRef{}, nil, fmt.Errorf("store catalog: %w", err)
 	}
-	gd, err := p.Content.Put(ctx, farm.SpaceCatalogs, buf.Bytes())
+	if was {
+		existed = append(existed, d)
+	}
+	gd, was, err := p.putCatalog(ctx, buf.Bytes())
 	if err != nil {
-		return farm.CatalogRef{}, fmt.Errorf("store gzipped catalog: %w", err)
+		return farm.CatalogRef{}, nil, fmt.Errorf("store gzipped catalog: %w", err)
 	}
-	return farm.CatalogRef{Digest: d, GzipDigest: gd}, nil
+	if was {
+		existed = append(existed, gd)
+	}
+	slices.Sort(existed)
+	return farm.CatalogRef{Digest: d, GzipDigest: gd}, existed, nil
 }
 
 func (p *Pool) recordFailure(ctx context.Context, d farm.Delivery, cause error, log *slog.Logger) {

@@ -337,3 +337,58 @@ func TestPoolRecordsQueries(t *testing.T) {
 		t.Fatalf("read record queries %+v, %v", rec.Queries, err)
 	}
 }
+
+// TestPoolRetiresDroppedCatalogs: a catalog that falls out of the node's
+// History is retired (plain and gzipped), the catalogs the node refers to
+// are not, and a catalog the node comes back to is kept again.
+func TestPoolRetiresDroppedCatalogs(t *testing.T) {
+	r := flowtest.New(t)
+	ctx := context.Background()
+	retired := func(d farm.Digest) bool {
+		t.Helper()
+		ok, err := r.Store.Retired(ctx, farm.SpaceCatalogs, d)
+		if err != nil {
+			t.Fatalf("retired %s: %v", d, err)
+		}
+		return ok
+	}
+	compile := func(role string) farm.Node {
+		t.Helper()
+		r.Submit(t, "n1", map[string]any{"cf_role": role})
+		r.Drain(t)
+		n, err := r.Store.GetNode(ctx, "n1")
+		if err != nil || n.Catalog == nil || n.Compile.Result != farm.ResultOK {
+			t.Fatalf("node after compiling role %s: %+v, %v", role, n, err)
+		}
+		return n
+	}
+	first := *compile("role0").Catalog
+	for i := 1; i <= farm.HistoryLen; i++ {
+		n := compile(fmt.Sprint("role", i))
+		for _, d := range n.CatalogBlobs() {
+			if retired(d) {
+				t.Fatalf("after %d changes: blob %s the node refers to is retired", i, d)
+			}
+		}
+	}
+	n := compile("role-last") // role0's catalog falls out of History
+	for _, d := range []farm.Digest{first.Digest, first.GzipDigest} {
+		if !retired(d) {
+			t.Errorf("blob %s of the catalog that fell out of History is not retired", d)
+		}
+	}
+	for _, d := range n.CatalogBlobs() {
+		if retired(d) {
+			t.Errorf("blob %s the node refers to is retired", d)
+		}
+	}
+	n = compile("role0") // back to the first catalog
+	if n.Catalog.Digest != first.Digest {
+		t.Fatalf("role0 again compiled to %s, first time %s", n.Catalog.Digest, first.Digest)
+	}
+	for _, d := range n.CatalogBlobs() {
+		if retired(d) {
+			t.Errorf("blob %s the node refers to again is still retired", d)
+		}
+	}
+}

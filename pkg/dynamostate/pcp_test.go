@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/compilefarm/compilefarm/pkg/awscalls"
 	"github.com/compilefarm/compilefarm/pkg/farm"
@@ -95,7 +97,7 @@ func TestPCPCalls(t *testing.T) {
 	_, err := s.LookupPresence(ctx, p.URI)
 	step("LookupPresence", "GetItem=1", err)
 	_, err = s.QueryPresence(ctx, farm.PresenceQuery{ClientType: "agent"})
-	step("QueryPresence", "Query=1", err)
+	step("QueryPresence", fmt.Sprintf("Query=%d", PresenceShards), err) // one per shard
 	_, err = s.QueryPresence(ctx, farm.PresenceQuery{ClientType: "agent", CommonName: "a.example.com"})
 	step("QueryPresence of a common name", "GetItem=1", err)
 	step("ClearPresence by another task", "DeleteItem=1", s.ClearPresence(ctx, p.URI, "task-b"))
@@ -148,6 +150,178 @@ func TestPresenceItemLayout(t *testing.T) {
 	if got := attrS(t, item, AttrTask); got != "task-a" {
 		t.Errorf("%s = %q", AttrTask, got)
 	}
+	// FNV-1a of the URI modulo 16: pinned, as moving a record to another
+	// shard hides it from queries until it is written again.
+	if got := attrS(t, item, AttrClientShard); got != "agent#6" {
+		t.Errorf("%s = %q, want agent#6", AttrClientShard, got)
+	}
+}
+
+// TestPresenceShards: records of one client type spread over every shard
+// of the index, which projects only what QueryPresence reads; pages of any
+// size merge the shards into one URI order, none longer than its limit,
+// each Next past the last.
+func TestPresenceShards(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
+	s := newStore(t)
+	ctx := testCtx(t)
+	var want []string
+	for i := range 120 {
+		uri := fmt.Sprintf("pcp://n%03d.example.com/agent", i)
+		exp := time.Now().Add(time.Hour)
+		if i%10 == 3 {
+			exp = time.Now().Add(-time.Minute) // expired: never listed
+		} else {
+			want = append(want, uri)
+		}
+		if err := s.SetPresence(ctx, farm.Presence{URI: uri, Task: "task-a", Expires: exp}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetPresence(ctx, farm.Presence{URI: "pcp://n001.example.com/other", Task: "task-a", Expires: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(want)
+	for shard := range PresenceShards {
+		out, err := s.client.Query(ctx, &dynamodb.QueryInput{
+			TableName: aws.String(s.opts.PresenceTable), IndexName: aws.String(IndexByClientShard),
+			KeyConditionExpression:    aws.String("#cs = :cs"),
+			ExpressionAttributeNames:  map[string]string{"#cs": AttrClientShard},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":cs": &types.AttributeValueMemberS{Value: shardKey("agent", shard)}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Items) == 0 {
+			t.Errorf("shard %d holds none of 120 agents", shard)
+		}
+		for _, item := range out.Items {
+			var names []string
+			for k := range item {
+				names = append(names, k)
+			}
+			slices.Sort(names)
+			if got := strings.Join(names, ","); got != "client_shard,expires_ns,task,uri" {
+				t.Fatalf("an index item holds %s, want the keys, task and expires_ns", got)
+			}
+		}
+	}
+	for _, limit := range []int{2, 7, 50, 1000} {
+		var got []string
+		q := farm.PresenceQuery{ClientType: "agent", Limit: limit}
+		for pages := 0; ; pages++ {
+			if pages > 1000 {
+				t.Fatalf("limit %d: no end after 1000 pages", limit)
+			}
+			page, err := s.QueryPresence(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page.Records) > limit {
+				t.Fatalf("limit %d: a page of %d", limit, len(page.Records))
+			}
+			for _, p := range page.Records {
+				got = append(got, p.URI)
+			}
+			if page.Next == "" {
+				break
+			}
+			if page.Next <= q.After {
+				t.Fatalf("limit %d: Next %q does not pass After %q", limit, page.Next, q.After)
+			}
+			q.After = page.Next
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("limit %d: %d records %v..., want the %d live agents in URI order", limit, len(got), got[:min(len(got), 3)], len(want))
+		}
+	}
+}
+
+// TestJobItemsExpire pins the jobs table's time to live: no expires_at on
+// a running job nor on a queued or running node; JobRetention after the
+// write that ended a job, JobNodeRetention after the one that ended a
+// node's run (Unix seconds); none again when a job runs again.
+func TestJobItemsExpire(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the DynamoDB emulator; skipped with -short")
+	}
+	s := newStore(t)
+	ctx := testCtx(t)
+	table := s.opts.JobsTable
+	// expiry returns the item's expires_at, or 0 when it has none.
+	expiry := func(item string) int64 {
+		t.Helper()
+		it := getItem(t, s, table, jobItemKey("j1", item))
+		if _, ok := it[AttrExpiresAt]; !ok {
+			return 0
+		}
+		var n int64
+		fmt.Sscan(attrN(t, it, AttrExpiresAt), &n)
+		return n
+	}
+	// within fails unless got is retention after a time in [from, now].
+	within := func(what string, got int64, from time.Time, retention time.Duration) {
+		t.Helper()
+		lo, hi := from.Add(retention).Unix(), time.Now().Add(retention).Unix()+1
+		if got < lo || got > hi {
+			t.Errorf("%s expires_at = %d, want %d to %d (%v after the write)", what, got, lo, hi, retention)
+		}
+	}
+	job := farm.RunJob{ID: "j1", Created: time.Now(), State: farm.JobRunning, Total: 2}
+	if err := s.CreateJob(ctx, job, []string{"a.example.com", "b.example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, item := range []string{ItemJob, ItemNodePrefix + "a.example.com"} {
+		if x := expiry(item); x != 0 {
+			t.Errorf("item %s of a running job has expires_at %d", item, x)
+		}
+	}
+	setNode := func(node, state string) {
+		t.Helper()
+		if _, err := s.UpdateJobNode(ctx, "j1", node, func(n *farm.RunJobNode) error { n.State = state; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setNode("a.example.com", farm.JobNodeRunning)
+	if x := expiry(ItemNodePrefix + "a.example.com"); x != 0 {
+		t.Errorf("a running node's item has expires_at %d", x)
+	}
+	ended := time.Now()
+	setNode("a.example.com", farm.JobNodeFinished)
+	within("a finished node's item", expiry(ItemNodePrefix+"a.example.com"), ended, JobNodeRetention)
+	setNode("b.example.com", farm.JobNodeUnreachable)
+	within("an unreachable node's item", expiry(ItemNodePrefix+"b.example.com"), ended, JobNodeRetention)
+	setJob := func(state string) {
+		t.Helper()
+		if _, err := s.UpdateJob(ctx, "j1", func(j *farm.RunJob) error { j.State = state; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setJob(farm.JobRunning) // a heartbeat
+	if x := expiry(ItemJob); x != 0 {
+		t.Errorf("a running job's item has expires_at %d after a heartbeat", x)
+	}
+	ended = time.Now()
+	setJob(farm.JobFailed)
+	within("a failed job's item", expiry(ItemJob), ended, JobRetention)
+	if JobNodeRetention <= JobRetention {
+		t.Errorf("node items (%v) do not outlive their job's (%v)", JobNodeRetention, JobRetention)
+	}
+	setJob(farm.JobRunning) // resumed
+	if x := expiry(ItemJob); x != 0 {
+		t.Errorf("a job running again keeps expires_at %d", x)
+	}
+	// A job created ended (no nodes to run) expires from its creation.
+	created := time.Now()
+	if err := s.CreateJob(ctx, farm.RunJob{ID: "j2", Created: created, State: farm.JobFinished}, nil); err != nil {
+		t.Fatal(err)
+	}
+	it := getItem(t, s, table, jobItemKey("j2", ItemJob))
+	var n int64
+	fmt.Sscan(attrN(t, it, AttrExpiresAt), &n)
+	within("a job created finished", n, created, JobRetention)
 }
 
 // A store without the presence or jobs table says which option is missing.

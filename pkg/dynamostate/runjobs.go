@@ -24,6 +24,10 @@ import (
 //	job (S, partition key), item (S, sort key: ItemJob, or ItemNodePrefix + certname),
 //	record (S: farm.RunJob or farm.RunJobNode as JSON), version (N)
 //	the job's item also: created (S: createdKey), list (S: ListJobs, once its nodes are stored)
+//	expires_at (N, Unix seconds: the table's time to live), only on an ended job
+//	(JobRetention after the write that ended it) or a node whose run ended
+//	(JobNodeRetention after that write); a running job's and a queued or
+//	running node's items have none and never expire
 //	global secondary index by-created: list, created (all attributes)
 //
 // Calls: CreateJob is one conditional PutItem of the job's item (the
@@ -40,6 +44,52 @@ import (
 // its index.
 
 var _ farm.RunJobStore = (*Store)(nil)
+
+// JobRetention is how long a job's item stays after the write that ended
+// it (finished, failed, stopped): 30 days, what `broker job show` and
+// `broker job list` are for. It matches the reports the job's nodes link
+// to (the stack's reportRetentionDays, 30 by default): a job's record
+// outliving its reports by long would list runs nobody can read. DynamoDB
+// deletes the item some time after (hours to days); readers never rely on
+// it.
+const JobRetention = 30 * 24 * time.Hour
+
+// JobNodeRetention is how long a job's node item stays after the write
+// that ended its run: JobRetention and 14 days more, so that the nodes of
+// a job outlive the job's item when the job ends within 14 days of them
+// (20,000 nodes at the default concurrency of 10, each run taking 7
+// minutes, take about 10 days). The node's item does not know when its
+// job ends; a job that runs longer loses its earliest nodes' items up to
+// that much before its own.
+const JobNodeRetention = JobRetention + 14*24*time.Hour
+
+// jobExpiry is when a job item written as j expires: zero (never) while it
+// runs.
+func jobExpiry(j *farm.RunJob, now time.Time) time.Time {
+	if j.State == farm.JobRunning {
+		return time.Time{}
+	}
+	return now.Add(JobRetention)
+}
+
+// jobNodeExpiry is when a node item written as n expires: zero (never)
+// while its run is queued or running.
+func jobNodeExpiry(n *farm.RunJobNode, now time.Time) time.Time {
+	if n.State == farm.JobNodeQueued || n.State == farm.JobNodeRunning {
+		return time.Time{}
+	}
+	return now.Add(JobNodeRetention)
+}
+
+// ttlSeconds is an expiry as the time to live attribute holds it: Unix
+// seconds, rounded up (never deleted before the time).
+func ttlSeconds(t time.Time) int64 {
+	secs := t.Unix()
+	if t.Nanosecond() > 0 {
+		secs++
+	}
+	return secs
+}
 
 // Attribute names and values of the jobs table's items.
 const (
@@ -138,6 +188,9 @@ func (s *Store) CreateJob(ctx context.Context, job farm.RunJob, nodes []string) 
 	item[AttrRecord] = &types.AttributeValueMemberS{Value: string(rec)}
 	item[AttrVersion] = numAttr(1)
 	item[AttrCreated] = &types.AttributeValueMemberS{Value: createdKey(&job)}
+	if x := jobExpiry(&job, time.Now()); !x.IsZero() {
+		item[AttrExpiresAt] = numAttr(ttlSeconds(x))
+	}
 	if len(nodes) == 0 {
 		item[AttrList] = &types.AttributeValueMemberS{Value: ListValue}
 	}
@@ -254,6 +307,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (farm.RunJob, error) {
 // Options.MaxAttempts times. apply's error is returned as is.
 func updateItem[T any](ctx context.Context, s *Store, table, id, sortKey string,
 	decode func(map[string]types.AttributeValue) (T, uint64, error), apply func(*T) error,
+	expiry func(*T, time.Time) time.Time,
 ) (T, error) {
 	var zero T
 	var took time.Duration
@@ -282,18 +336,23 @@ func updateItem[T any](ctx context.Context, s *Store, table, id, sortKey string,
 		if err != nil {
 			return zero, fmt.Errorf("encode: %v: %w", err, farm.ErrInvalid)
 		}
-		_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		in := &dynamodb.UpdateItemInput{
 			TableName:                aws.String(table),
 			Key:                      jobItemKey(id, sortKey),
-			UpdateExpression:         aws.String("SET #r = :r, #v = :nv"),
+			UpdateExpression:         aws.String("SET #r = :r, #v = :nv REMOVE #x"),
 			ConditionExpression:      aws.String("#v = :v"),
-			ExpressionAttributeNames: map[string]string{"#r": AttrRecord, "#v": AttrVersion},
+			ExpressionAttributeNames: map[string]string{"#r": AttrRecord, "#v": AttrVersion, "#x": AttrExpiresAt},
 			ExpressionAttributeValues: map[string]types.AttributeValue{
 				":r":  &types.AttributeValueMemberS{Value: string(rec)},
 				":v":  numAttr(int64(version)),
 				":nv": numAttr(int64(version + 1)),
 			},
-		})
+		}
+		if x := expiry(&r, time.Now()); !x.IsZero() {
+			in.UpdateExpression = aws.String("SET #r = :r, #v = :nv, #x = :x")
+			in.ExpressionAttributeValues[":x"] = numAttr(ttlSeconds(x))
+		}
+		_, err = s.client.UpdateItem(ctx, in)
 		err = translate(err, table)
 		if errors.Is(err, errLost) {
 			took = time.Since(start)
@@ -347,7 +406,7 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*farm.RunJob) 
 			return errFn{err} // returned as is, as fn's own
 		}
 		return nil
-	})
+	}, jobExpiry)
 	if fe, ok := fnError(err); ok {
 		return farm.RunJob{}, fe
 	}
@@ -374,7 +433,7 @@ func (s *Store) UpdateJobNode(ctx context.Context, id, node string, fn func(*far
 			return errFn{err} // returned as is, as fn's own
 		}
 		return nil
-	})
+	}, jobNodeExpiry)
 	if fe, ok := fnError(err); ok {
 		return farm.RunJobNode{}, fe
 	}

@@ -24,6 +24,9 @@ type IndexSpec struct {
 	PartitionKey KeyAttr
 	SortKey      *KeyAttr
 	Projection   types.ProjectionType
+	// NonKeyAttributes are the attributes an INCLUDE projection copies
+	// besides the keys (the table's and the index's).
+	NonKeyAttributes []string
 }
 
 // TableSpec is what the drivers need of a table: its keys and global
@@ -58,9 +61,34 @@ const (
 // index entry (farm.Node.IndexEntries) to the certnames under it, in order.
 const IndexByEntry = "by-entry"
 
-// IndexByClientType is the presence table's global secondary index: from a
-// PCP client type to the URIs of its clients, in order (QueryPresence).
-const IndexByClientType = "by-client-type"
+// IndexByClientShard is the presence table's global secondary index: from
+// a PCP client type and shard (AttrClientShard) to the URIs of its
+// clients in that shard, in order, with what QueryPresence reads of them
+// (its task and expiry). QueryPresence reads every shard of a type.
+const IndexByClientShard = "by-client-shard"
+
+// PresenceShards is how many partitions of IndexByClientShard one client
+// type's records spread over. A partition of an index takes about 1,000
+// writes a second, and a write to the table that the index cannot take is
+// throttled with it: one client type under one key (the index before
+// this, by-client-type) capped the fleet's presence writes there, and a
+// reconnect storm (a fleet restart: 20,000 PCP clients within seconds,
+// each a write) passes that. 16 shards take 16,000 a second, eight times
+// such a storm spread over ten seconds, while a whole-fleet query costs 16
+// small Query calls a page instead of one. Changing it moves every
+// record to another shard: a new index name and a migration.
+const PresenceShards = 16
+
+// OldIndexByClientType is the presence table's index before
+// IndexByClientShard (client type alone, every attribute projected).
+// Nothing reads it; the stack keeps it for one deploy of a stack made
+// before, when asked to (CloudFormation adds or removes one index of a
+// table per update, never both).
+func OldIndexByClientType() IndexSpec {
+	uri := KeyAttr{Name: AttrURI, Type: types.ScalarAttributeTypeS}
+	return IndexSpec{Name: "by-client-type", PartitionKey: KeyAttr{Name: AttrClientType, Type: types.ScalarAttributeTypeS},
+		SortKey: &uri, Projection: types.ProjectionTypeAll}
+}
 
 // IndexByCreated is the jobs table's global secondary index: every job's
 // item under one partition (AttrList), by created time and id (ListJobs).
@@ -85,12 +113,14 @@ func Tables() []TableSpec {
 			// One item per PCP client; reads skip expired items, which
 			// time to live deletes eventually.
 			Role: RolePresence, PartitionKey: uri, TTLAttribute: AttrExpiresAt,
-			Indexes: []IndexSpec{{Name: IndexByClientType, PartitionKey: s(AttrClientType), SortKey: &uri, Projection: types.ProjectionTypeAll}},
+			Indexes: []IndexSpec{{Name: IndexByClientShard, PartitionKey: s(AttrClientShard), SortKey: &uri,
+				Projection: types.ProjectionTypeInclude, NonKeyAttributes: []string{AttrTask, AttrExpiresNS}}},
 		},
 		{
 			// A job's item (sort key ItemJob) and one item per node of it
-			// (ItemNodePrefix + certname) under the job's id.
-			Role: RoleJobs, PartitionKey: s(AttrJob), SortKey: &item,
+			// (ItemNodePrefix + certname) under the job's id; ended ones
+			// expire (JobRetention, JobNodeRetention).
+			Role: RoleJobs, PartitionKey: s(AttrJob), SortKey: &item, TTLAttribute: AttrExpiresAt,
 			Indexes: []IndexSpec{{Name: IndexByCreated, PartitionKey: s(AttrList), SortKey: &created, Projection: types.ProjectionTypeAll}},
 		},
 		{
@@ -142,7 +172,7 @@ func (spec TableSpec) createTableInput(table string) *dynamodb.CreateTableInput 
 		in.GlobalSecondaryIndexes = append(in.GlobalSecondaryIndexes, types.GlobalSecondaryIndex{
 			IndexName:  aws.String(ix.Name),
 			KeySchema:  keySchema(ix.PartitionKey, ix.SortKey),
-			Projection: &types.Projection{ProjectionType: ix.Projection},
+			Projection: &types.Projection{ProjectionType: ix.Projection, NonKeyAttributes: ix.NonKeyAttributes},
 		})
 	}
 	for name, typ := range attrs {

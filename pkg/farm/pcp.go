@@ -228,6 +228,10 @@ func ValidateJobID(id string) error {
 // wrapping ctx.Err(), and CreateJob, UpdateJob and UpdateJobNode then
 // change nothing (and do not call fn).
 //
+// A driver may forget an ended job (its record and its nodes') some time
+// after it ended (dynamostate: JobRetention, 30 days), never a running
+// one.
+//
 // Safe for concurrent use, across processes for shared backends.
 type RunJobStore interface {
 	CreateJob(ctx context.Context, job RunJob, nodes []string) error

@@ -263,8 +263,10 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 		}
 	}
 	var jobs []plannedJob
+	var before []farm.Digest // catalog blobs of the record written over
 	previous := node.RelevantDigest
 	node, err = in.Nodes.UpdateNode(ctx, up.Certname, func(n *farm.Node) error {
+		before = n.CatalogBlobs()
 		n.Environment = up.Environment
 		n.FactsDigest = digests.facts
 		n.RelevantDigest = digests.relevant
@@ -277,6 +279,7 @@ func (in *Intake) Submit(ctx context.Context, up Upload) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, fmt.Errorf("record facts of %s: %w", up.Certname, err)
 	}
+	in.retire(ctx, up.Certname, before, &node)
 	if digests.rawKey != "" {
 		in.recent.Store(up.Certname, recentFacts{rawKey: digests.rawKey, facts: digests.facts, relevant: digests.relevant, nodeInfo: info})
 	}
@@ -411,6 +414,36 @@ func (in *Intake) request(n *farm.Node, cat *farm.CatalogRef, env, code string, 
 		}
 	}
 	return r
+}
+
+// retireTimeout bounds retiring the catalogs one write dropped.
+const retireTimeout = 30 * time.Second
+
+// retire tells a content store that removes catalogs no node refers to
+// (a farm.ContentRetirer) which ones the write of the node's record that
+// turned the catalog blobs before into after's dropped: a promoted
+// candidate pushes the served catalog into History, whose oldest may fall
+// out, and a dropped candidate goes. farm.RetireCatalogs says why this is
+// safe; a failure is logged (the catalogs stay stored). No write here
+// refers to a catalog again: a promoted candidate was referred to. The
+// calls cost: none when nothing was dropped (most check-ins); else one
+// CopyObject per blob and one GetItem of the record.
+func (in *Intake) retire(ctx context.Context, certname string, before []farm.Digest, after *farm.Node) {
+	r, ok := in.Content.(farm.ContentRetirer)
+	if !ok {
+		return
+	}
+	dropped := farm.Dropped(before, after)
+	if len(dropped) == 0 {
+		return
+	}
+	// Its own time: an agent that hangs up must not cut the retire off
+	// between its steps.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retireTimeout)
+	defer cancel()
+	if err := farm.RetireCatalogs(ctx, in.Nodes, r, certname, dropped); err != nil {
+		in.log().Warn("retire catalogs the node no longer refers to: they stay stored", "node", certname, "err", err)
+	}
 }
 
 // promote makes the node's precompiled candidate its served catalog when
@@ -801,9 +834,11 @@ func (in *Intake) Replan(ctx context.Context, environment string, lane farm.Lane
 		}
 		res.Nodes++
 		var jobs []plannedJob
+		var before []farm.Digest
 		promoted := false
 		node, err := in.Nodes.UpdateNode(ctx, n.Certname, func(n *farm.Node) error {
 			jobs, promoted = nil, false
+			before = n.CatalogBlobs()
 			if n.Environment != environment {
 				return nil
 			}
@@ -813,6 +848,7 @@ func (in *Intake) Replan(ctx context.Context, environment string, lane farm.Lane
 		if err != nil {
 			return fmt.Errorf("replan %s: %w", n.Certname, err)
 		}
+		in.retire(ctx, n.Certname, before, &node)
 		if promoted {
 			res.Promoted++
 		}

@@ -347,3 +347,73 @@ func TestIntakeClassifierFails(t *testing.T) {
 		t.Errorf("a failed classification changed the node:\nbefore %+v\nafter  %+v", before, after)
 	}
 }
+
+// TestDroppedCandidateIsRetired: a candidate the node no longer needs (the
+// environment went back to the code it is served) is dropped, and its
+// catalog retired; a promoted candidate is not, nor the catalog it
+// replaces.
+func TestDroppedCandidateIsRetired(t *testing.T) {
+	r := flowtest.New(t)
+	r.Engine.CodeInCatalog = true
+	ctx := context.Background()
+	r.Submit(t, "n1", map[string]any{"cf_role": "web"})
+	r.Submit(t, "n2", map[string]any{"cf_role": "web"})
+	r.Drain(t)
+	// A deploy under hold precompiles code2 as a candidate.
+	r.Store.PutEnvironment(ctx, farm.Environment{Name: "production", CodeID: "code2", Release: &farm.Release{Hold: true, Stable: "code1"}})
+	if _, err := r.Intake.Replan(ctx, "production", farm.LaneBulk); err != nil {
+		t.Fatal(err)
+	}
+	r.Drain(t)
+	node := func(name string) farm.Node {
+		t.Helper()
+		n, err := r.Store.GetNode(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	cand := node("n1").Candidate
+	if cand == nil || cand.CodeID != "code2" {
+		t.Fatalf("no code2 candidate after a deploy under hold: %+v", cand)
+	}
+	retired := func(d farm.Digest) bool {
+		t.Helper()
+		ok, err := r.Store.Retired(ctx, farm.SpaceCatalogs, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	// n2 is released: its candidate is promoted, nothing retired.
+	r.Store.PutEnvironment(ctx, farm.Environment{Name: "production", CodeID: "code2",
+		Release: &farm.Release{Hold: true, Stable: "code1", Nodes: []string{"n2"}}})
+	if res, err := r.Intake.Replan(ctx, "production", farm.LaneBulk); err != nil || res.Promoted != 1 {
+		t.Fatalf("release to n2: %+v, %v", res, err)
+	}
+	n2 := node("n2")
+	for _, d := range n2.CatalogBlobs() {
+		if retired(d) {
+			t.Errorf("n2's blob %s retired after its candidate was promoted", d)
+		}
+	}
+	// Back to code1 for everyone: n1's candidate goes.
+	r.Store.PutEnvironment(ctx, farm.Environment{Name: "production", CodeID: "code1"})
+	if _, err := r.Intake.Replan(ctx, "production", farm.LaneBulk); err != nil {
+		t.Fatal(err)
+	}
+	if n := node("n1"); n.Candidate != nil {
+		t.Fatalf("n1 keeps its candidate after the deploy went back: %+v", n.Candidate)
+	}
+	for _, d := range []farm.Digest{cand.Digest, cand.GzipDigest} {
+		if !retired(d) {
+			t.Errorf("blob %s of the dropped candidate is not retired", d)
+		}
+	}
+	n1 := node("n1")
+	for _, d := range n1.CatalogBlobs() {
+		if retired(d) {
+			t.Errorf("n1's blob %s retired", d)
+		}
+	}
+}

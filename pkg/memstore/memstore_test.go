@@ -15,6 +15,10 @@ func TestContentStore(t *testing.T) {
 	farmtest.TestContentStore(t, func(t *testing.T) farm.ContentStore { return memstore.New() })
 }
 
+func TestContentRetirer(t *testing.T) {
+	farmtest.TestContentRetirer(t, func(t *testing.T) farm.ContentRetirer { return memstore.New() })
+}
+
 func TestNodeStore(t *testing.T) {
 	farmtest.TestNodeStore(t, func(t *testing.T) farm.NodeStore { return memstore.New() })
 	farmtest.TestNodeReports(t, func(t *testing.T) farm.NodeStore { return memstore.New() })

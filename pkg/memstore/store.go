@@ -31,6 +31,7 @@ var (
 type Store struct {
 	mu      sync.RWMutex
 	content map[farm.Space]map[farm.Digest][]byte
+	retired map[farm.Space]map[farm.Digest]bool // Retire's marks (retire.go), under mu
 
 	nodeMu sync.RWMutex
 	nodes  map[string][]byte              // JSON
@@ -57,6 +58,7 @@ type Store struct {
 func New() *Store {
 	return &Store{
 		content: map[farm.Space]map[farm.Digest][]byte{},
+		retired: map[farm.Space]map[farm.Digest]bool{},
 		nodes:   map[string][]byte{},
 		index:   map[string]map[string]struct{}{},
 		envs:    map[string][]byte{},
@@ -65,21 +67,8 @@ func New() *Store {
 
 // Put stores a copy of data in space and returns its digest.
 func (s *Store) Put(ctx context.Context, space farm.Space, data []byte) (farm.Digest, error) {
-	if err := farm.CheckContentPut(ctx, space); err != nil {
-		return "", err
-	}
-	d := farm.DigestOf(data)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := s.content[space]
-	if m == nil {
-		m = map[farm.Digest][]byte{}
-		s.content[space] = m
-	}
-	if _, ok := m[d]; !ok {
-		m[d] = bytes.Clone(data)
-	}
-	return d, nil
+	d, _, err := s.PutNew(ctx, space, data)
+	return d, err
 }
 
 // Get returns a copy of the blob with digest d in space, verified against d.

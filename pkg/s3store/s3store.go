@@ -24,7 +24,17 @@
 // object is never overwritten: a 412 Precondition Failed means the same
 // bytes are already there, which for a content-addressed store is success.
 // Concurrent Puts of the same bytes therefore all succeed and leave exactly
-// one object.
+// one object. The one write onto a stored object is Retire's copy of its
+// own bytes (below).
+//
+// # Retirement
+//
+// The store is a farm.ContentRetirer (retire.go): Retire copies an object
+// onto itself with the tag compilefarm-superseded=true (RetiredTagKey),
+// which restarts its age, and Keep sets the tag to false. A lifecycle
+// rule of the bucket selecting the tag (the stack's, on catalogs/) removes
+// retired objects its days after their Retire; without such a rule the
+// tag removes nothing.
 //
 // # Names
 //
@@ -48,7 +58,9 @@
 //
 // The store needs s3:GetObject, s3:PutObject and s3:ListBucket on the bucket:
 // without ListBucket, S3 answers 403 instead of 404 for a missing key and Has
-// and Get cannot tell "absent" from "forbidden".
+// and Get cannot tell "absent" from "forbidden". Retire and Keep need
+// s3:PutObjectTagging too (a CopyObject that sets tags needs it besides
+// GetObject and PutObject), Retired s3:GetObjectTagging.
 package s3store
 
 import (
@@ -56,7 +68,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -135,18 +146,8 @@ func (s *Store) key(space farm.Space, d farm.Digest) string {
 // idempotent: when the object already exists (S3 answers 412 to
 // If-None-Match: *) it succeeds without writing.
 func (s *Store) Put(ctx context.Context, space farm.Space, data []byte) (farm.Digest, error) {
-	if err := farm.CheckContentPut(ctx, space); err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(data)
-	d := farm.Digest(hex.EncodeToString(sum[:]))
-	key := s.key(space, d)
-	// When the object exists, its key is the SHA-256 of data, and S3
-	// verified the checksum when it was written: the same bytes are stored.
-	if _, err := s.create(ctx, key, data, sum, "application/octet-stream"); err != nil {
-		return "", translate("put", s.bucket, key, err)
-	}
-	return d, nil
+	d, _, err := s.PutNew(ctx, space, data)
+	return d, err
 }
 
 // create writes body at key unless an object is there already (PutObject

@@ -32,13 +32,17 @@ import (
 
 // The S3 emulator all tests of this package share: versitygw over a posix
 // directory (emu.Dir: one directory per bucket), started by TestMain on a
-// free loopback port.
+// free loopback port. moto (started as the Secrets Manager emulator; its
+// server answers S3 too) serves the one test whose S3 behaviour versitygw
+// does not have: a copy of an object onto itself restarts its
+// Last-Modified (TestRetireRestartsAge).
 var (
 	emu     *emulator.Process
+	moto    *emulator.Process
 	buckets atomic.Int64
 )
 
-func TestMain(m *testing.M) { emulator.Main(m, emulator.S3(&emu)) }
+func TestMain(m *testing.M) { emulator.Main(m, emulator.S3(&emu), emulator.SecretsManager(&moto)) }
 
 // newClient returns an S3 client for the emulator; optFns adjust it.
 func newClient(optFns ...func(*s3.Options)) *s3.Client {

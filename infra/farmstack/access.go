@@ -50,6 +50,12 @@ import (
 // statement covers them.
 type ContentAccess struct {
 	Read, Write []farm.Space
+	// Retire are the spaces whose superseded objects the role retires
+	// (farm.ContentRetirer, s3store.Retire and Keep): a CopyObject of an
+	// object onto itself with a tag is s3:GetObject on the source,
+	// s3:PutObject on the target and s3:PutObjectTagging for the tag;
+	// Keep is a PutObjectTagging.
+	Retire []farm.Space
 }
 
 // TableAccess is what a role does with one table of dynamostate.Tables().
@@ -97,6 +103,9 @@ func CompileAccess(puppetDB bool) RoleAccess {
 		Content: ContentAccess{
 			Read:  []farm.Space{farm.SpaceCatalogs, farm.SpaceCode, farm.SpaceContent, farm.SpaceFacts, farm.SpaceNodeInfo},
 			Write: []farm.Space{farm.SpaceCatalogs, farm.SpaceNodeInfo},
+			// A compile that moves a node's catalog retires the one it
+			// drops, and keeps one it comes back to.
+			Retire: []farm.Space{farm.SpaceCatalogs},
 		},
 		Tables: []TableAccess{
 			// GetNode and UpdateNode's consistent read (GetItem), its
@@ -132,13 +141,18 @@ func CompileAccess(puppetDB bool) RoleAccess {
 // Content: reads every space; writes every space but catalogs/ (only
 // compiles write catalogs): facts/ and nodeinfo/ (intake), reports/ (the
 // front door, the PuppetDB sink's spills), filebucket/ (the filebucket
-// API), code/ and content/ (code deploys through the operator API).
+// API), code/ and content/ (code deploys through the operator API); in
+// catalogs/ it only retires (a copy of a catalog onto itself, tagged).
 func FleetAccess(puppetDB bool) RoleAccess {
 	a := RoleAccess{
 		Content: ContentAccess{
 			Read: []farm.Space{farm.SpaceCatalogs, farm.SpaceCode, farm.SpaceContent, farm.SpaceFacts, farm.SpaceFilebucket,
 				farm.SpaceNodeInfo, farm.SpaceReports},
 			Write: []farm.Space{farm.SpaceCode, farm.SpaceContent, farm.SpaceFacts, farm.SpaceFilebucket, farm.SpaceNodeInfo, farm.SpaceReports},
+			// The intake retires the catalogs a promotion or a dropped
+			// candidate leaves behind (a copy onto itself: it writes no
+			// new catalog).
+			Retire: []farm.Space{farm.SpaceCatalogs},
 		},
 		Tables: []TableAccess{
 			// Nodes as for the compile function; RecordReport is an
@@ -156,8 +170,8 @@ func FleetAccess(puppetDB bool) RoleAccess {
 			{Role: dynamostate.RoleCA, Actions: []string{ddbDelete, ddbGet, ddbPut, ddbScan, ddbUpdate}},
 			// PresenceStore: SetPresence (PutItem), ClearPresence
 			// (DeleteItem), LookupPresence (GetItem), QueryPresence
-			// (Query of by-client-type).
-			{Role: dynamostate.RolePresence, Actions: []string{ddbDelete, ddbGet, ddbPut}, Indexes: []string{dynamostate.IndexByClientType}},
+			// (Query of by-client-shard, one per shard).
+			{Role: dynamostate.RolePresence, Actions: []string{ddbDelete, ddbGet, ddbPut}, Indexes: []string{dynamostate.IndexByClientShard}},
 			// RunJobStore: CreateJob (PutItem, BatchWriteItem of its
 			// nodes, UpdateItem), GetJob/UpdateJob (GetItem, UpdateItem),
 			// ListJobNodes (Query of the table), ListJobs (Query of
@@ -203,6 +217,9 @@ func (a RoleAccess) statements(st *Storage, q *Queues) []awsiam.PolicyStatement 
 		stmt("ContentRead", []string{"s3:GetObject"}, prefixes(a.Content.Read)...),
 		stmt("ContentWrite", []string{"s3:PutObject"}, prefixes(a.Content.Write)...),
 		stmt("ContentList", []string{"s3:ListBucket"}, st.Bucket.BucketArn()),
+	}
+	if len(a.Content.Retire) > 0 {
+		out = append(out, stmt("ContentRetire", []string{"s3:PutObject", "s3:PutObjectTagging"}, prefixes(a.Content.Retire)...))
 	}
 	for _, t := range a.Tables {
 		table := st.Table(t.Role)

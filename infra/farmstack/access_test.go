@@ -106,7 +106,7 @@ func TestRoleActions(t *testing.T) {
 	// GetQueueAttributes, GetQueueUrl, ReceiveMessage on both lanes).
 	compile := []string{
 		"dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem",
-		"s3:GetObject", "s3:ListBucket", "s3:PutObject",
+		"s3:GetObject", "s3:ListBucket", "s3:PutObject", "s3:PutObjectTagging",
 		"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage",
 	}
 	// With PuppetDB: the queries table's RecordQueries (PutItem) and the
@@ -115,7 +115,7 @@ func TestRoleActions(t *testing.T) {
 	task := sorted(append([]string{
 		"dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query",
 		"dynamodb:Scan", "dynamodb:UpdateItem",
-		"s3:GetObject", "s3:ListBucket", "s3:PutObject",
+		"s3:GetObject", "s3:ListBucket", "s3:PutObject", "s3:PutObjectTagging",
 		"sqs:CreateQueue", "sqs:DeleteMessage", "sqs:DeleteQueue", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage",
 	}, caKey.actions...))
 	// With PuppetDB: the outbox's Retry (ChangeMessageVisibility).
@@ -260,7 +260,7 @@ func TestRoleResources(t *testing.T) {
 	consume := "sqs:ChangeMessageVisibility sqs:DeleteMessage sqs:GetQueueAttributes sqs:GetQueueUrl sqs:ReceiveMessage" // the event sources'
 	compile := map[string]string{
 		"bucket":                          "s3:ListBucket",
-		"bucket/catalogs/*":               "s3:GetObject s3:PutObject",
+		"bucket/catalogs/*":               "s3:GetObject s3:PutObject s3:PutObjectTagging",
 		"bucket/code/*":                   "s3:GetObject",
 		"bucket/content/*":                "s3:GetObject",
 		"bucket/facts/*":                  "s3:GetObject",
@@ -275,25 +275,25 @@ func TestRoleResources(t *testing.T) {
 	fleet := map[string]string{
 		caKey.resource: strings.Join(caKey.actions, " "),
 		"arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:compilefarm-dev-pcp-*": strings.Join(sorted(PCPInboxActions), " "),
-		"bucket":                              "s3:ListBucket",
-		"bucket/catalogs/*":                   "s3:GetObject",
-		"bucket/code/*":                       "s3:GetObject s3:PutObject",
-		"bucket/content/*":                    "s3:GetObject s3:PutObject",
-		"bucket/facts/*":                      "s3:GetObject s3:PutObject",
-		"bucket/filebucket/*":                 "s3:GetObject s3:PutObject",
-		"bucket/nodeinfo/*":                   "s3:GetObject s3:PutObject",
-		"bucket/reports/*":                    "s3:GetObject s3:PutObject",
-		"queue bulk":                          "sqs:GetQueueAttributes sqs:SendMessage",
-		"queue urgent":                        "sqs:GetQueueAttributes sqs:SendMessage",
-		"table ca":                            "dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem dynamodb:Scan dynamodb:UpdateItem",
-		"table environments":                  "dynamodb:GetItem dynamodb:PutItem dynamodb:Scan",
-		"table jobs":                          "dynamodb:BatchWriteItem dynamodb:GetItem dynamodb:PutItem dynamodb:Query dynamodb:UpdateItem",
-		"table jobs/index/by-created":         "dynamodb:Query",
-		"table node-index":                    "dynamodb:BatchWriteItem dynamodb:DeleteItem",
-		"table node-index/index/by-entry":     "dynamodb:Query",
-		"table nodes":                         "dynamodb:BatchGetItem dynamodb:GetItem dynamodb:UpdateItem",
-		"table presence":                      "dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem",
-		"table presence/index/by-client-type": "dynamodb:Query",
+		"bucket":                               "s3:ListBucket",
+		"bucket/catalogs/*":                    "s3:GetObject s3:PutObject s3:PutObjectTagging",
+		"bucket/code/*":                        "s3:GetObject s3:PutObject",
+		"bucket/content/*":                     "s3:GetObject s3:PutObject",
+		"bucket/facts/*":                       "s3:GetObject s3:PutObject",
+		"bucket/filebucket/*":                  "s3:GetObject s3:PutObject",
+		"bucket/nodeinfo/*":                    "s3:GetObject s3:PutObject",
+		"bucket/reports/*":                     "s3:GetObject s3:PutObject",
+		"queue bulk":                           "sqs:GetQueueAttributes sqs:SendMessage",
+		"queue urgent":                         "sqs:GetQueueAttributes sqs:SendMessage",
+		"table ca":                             "dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem dynamodb:Scan dynamodb:UpdateItem",
+		"table environments":                   "dynamodb:GetItem dynamodb:PutItem dynamodb:Scan",
+		"table jobs":                           "dynamodb:BatchWriteItem dynamodb:GetItem dynamodb:PutItem dynamodb:Query dynamodb:UpdateItem",
+		"table jobs/index/by-created":          "dynamodb:Query",
+		"table node-index":                     "dynamodb:BatchWriteItem dynamodb:DeleteItem",
+		"table node-index/index/by-entry":      "dynamodb:Query",
+		"table nodes":                          "dynamodb:BatchGetItem dynamodb:GetItem dynamodb:UpdateItem",
+		"table presence":                       "dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem",
+		"table presence/index/by-client-shard": "dynamodb:Query",
 	}
 	with := func(m map[string]string, more map[string]string) map[string]string {
 		out := maps.Clone(m)

@@ -107,10 +107,12 @@ func NagSuppressions(s *FarmStack) []NagSuppression {
 		{"Storage/CAKey", "AwsSolutions-SMG4", nil,
 			"SMG4: the secret is the CA's private key: a new value is a new CA (every agent re-enrols), which no rotation " +
 				"Lambda can do; a CA is rotated by the operator (docs/operations.md)"},
-		// Observability.
-		{"Observability/Alarms/Resource", "AwsSolutions-SNS3", nil,
-			"SNS3: the publishers are the stack's CloudWatch alarms (over TLS); an SSL-only topic policy replaces SNS's " +
-				"default policy, so it needs an explicit allow for cloudwatch.amazonaws.com, left to the alarms' change"},
+		// The compile image's canary (compileDeployment=canary).
+		{"Compile/Deployment/ServiceRole/Resource", "AwsSolutions-IAM4",
+			[]string{"Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSCodeDeployRoleForLambdaLimited"},
+			"IAM4: CodeDeploy's own role for Lambda deployments (what the L2 deployment group attaches): it shifts the " +
+				"alias's weights and reads the rollback alarms, on functions and aliases CodeDeploy is told of; its " +
+				"actions are CodeDeploy's to keep current as its service changes"},
 	}
 }
 

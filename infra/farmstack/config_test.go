@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"math/big"
 	"os"
@@ -218,4 +219,73 @@ func testCAPEM(t *testing.T) string {
 	}
 	caPEM = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 	return caPEM
+}
+
+// obsoleteFeatureFlags are the flags the CDK CLI leaves out of its count
+// of unconfigured ones (aws-cdk's lib/commands/flags/obsolete-flags.js):
+// they no longer do anything in aws-cdk-lib v2.
+var obsoleteFeatureFlags = map[string]bool{
+	"@aws-cdk/core:enableStackNameDuplicates": true,
+	"@aws-cdk/aws-s3:grantWriteWithoutAcl":    true,
+	"@aws-cdk/aws-kms:defaultKeyPolicies":     true,
+}
+
+// TestFeatureFlags: infra/cdk.json sets every feature flag of the pinned
+// aws-cdk-lib to its recommended value, so `cdk synth` prints no "N feature
+// flags are not configured" and no flag is left to flip once a stack
+// exists (flipping one then can replace resources). It reads the flag
+// report aws-cdk-lib writes into the cloud assembly and applies the CLI's
+// own rule (FlagOperations.filterNeedsAttention: not configured, and the
+// unconfigured behaviour is not the recommended value); a configured flag
+// must hold the recommended value.
+func TestFeatureFlags(t *testing.T) {
+	s := dev(t)
+	b, err := os.ReadFile(filepath.Join(s.out, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var manifest struct {
+		Artifacts map[string]struct {
+			Type       string `json:"type"`
+			Properties struct {
+				Flags map[string]struct {
+					RecommendedValue        interface{}            `json:"recommendedValue"`
+					UserValue               interface{}            `json:"userValue"`
+					UnconfiguredBehavesLike map[string]interface{} `json:"unconfiguredBehavesLike"`
+				} `json:"flags"`
+			} `json:"properties"`
+		} `json:"artifacts"`
+	}
+	if err := json.Unmarshal(b, &manifest); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, a := range manifest.Artifacts {
+		if a.Type != "cdk:feature-flag-report" {
+			continue
+		}
+		for name, f := range a.Properties.Flags {
+			n++
+			if obsoleteFeatureFlags[name] {
+				continue
+			}
+			if f.UserValue == nil {
+				unconfigured := f.UnconfiguredBehavesLike["v2"]
+				if unconfigured == nil {
+					unconfigured = false
+				}
+				if !reflect.DeepEqual(unconfigured, f.RecommendedValue) {
+					t.Errorf("feature flag %s is not set in infra/cdk.json (recommended: %s, unset behaves like %s)",
+						name, jsonString(f.RecommendedValue), jsonString(unconfigured))
+				}
+				continue
+			}
+			if !reflect.DeepEqual(f.UserValue, f.RecommendedValue) {
+				t.Errorf("infra/cdk.json sets feature flag %s to %s, recommended: %s", name, jsonString(f.UserValue), jsonString(f.RecommendedValue))
+			}
+		}
+	}
+	if n < 50 {
+		t.Errorf("the cloud assembly's feature flag report has %d flags: is it still written (aws-cdk-lib's cdk:feature-flag-report)?", n)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -23,11 +24,37 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/scaling"
 )
 
-// Config is what the stack varies on. The CDK context keys are the field
-// tags; Defaults documents the defaults (also in infra/README.md).
+// Config is what the stack varies on. The CDK context keys are in the
+// fields' comments; Defaults documents the defaults (also in
+// infra/README.md). A key's value comes from the context itself (`cdk -c
+// key=value`, or cdk.json's "context"), or else from the stage's block in
+// the context key "stages" (StagesKey): per-stage values committed in
+// infra/cdk.json, so that no deploy of a stage must retype them.
 type Config struct {
 	Stage       string   // stage: part of every resource name (compilefarm-<stage>-...)
 	DNSAltNames []string // dnsAltNames: extra names for the front door's certificate, besides the NLB's DNS name
+
+	// retain (default true): the stage's state (tables, bucket) stays when
+	// the stack is deleted or a resource replaced (RemovalPolicy RETAIN),
+	// and the bucket is not emptied. protect (default true): deletion
+	// protection on the tables, the load balancer and the stack
+	// (termination protection). Both default to safe for every stage,
+	// whatever its name; a stage is made disposable only explicitly
+	// (infra/cdk.json's dev and local blocks). The CA's KMS key is retained
+	// regardless (storage.go).
+	Retain, Protect bool
+	// autoDeleteObjects: a custom resource empties the bucket when the
+	// stack is deleted; only without retain, and by default then (false
+	// for LocalStack's free tier, which runs no custom resources: the
+	// local block).
+	AutoDeleteObjects bool
+
+	// account, region: where the stage deploys. Required for a protected
+	// stage (Protected): the stack then gets this environment, and a deploy
+	// with credentials of another account or region fails instead of
+	// creating a second copy of the farm there. With them the fleet's VPC
+	// needs availabilityZones (no lookup at synth).
+	Account, Region string
 
 	// urgentConcurrencyMin/Max, bulkConcurrencyMin/Max: the scaler's range
 	// for each lane's MaximumConcurrency; by default the lane's Min and Max
@@ -129,19 +156,21 @@ func Defaults() Config {
 		FleetMaxCount:         10,
 		FleetCPU:              1024,
 		FleetMemoryMiB:        2048,
+		Retain:                true,
+		Protect:               true,
 		ReportRetentionDays:   30,
 		PuppetDB:              PuppetDBConfig{QueryRefresh: 5 * time.Minute, Storeconfigs: StoreconfigsFarm},
 	}
 }
 
-// Prod reports whether the stage is a production one ("prod" or
-// "production"): its stateful resources are retained when the stack goes.
-func (c Config) Prod() bool { return c.Stage == "prod" || c.Stage == "production" }
+// Protected reports whether the stage keeps either safe default (retain or
+// protect): it then must name its account and region, and gets a NAT
+// gateway per zone.
+func (c Config) Protected() bool { return c.Retain || c.Protect }
 
-// Local reports whether the stage is "local", the one localstack/run.sh
-// deploys to LocalStack: it leaves out what LocalStack's free tier cannot
-// run (the bucket's autoDeleteObjects custom resource).
-func (c Config) Local() bool { return c.Stage == "local" }
+// StagesKey is the context key of the stage blocks: an object from stage
+// name to that stage's context values (infra/cdk.json).
+const StagesKey = "stages"
 
 // Name is the stage-qualified name of a resource: compilefarm-<stage>-<what>.
 func (c Config) Name(what string) string { return "compilefarm-" + c.Stage + "-" + what }
@@ -149,7 +178,11 @@ func (c Config) Name(what string) string { return "compilefarm-" + c.Stage + "-"
 // StackName is the stack's name: compilefarm-<stage>.
 func (c Config) StackName() string { return "compilefarm-" + c.Stage }
 
-var stageRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,19}$`)
+var (
+	stageRE   = regexp.MustCompile(`^[a-z][a-z0-9-]{0,19}$`)
+	accountRE = regexp.MustCompile(`^[0-9]{12}$`)
+	regionRE  = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]$`)
+)
 
 // Validate checks the limits AWS puts on the values (so a bad context value
 // fails at synth, not halfway through a deployment).
@@ -189,10 +222,57 @@ func (c Config) Validate() error {
 			return fmt.Errorf("awsEndpointURL %q: want an http:// or https:// URL with a host", c.AWSEndpointURL)
 		}
 	}
+	if err := c.validateEnvironment(); err != nil {
+		return err
+	}
 	if c.ReportRetentionDays < 0 || c.CatalogRetentionDays < 0 {
 		return fmt.Errorf("retention days must not be negative")
 	}
 	return c.validatePuppetDB()
+}
+
+// validateEnvironment checks retain, protect, autoDeleteObjects, account
+// and region.
+func (c Config) validateEnvironment() error {
+	if c.Retain && c.AutoDeleteObjects {
+		return fmt.Errorf("autoDeleteObjects with retain: a retained bucket is not emptied; set retain false for a disposable stage")
+	}
+	where := fmt.Sprintf("(in infra/cdk.json's %q block of %q, or -c %%s=...)", c.Stage, StagesKey)
+	if c.Protected() {
+		for _, k := range []struct{ key, v string }{{"account", c.Account}, {"region", c.Region}} {
+			if k.v == "" {
+				return fmt.Errorf("stage %s is protected (retain or protect, the defaults) and needs %s: the AWS account ID and region it deploys to "+where+
+					"; a disposable stage sets retain and protect to false", c.Stage, k.key, k.key)
+			}
+		}
+	}
+	if (c.Account == "") != (c.Region == "") {
+		return fmt.Errorf("account and region go together (the stack's environment): account %q, region %q", c.Account, c.Region)
+	}
+	if c.Account == "" {
+		return nil
+	}
+	if !accountRE.MatchString(c.Account) {
+		return fmt.Errorf("account %q: want a 12-digit AWS account ID", c.Account)
+	}
+	if !regionRE.MatchString(c.Region) {
+		return fmt.Errorf("region %q: want an AWS region such as eu-west-1", c.Region)
+	}
+	if c.Fleet {
+		// With an environment the VPC would look the region's zones up at
+		// synth (credentials, cdk.context.json); named zones keep synth
+		// offline and the same for everyone.
+		if len(c.AvailabilityZones) == 0 {
+			return fmt.Errorf("stage %s has account and region and needs availabilityZones too, two or more zones of %s (e.g. %sa,%sb) "+where+
+				": the fleet's VPC then needs no lookup at synth", c.Stage, c.Region, c.Region, c.Region, "availabilityZones")
+		}
+		for _, z := range c.AvailabilityZones {
+			if !strings.HasPrefix(z, c.Region) || len(z) <= len(c.Region) {
+				return fmt.Errorf("availabilityZones: %q is not a zone of region %s", z, c.Region)
+			}
+		}
+	}
+	return nil
 }
 
 var (
@@ -316,26 +396,34 @@ func checkCertificatesPEM(s string) error {
 }
 
 // ConfigFromContext reads the configuration from scope's CDK context (`cdk
-// -c key=value`, cdk.json's "context"), on top of Defaults.
+// -c key=value`, cdk.json's "context"), on top of Defaults. A key the
+// context does not set is taken from the stage's block in StagesKey, if
+// any; a block may hold only keys read here.
 func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	c := Defaults()
 	node := scope.Node()
+	var errs []string
+	if v := node.TryGetContext(jsii.String("stage")); v != nil {
+		if s := contextString(v); s != "" {
+			c.Stage = s
+		}
+	}
+	block, err := stageBlock(node.TryGetContext(jsii.String(StagesKey)), c.Stage)
+	if err != nil {
+		errs = append(errs, err.Error())
+	}
+	read := map[string]bool{} // the keys read, which a block may hold
 	str := func(key string) (string, bool) {
+		read[key] = true
 		v := node.TryGetContext(jsii.String(key))
+		if v == nil {
+			v = block[key]
+		}
 		if v == nil {
 			return "", false
 		}
-		switch v := v.(type) {
-		case string:
-			return strings.TrimSpace(v), true
-		case float64:
-			return strconv.FormatFloat(v, 'f', -1, 64), true
-		case bool:
-			return strconv.FormatBool(v), true
-		}
-		return fmt.Sprint(v), true
+		return contextString(v), true
 	}
-	var errs []string
 	num := func(key string, dst *int) {
 		if s, ok := str(key); ok && s != "" {
 			n, err := strconv.Atoi(s)
@@ -345,9 +433,6 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 			}
 			*dst = n
 		}
-	}
-	if s, ok := str("stage"); ok && s != "" {
-		c.Stage = s
 	}
 	list := func(key string, dst *[]string) {
 		if s, ok := str(key); ok {
@@ -389,6 +474,10 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	}
 	boolean("fleet", &c.Fleet)
 	boolean("compileFunction", &c.CompileFunction)
+	boolean("retain", &c.Retain)
+	boolean("protect", &c.Protect)
+	c.AutoDeleteObjects = !c.Retain
+	boolean("autoDeleteObjects", &c.AutoDeleteObjects)
 	if s, ok := str("alarmEmail"); ok {
 		c.AlarmEmail = s
 	}
@@ -420,8 +509,61 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	text("puppetdbSecurityGroupId", &p.SecurityGroupID)
 	duration("puppetdbQueryRefresh", &p.QueryRefresh)
 	text("storeconfigs", &p.Storeconfigs)
+	text("account", &c.Account)
+	text("region", &c.Region)
+	keys := make([]string, 0, len(block))
+	for k := range block {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !read[k] {
+			errs = append(errs, fmt.Sprintf("context %s.%s.%s: %s is not a context key of the stack (infra/README.md lists them)", StagesKey, c.Stage, k, k))
+		}
+	}
 	if len(errs) > 0 {
 		return c, fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return c, c.Validate()
+}
+
+// contextString is a context value as text: JSON numbers and booleans as Go
+// formats them, a JSON list (a stage block may hold one) joined by commas.
+func contextString(v interface{}) string {
+	switch v := v.(type) {
+	case string:
+		return strings.TrimSpace(v)
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	case bool:
+		return strconv.FormatBool(v)
+	case []interface{}:
+		parts := make([]string, 0, len(v))
+		for _, e := range v {
+			parts = append(parts, contextString(e))
+		}
+		return strings.Join(parts, ",")
+	}
+	return fmt.Sprint(v)
+}
+
+// stageBlock returns stage's block of the stage blocks v (the context
+// value of StagesKey); nil when there is none.
+func stageBlock(v interface{}, stage string) (map[string]interface{}, error) {
+	if v == nil {
+		return nil, nil
+	}
+	blocks, ok := v.(map[string]interface{})
+	if !ok {
+		return nil, fmt.Errorf("context %s: want an object of stage blocks (stage name to its context values), not %T", StagesKey, v)
+	}
+	b, ok := blocks[stage]
+	if !ok || b == nil {
+		return nil, nil
+	}
+	block, ok := b.(map[string]interface{})
+	if !ok {
+		return nil, fmt.Errorf("context %s.%s: want an object of context values, not %T", StagesKey, stage, b)
+	}
+	return block, nil
 }

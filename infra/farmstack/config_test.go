@@ -21,7 +21,15 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
+// configFrom reads the configuration from ctx on top of infra/cdk.json's
+// context, as the CLI gives it.
 func configFrom(t *testing.T, ctx map[string]interface{}) (Config, error) {
+	t.Helper()
+	return configFromOnly(t, withCDKContext(ctx))
+}
+
+// configFromOnly reads the configuration from ctx alone.
+func configFromOnly(t *testing.T, ctx map[string]interface{}) (Config, error) {
 	t.Helper()
 	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx, Outdir: jsii.String(t.TempDir())})
 	return ConfigFromContext(app)
@@ -29,10 +37,13 @@ func configFrom(t *testing.T, ctx map[string]interface{}) (Config, error) {
 
 func TestConfigFromContext(t *testing.T) {
 	c, err := configFrom(t, map[string]interface{}{})
-	if err != nil || !reflect.DeepEqual(c, Defaults()) {
-		t.Errorf("no context: %+v, %v; want the defaults", c, err)
+	dev := Defaults()
+	dev.Retain, dev.Protect, dev.AutoDeleteObjects = false, false, true // infra/cdk.json's dev block
+	if err != nil || !reflect.DeepEqual(c, dev) {
+		t.Errorf("no context: %+v, %v; want the defaults with cdk.json's dev block", c, err)
 	}
 	c, err = configFrom(t, map[string]interface{}{
+		"account": testAccount, "region": "us-east-1",
 		"stage": "prod", "dnsAltNames": " puppet.example.com,,farm.example.com ", "urgentConcurrencyMin": "3", "urgentConcurrencyMax": 30.0,
 		"bulkConcurrencyMin": "2", "bulkConcurrencyMax": "4", "compileMemoryMiB": "3008", "compileTimeoutSeconds": "600",
 		"fleetDesiredCount": "12", "fleetCpu": "2048", "fleetMemoryMiB": "4096", "fleet": "true", "alarmEmail": "ops@example.com",
@@ -49,11 +60,12 @@ func TestConfigFromContext(t *testing.T) {
 	want.AlarmEmail = "ops@example.com"
 	want.CompileFunction, want.AvailabilityZones = false, []string{"us-east-1a", "us-east-1b"}
 	want.AWSEndpointURL = "http://compilefarm-localstack:4566"
+	want.Account, want.Region = testAccount, "us-east-1"
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got  %+v\nwant %+v", c, want)
 	}
-	if !c.Prod() {
-		t.Error("stage prod is not Prod")
+	if !c.Protected() {
+		t.Error("stage prod with the defaults is not Protected")
 	}
 	for _, bad := range []map[string]interface{}{
 		{"stage": "Dev"}, {"stage": "dev_1"}, {"urgentConcurrencyMin": "1"}, {"bulkConcurrencyMax": "1001"},
@@ -67,10 +79,72 @@ func TestConfigFromContext(t *testing.T) {
 	}
 }
 
+// TestStageBlocks: a stage's values come from -c, else from its block in
+// "stages" (infra/cdk.json), else from the defaults; a protected stage
+// (retain or protect, the defaults, whatever its name) must name its
+// account and region, and with them its zones.
+func TestStageBlocks(t *testing.T) {
+	blocks := map[string]interface{}{
+		"eu": map[string]interface{}{"account": testAccount, "region": "eu-central-1", "availabilityZones": []interface{}{"eu-central-1a", "eu-central-1b"},
+			"dnsAltNames": "puppet.example.com", "fleetCpu": 2048.0, "fleetMemoryMiB": 4096.0},
+		"scratch": map[string]interface{}{"retain": false, "protect": false},
+	}
+	c, err := configFromOnly(t, map[string]interface{}{"stage": "eu", StagesKey: blocks, "dnsAltNames": "farm.example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Account != testAccount || c.Region != "eu-central-1" || !reflect.DeepEqual(c.AvailabilityZones, []string{"eu-central-1a", "eu-central-1b"}) ||
+		c.FleetCPU != 2048 || c.FleetMemoryMiB != 4096 || !c.Retain || !c.Protect || c.AutoDeleteObjects {
+		t.Errorf("stage eu from its block: %+v", c)
+	}
+	if !reflect.DeepEqual(c.DNSAltNames, []string{"farm.example.com"}) {
+		t.Errorf("dnsAltNames %v: -c does not win over the block", c.DNSAltNames)
+	}
+	c, err = configFromOnly(t, map[string]interface{}{"stage": "scratch", StagesKey: blocks})
+	if err != nil || c.Retain || c.Protect || !c.AutoDeleteObjects || c.Protected() || c.Account != "" {
+		t.Errorf("stage scratch: %+v, %v", c, err)
+	}
+	for _, bad := range []struct {
+		ctx  map[string]interface{}
+		want string
+	}{
+		// Safe by default, whatever the name: no stage is special.
+		{map[string]interface{}{}, "stage dev is protected (retain or protect, the defaults) and needs account"},
+		{map[string]interface{}{"stage": "prd"}, "stage prd is protected"},
+		{map[string]interface{}{"stage": "qa", "retain": "false"}, "stage qa is protected"},
+		{map[string]interface{}{"stage": "qa", "protect": "false", "account": testAccount}, "needs region"},
+		{map[string]interface{}{"stage": "qa", "account": testAccount, "region": testRegion}, "needs availabilityZones too"},
+		{map[string]interface{}{"stage": "qa", "account": testAccount, "region": testRegion, "availabilityZones": "us-east-1a,us-east-1b"}, `"us-east-1a" is not a zone of region eu-west-1`},
+		{map[string]interface{}{"stage": "qa", "account": "1234", "region": testRegion}, "12-digit"},
+		{map[string]interface{}{"stage": "qa", "account": testAccount, "region": "Europe"}, `region "Europe"`},
+		{map[string]interface{}{"stage": "qa", "retain": "false", "protect": "false", "account": testAccount}, "account and region go together"},
+		{map[string]interface{}{"stage": "qa", "autoDeleteObjects": "true", "account": testAccount, "region": testRegion, "fleet": "false"}, "autoDeleteObjects with retain"},
+		{map[string]interface{}{"stage": "scratch", StagesKey: map[string]interface{}{"scratch": map[string]interface{}{"retain": false, "protect": false, "alowedSources": "x"}}},
+			"stages.scratch.alowedSources: alowedSources is not a context key"},
+		{map[string]interface{}{StagesKey: "dev"}, "want an object of stage blocks"},
+		{map[string]interface{}{StagesKey: map[string]interface{}{"dev": "retain"}}, "stages.dev: want an object"},
+	} {
+		_, err := configFromOnly(t, bad.ctx)
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("context %v: error %v, want one saying %q", bad.ctx, err, bad.want)
+		}
+	}
+	// The committed blocks: dev and local are disposable, prod is a
+	// template the site fills in (it does not synth until then).
+	for stage, protected := range map[string]bool{"dev": false, "local": false} {
+		if c, err := configFrom(t, map[string]interface{}{"stage": stage}); err != nil || c.Protected() != protected {
+			t.Errorf("infra/cdk.json's %s block: %+v, %v", stage, c, err)
+		}
+	}
+	if _, err := configFrom(t, map[string]interface{}{"stage": "prod"}); err == nil || !strings.Contains(err.Error(), "needs account") {
+		t.Errorf("infra/cdk.json's prod block as committed: %v, want the error naming account", err)
+	}
+}
+
 // TestStageInNames: the stage is in the stack's and the named resources'
 // names, so stages can share an account.
 func TestStageInNames(t *testing.T) {
-	s := synth(t, map[string]string{"stage": "qa2"})
+	s := synth(t, protectedStage("qa2"))
 	if name := *s.stack.Stack.StackName(); name != "compilefarm-qa2" {
 		t.Errorf("stack name %q", name)
 	}

@@ -104,10 +104,11 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 	st, q := p.Storage, p.Queues
 
 	// Two AZs, tasks in private subnets behind one NAT gateway (one per AZ
-	// for prod), plus free gateway endpoints so S3 and DynamoDB traffic,
-	// most of a task's, does not go through the NAT.
+	// for a protected stage, which then survives the loss of a zone), plus
+	// free gateway endpoints so S3 and DynamoDB traffic, most of a task's,
+	// does not go through the NAT.
 	nats := 1
-	if cfg.Prod() {
+	if cfg.Protected() {
 		nats = 2
 	}
 	vpcProps := &awsec2.VpcProps{
@@ -148,6 +149,9 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		Vpc:              f.Vpc,
 		InternetFacing:   jsii.Bool(true),
 		CrossZoneEnabled: jsii.Bool(true),
+		// protect: agents know the farm by the NLB's DNS name (or a CNAME
+		// to it); a new NLB is a new name.
+		DeletionProtection: jsii.Bool(cfg.Protect),
 	})
 
 	f.Logs = awslogs.NewLogGroup(f.Construct, jsii.String("Logs"), &awslogs.LogGroupProps{

@@ -219,3 +219,37 @@ func containsAll(s string, subs ...string) bool {
 	}
 	return true
 }
+
+// The account and region of the protected stages in the tests.
+const (
+	testAccount = "123456789012"
+	testRegion  = "eu-west-1"
+)
+
+// protectedStage is the context of a stage that keeps the safe defaults
+// (retain, protect): what its block in infra/cdk.json would hold.
+func protectedStage(stage string) map[string]string {
+	return map[string]string{"stage": stage, "account": testAccount, "region": testRegion,
+		"availabilityZones": testRegion + "a," + testRegion + "b", "allowedSources": "203.0.113.0/24,pl-0123456789abcdef0"}
+}
+
+// manifest returns the cloud assembly's manifest.json.
+func (s *synthed) manifest(t *testing.T) map[string]interface{} {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.out, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]interface{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
+}

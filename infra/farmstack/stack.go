@@ -31,15 +31,31 @@ type FarmStack struct {
 	Observability *Observability
 }
 
-// NewFarmStack declares the stage's stack. It has no Env: the stack is
-// environment-agnostic (no lookups), and deploys to the account and region
-// of the credentials the CLI uses.
+// NewFarmStack declares the stage's stack. With account and region (every
+// protected stage has them) the stack has that environment, and a deploy
+// with credentials of another account or region fails; without them it is
+// environment-agnostic and deploys where the CLI's credentials point.
+// Either way it does no lookups: synth needs no AWS access.
 func NewFarmStack(scope constructs.Construct, p Props) *FarmStack {
 	cfg := p.Config
-	stack := awscdk.NewStack(scope, jsii.String(cfg.StackName()), &awscdk.StackProps{
+	props := &awscdk.StackProps{
 		StackName:   jsii.String(cfg.StackName()),
 		Description: jsii.String("compilefarm " + cfg.Stage + ": serverless Puppet compile farm (infra/)"),
-	})
+		// protect: `cdk destroy` and a stack delete fail until it is
+		// turned off.
+		TerminationProtection: jsii.Bool(cfg.Protect),
+	}
+	if cfg.Account != "" {
+		props.Env = &awscdk.Environment{Account: jsii.String(cfg.Account), Region: jsii.String(cfg.Region)}
+	}
+	stack := awscdk.NewStack(scope, jsii.String(cfg.StackName()), props)
+	if cfg.Account != "" && len(cfg.AvailabilityZones) > 0 {
+		// A stack with an environment answers the VPC's question for the
+		// region's zones with a context lookup (AWS credentials at synth,
+		// a cdk.context.json entry); the named zones are the answer, given
+		// as that lookup's context value before anything asks.
+		stack.Node().SetContext(jsii.String(availabilityZonesContextKey(cfg.Account, cfg.Region)), jsii.Strings(cfg.AvailabilityZones...))
+	}
 	awscdk.Tags_Of(stack).Add(jsii.String("compilefarm:stage"), jsii.String(cfg.Stage), nil)
 	s := &FarmStack{Stack: stack, Config: cfg}
 	timeout := awscdk.Duration_Seconds(jsii.Number(cfg.CompileTimeoutSeconds))
@@ -56,6 +72,13 @@ func NewFarmStack(scope constructs.Construct, p Props) *FarmStack {
 	s.Observability = NewObservability(stack, "Observability", cfg, ObservabilityProps{Queues: s.Queues, Compile: s.Compile, Fleet: s.Fleet, PuppetDB: s.PuppetDB})
 	s.outputs()
 	return s
+}
+
+// availabilityZonesContextKey is the context key under which the CDK keeps
+// the result of its availability-zones lookup for an account and region
+// (ContextProvider.getKey: the provider, then the props sorted by name).
+func availabilityZonesContextKey(account, region string) string {
+	return "availability-zones:account=" + account + ":region=" + region
 }
 
 // outputs are what an operator passes to broker (README's walkthrough).

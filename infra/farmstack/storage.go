@@ -34,8 +34,10 @@ type Storage struct {
 // NewStorage declares the bucket, the tables and the CA key secret.
 func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 	s := &Storage{Construct: constructs.NewConstruct(scope, jsii.String(id)), Tables: map[string]awsdynamodb.Table{}}
+	// retain (by default): the stage's state outlives the stack, and a
+	// resource CloudFormation replaces keeps its old copy.
 	removal := awscdk.RemovalPolicy_DESTROY
-	if cfg.Prod() {
+	if cfg.Retain {
 		removal = awscdk.RemovalPolicy_RETAIN
 	}
 
@@ -83,11 +85,11 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 		Versioned:      jsii.Bool(false),
 		LifecycleRules: &rules,
 		RemovalPolicy:  removal,
-		// A non-prod stage's bucket is emptied on stack deletion (a custom
-		// resource Lambda); prod keeps it, and stage local (LocalStack,
-		// whose free tier runs no custom resources) leaves it to
-		// LocalStack's own reset.
-		AutoDeleteObjects: jsii.Bool(!cfg.Prod() && !cfg.Local()),
+		// A disposable stage's bucket is emptied on stack deletion (a custom
+		// resource Lambda); a retained one is kept whole, and stage local
+		// (LocalStack, whose free tier runs no custom resources) leaves it
+		// to LocalStack's own reset (its block: autoDeleteObjects false).
+		AutoDeleteObjects: jsii.Bool(cfg.AutoDeleteObjects),
 	})
 
 	// Tables: from dynamostate.Tables(), the one definition of their keys
@@ -106,7 +108,7 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 			PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
 				PointInTimeRecoveryEnabled: jsii.Bool(true),
 			},
-			DeletionProtection: jsii.Bool(cfg.Prod()),
+			DeletionProtection: jsii.Bool(cfg.Protect),
 			RemovalPolicy:      removal,
 		})
 		for _, ix := range spec.Indexes {

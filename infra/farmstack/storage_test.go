@@ -1,6 +1,7 @@
 package farmstack
 
 import (
+	"fmt"
 	"reflect"
 	"sort"
 	"testing"
@@ -132,22 +133,66 @@ func TestTablesFromDynamostate(t *testing.T) {
 	s.find(t, "AWS::DynamoDB::Table", "TableName", "compilefarm-dev-"+dynamostate.RoleJobs)
 }
 
-// TestRemovalPolicies: prod keeps its state when the stack goes; other
-// stages may delete it.
-func TestRemovalPolicies(t *testing.T) {
-	for _, c := range []struct {
-		stage, policy string
-		protect       bool
-	}{{"dev", "Delete", false}, {"prod", "Retain", true}} {
-		s := synth(t, map[string]string{"stage": c.stage})
-		for _, typ := range []string{"AWS::DynamoDB::Table", "AWS::S3::Bucket", "AWS::SecretsManager::Secret"} {
-			for id, r := range s.resources(typ) {
-				if r["DeletionPolicy"] != c.policy {
-					t.Errorf("%s: %s %s DeletionPolicy = %v, want %s", c.stage, typ, id, r["DeletionPolicy"], c.policy)
-				}
-				if typ == "AWS::DynamoDB::Table" && props(r)["DeletionProtectionEnabled"] != c.protect {
-					t.Errorf("%s: table %s DeletionProtectionEnabled = %v", c.stage, id, props(r)["DeletionProtectionEnabled"])
-				}
+// TestSafeByDefault (D5): whatever a stage is called, its state is
+// retained when the stack goes (tables and bucket RETAIN, the bucket not
+// emptied), its tables, its stack and its load balancer are protected from
+// deletion, and it deploys only to the account and region of its context;
+// a stage is less safe only when its context says so (retain, protect: the
+// committed dev and local blocks of infra/cdk.json).
+func TestSafeByDefault(t *testing.T) {
+	for _, stage := range []string{"prd", "prod-eu", "production"} {
+		s := synth(t, protectedStage(stage))
+		checkRemoval(t, s, stage, "Retain", true)
+		if n := len(s.resources("Custom::S3AutoDeleteObjects")); n != 0 {
+			t.Errorf("%s: %d Custom::S3AutoDeleteObjects: the bucket would be emptied on stack deletion", stage, n)
+		}
+		if tp := s.stack.Stack.TerminationProtection(); tp == nil || !*tp {
+			t.Errorf("%s: the stack has no termination protection", stage)
+		}
+		for id, r := range s.resources("AWS::ElasticLoadBalancingV2::LoadBalancer") {
+			if !containsAll(jsonString(props(r)["LoadBalancerAttributes"]), `{"Key":"deletion_protection.enabled","Value":"true"}`) {
+				t.Errorf("%s: load balancer %s attributes %s: no deletion protection (agents know it by its DNS name)", stage, id, jsonString(props(r)["LoadBalancerAttributes"]))
+			}
+		}
+		if a, r := s.stack.Stack.Account(), s.stack.Stack.Region(); a == nil || *a != testAccount || r == nil || *r != testRegion {
+			t.Errorf("%s: stack environment %v/%v, want %s/%s", stage, deref(a), deref(r), testAccount, testRegion)
+		}
+		// An environment makes the VPC ask for the region's zones; the
+		// named zones answer, so synth does no lookup (offline, no
+		// credentials, nothing in cdk.context.json).
+		if missing := s.manifest(t)["missing"]; missing != nil {
+			t.Errorf("%s: the cloud assembly asks for lookups: %s", stage, jsonString(missing))
+		}
+	}
+	// Only an explicit setting makes a stage disposable: the committed dev
+	// block, or retain/protect given as context.
+	for _, ctx := range []map[string]string{nil, {"stage": "scratch", "retain": "false", "protect": "false"}} {
+		s := synth(t, ctx)
+		checkRemoval(t, s, fmt.Sprint(ctx), "Delete", false)
+		if n := len(s.resources("Custom::S3AutoDeleteObjects")); n != 1 {
+			t.Errorf("%v: %d Custom::S3AutoDeleteObjects, want 1 (a disposable stage's bucket is emptied when it goes)", ctx, n)
+		}
+		if tp := s.stack.Stack.TerminationProtection(); tp != nil && *tp {
+			t.Errorf("%v: termination protection on", ctx)
+		}
+	}
+}
+
+// checkRemoval checks the tables' and the bucket's deletion policy and the
+// tables' deletion protection.
+func checkRemoval(t *testing.T, s *synthed, what, policy string, protect bool) {
+	t.Helper()
+	for _, typ := range []string{"AWS::DynamoDB::Table", "AWS::S3::Bucket"} {
+		rs := s.resources(typ)
+		if len(rs) == 0 {
+			t.Errorf("%s: no %s", what, typ)
+		}
+		for id, r := range rs {
+			if r["DeletionPolicy"] != policy || r["UpdateReplacePolicy"] != policy {
+				t.Errorf("%s: %s %s DeletionPolicy/UpdateReplacePolicy = %v/%v, want %s", what, typ, id, r["DeletionPolicy"], r["UpdateReplacePolicy"], policy)
+			}
+			if typ == "AWS::DynamoDB::Table" && props(r)["DeletionProtectionEnabled"] != protect {
+				t.Errorf("%s: table %s DeletionProtectionEnabled = %v, want %v", what, id, props(r)["DeletionProtectionEnabled"], protect)
 			}
 		}
 	}
@@ -166,12 +211,12 @@ func TestCAKeySecret(t *testing.T) {
 }
 
 // TestLocalStage: stage local (LocalStack) has no autoDeleteObjects custom
-// resource; dev has one, prod none.
+// resource (LocalStack's free tier runs none): its block in cdk.json says
+// autoDeleteObjects false.
 func TestLocalStage(t *testing.T) {
-	for stage, want := range map[string]int{"local": 0, "dev": 1, "prod": 0} {
-		s := synth(t, map[string]string{"stage": stage})
-		if n := len(s.resources("Custom::S3AutoDeleteObjects")); n != want {
-			t.Errorf("stage %s: %d Custom::S3AutoDeleteObjects, want %d", stage, n, want)
-		}
+	s := synth(t, map[string]string{"stage": "local"})
+	if n := len(s.resources("Custom::S3AutoDeleteObjects")); n != 0 {
+		t.Errorf("stage local: %d Custom::S3AutoDeleteObjects, want 0", n)
 	}
+	checkRemoval(t, s, "local", "Delete", false)
 }

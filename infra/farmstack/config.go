@@ -74,7 +74,7 @@ type Config struct {
 
 	Fleet             bool     // fleet: false leaves out the VPC, ECS and the NLB (with compileFunction false: LocalStack's free tier)
 	AvailabilityZones []string // availabilityZones: the VPC's zones (comma list, at least 2); default: 2 zones of the region by Fn::GetAZs
-	FleetDesiredCount int      // fleetDesiredCount: tasks at deploy time, and the autoscaling minimum
+	FleetMinCount     int      // fleetMinCount: the autoscaling minimum (Application Auto Scaling owns the task count; the service sets none)
 	FleetMaxCount     int      // fleetMaxCount: the autoscaling maximum
 	FleetCPU          int      // fleetCpu: Fargate CPU units per task
 	FleetMemoryMiB    int      // fleetMemoryMiB
@@ -152,7 +152,7 @@ func Defaults() Config {
 		CompileTimeoutSeconds: 300,
 		CompileFunction:       true,
 		Fleet:                 true,
-		FleetDesiredCount:     2,
+		FleetMinCount:         2,
 		FleetMaxCount:         10,
 		FleetCPU:              1024,
 		FleetMemoryMiB:        2048,
@@ -207,8 +207,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("compileTimeoutSeconds %d: want 60..900", c.CompileTimeoutSeconds)
 	}
 	if c.Fleet {
-		if c.FleetDesiredCount < 1 || c.FleetMaxCount < c.FleetDesiredCount {
-			return fmt.Errorf("fleetDesiredCount/fleetMaxCount %d/%d: want 1 <= desired <= max", c.FleetDesiredCount, c.FleetMaxCount)
+		if c.FleetMinCount < 1 || c.FleetMaxCount < c.FleetMinCount {
+			return fmt.Errorf("fleetMinCount/fleetMaxCount %d/%d: want 1 <= min <= max", c.FleetMinCount, c.FleetMaxCount)
 		}
 		if n := len(c.AvailabilityZones); n == 1 {
 			return fmt.Errorf("availabilityZones %v: want at least 2 (the NLB and the service span two)", c.AvailabilityZones)
@@ -451,15 +451,19 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	num("bulkConcurrencyMax", &c.BulkConcurrencyMax)
 	num("compileMemoryMiB", &c.CompileMemoryMiB)
 	num("compileTimeoutSeconds", &c.CompileTimeoutSeconds)
-	num("fleetDesiredCount", &c.FleetDesiredCount)
+	if _, set := str("fleetDesiredCount"); set {
+		errs = append(errs, "context fleetDesiredCount is gone: the service sets no desired count (Application Auto Scaling owns it, "+
+			"and a deploy no longer resets a scaled-out fleet); use fleetMinCount for the autoscaling minimum")
+	}
+	num("fleetMinCount", &c.FleetMinCount)
 	num("fleetMaxCount", &c.FleetMaxCount)
 	num("fleetCpu", &c.FleetCPU)
 	num("fleetMemoryMiB", &c.FleetMemoryMiB)
 	num("reportRetentionDays", &c.ReportRetentionDays)
 	num("catalogRetentionDays", &c.CatalogRetentionDays)
-	if c.FleetMaxCount < c.FleetDesiredCount {
+	if c.FleetMaxCount < c.FleetMinCount {
 		if _, set := str("fleetMaxCount"); !set {
-			c.FleetMaxCount = c.FleetDesiredCount // a larger desired count raises the default maximum
+			c.FleetMaxCount = c.FleetMinCount // a larger minimum raises the default maximum
 		}
 	}
 	boolean := func(key string, dst *bool) {

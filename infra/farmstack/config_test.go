@@ -46,7 +46,7 @@ func TestConfigFromContext(t *testing.T) {
 		"account": testAccount, "region": "us-east-1",
 		"stage": "prod", "dnsAltNames": " puppet.example.com,,farm.example.com ", "urgentConcurrencyMin": "3", "urgentConcurrencyMax": 30.0,
 		"bulkConcurrencyMin": "2", "bulkConcurrencyMax": "4", "compileMemoryMiB": "3008", "compileTimeoutSeconds": "600",
-		"fleetDesiredCount": "12", "fleetCpu": "2048", "fleetMemoryMiB": "4096", "fleet": "true", "alarmEmail": "ops@example.com",
+		"fleetMinCount": "12", "fleetCpu": "2048", "fleetMemoryMiB": "4096", "fleet": "true", "alarmEmail": "ops@example.com",
 		"compileFunction": "false", "availabilityZones": "us-east-1a, us-east-1b", "awsEndpointURL": "http://compilefarm-localstack:4566",
 	})
 	if err != nil {
@@ -56,7 +56,7 @@ func TestConfigFromContext(t *testing.T) {
 	want.Stage, want.DNSAltNames = "prod", []string{"puppet.example.com", "farm.example.com"}
 	want.UrgentConcurrencyMin, want.UrgentConcurrencyMax, want.BulkConcurrencyMin, want.BulkConcurrencyMax = 3, 30, 2, 4
 	want.CompileMemoryMiB, want.CompileTimeoutSeconds = 3008, 600
-	want.FleetDesiredCount, want.FleetMaxCount, want.FleetCPU, want.FleetMemoryMiB = 12, 12, 2048, 4096
+	want.FleetMinCount, want.FleetMaxCount, want.FleetCPU, want.FleetMemoryMiB = 12, 12, 2048, 4096
 	want.AlarmEmail = "ops@example.com"
 	want.CompileFunction, want.AvailabilityZones = false, []string{"us-east-1a", "us-east-1b"}
 	want.AWSEndpointURL = "http://compilefarm-localstack:4566"
@@ -70,7 +70,7 @@ func TestConfigFromContext(t *testing.T) {
 	for _, bad := range []map[string]interface{}{
 		{"stage": "Dev"}, {"stage": "dev_1"}, {"urgentConcurrencyMin": "1"}, {"bulkConcurrencyMax": "1001"},
 		{"urgentConcurrencyMin": "10", "urgentConcurrencyMax": "5"}, {"compileTimeoutSeconds": "901"},
-		{"compileMemoryMiB": "lots"}, {"fleet": "maybe"}, {"compileFunction": "no way"}, {"availabilityZones": "us-east-1a"}, {"fleetDesiredCount": "0"}, {"fleetDesiredCount": "5", "fleetMaxCount": "4"},
+		{"compileMemoryMiB": "lots"}, {"fleet": "maybe"}, {"compileFunction": "no way"}, {"availabilityZones": "us-east-1a"}, {"fleetMinCount": "0"}, {"fleetMinCount": "5", "fleetMaxCount": "4"}, {"fleetDesiredCount": "2"},
 		{"awsEndpointURL": "compilefarm-localstack:4566"}, {"awsEndpointURL": "http://"},
 	} {
 		if _, err := configFrom(t, bad); err == nil {

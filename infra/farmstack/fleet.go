@@ -270,10 +270,16 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 	}
 
 	f.Service = awsecs.NewFargateService(f.Construct, jsii.String("Service"), &awsecs.FargateServiceProps{
-		ServiceName:       jsii.String(cfg.Name("front-door")),
-		Cluster:           f.Cluster,
-		TaskDefinition:    task,
-		DesiredCount:      jsii.Number(cfg.FleetDesiredCount),
+		ServiceName:    jsii.String(cfg.Name("front-door")),
+		Cluster:        f.Cluster,
+		TaskDefinition: task,
+		// No DesiredCount: Application Auto Scaling owns the count (below).
+		// One in the template would reset a scaled-out fleet to it on every
+		// deploy, mid-herd. Without it (and with the feature flag
+		// @aws-cdk/aws-ecs:removeDefaultDesiredCount, on in aws-cdk-lib v2)
+		// the template has none: CloudFormation starts a new service with
+		// one task, registering the scalable target raises it to
+		// fleetMinCount, and updates leave the count alone.
 		MinHealthyPercent: jsii.Number(100),
 		MaxHealthyPercent: jsii.Number(200),
 		CircuitBreaker:    &awsecs.DeploymentCircuitBreaker{Rollback: jsii.Bool(true)},
@@ -324,7 +330,7 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 	// CPU target tracking: the front door's work (TLS, catalog and report
 	// handling) is CPU bound; memory follows the per-task cache size.
 	scaling := f.Service.AutoScaleTaskCount(&awsapplicationautoscaling.EnableScalingProps{
-		MinCapacity: jsii.Number(cfg.FleetDesiredCount),
+		MinCapacity: jsii.Number(cfg.FleetMinCount),
 		MaxCapacity: jsii.Number(cfg.FleetMaxCount),
 	})
 	scaling.ScaleOnCpuUtilization(jsii.String("Cpu"), &awsecs.CpuUtilizationScalingProps{

@@ -70,14 +70,22 @@ func TestFleetLoadBalancer(t *testing.T) {
 // resources, flags serve knows, and the NLB's DNS name among the
 // certificate's names; the metrics port is not on the NLB.
 func TestFleetTask(t *testing.T) {
-	s := synth(t, map[string]string{"dnsAltNames": "puppet.example.com, farm.example.com", "fleetCpu": "2048", "fleetMemoryMiB": "4096", "fleetDesiredCount": "3"})
+	s := synth(t, map[string]string{"dnsAltNames": "puppet.example.com, farm.example.com", "fleetCpu": "2048", "fleetMemoryMiB": "4096", "fleetMinCount": "3"})
 	_, task := s.find(t, "AWS::ECS::TaskDefinition", "Cpu", "2048")
 	if task["Memory"] != "4096" || !containsAll(jsonString(task["RuntimePlatform"]), `"ARM64"`) {
 		t.Errorf("task Memory %v RuntimePlatform %s", task["Memory"], jsonString(task["RuntimePlatform"]))
 	}
+	// D3: Application Auto Scaling owns the task count. A DesiredCount in
+	// the template would reset a scaled-out fleet to it on every deploy;
+	// without one, ECS starts a new service with one task and registering
+	// the scalable target raises it to MinCapacity.
 	_, svc := s.find(t, "AWS::ECS::Service", "LaunchType", "FARGATE")
-	if num(svc["DesiredCount"]) != 3 {
-		t.Errorf("DesiredCount = %v", svc["DesiredCount"])
+	if dc, ok := svc["DesiredCount"]; ok {
+		t.Errorf("the service sets DesiredCount %v: every deploy would reset the scaled fleet to it", dc)
+	}
+	_, target := firstID(s.resources("AWS::ApplicationAutoScaling::ScalableTarget"))
+	if p := props(target); num(p["MinCapacity"]) != 3 || num(p["MaxCapacity"]) != 10 || p["ScalableDimension"] != "ecs:service:DesiredCount" {
+		t.Errorf("scalable target %s, want ecs:service:DesiredCount from 3 to 10", jsonString(p))
 	}
 	cds := task["ContainerDefinitions"].([]interface{})
 	if len(cds) != 1 {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -213,8 +214,8 @@ func (c Config) Validate() error {
 		if n := len(c.AvailabilityZones); n == 1 {
 			return fmt.Errorf("availabilityZones %v: want at least 2 (the NLB and the service span two)", c.AvailabilityZones)
 		}
-		if c.FleetCPU < 256 || c.FleetMemoryMiB < 512 {
-			return fmt.Errorf("fleetCpu/fleetMemoryMiB %d/%d: want a Fargate size (at least 256/512)", c.FleetCPU, c.FleetMemoryMiB)
+		if err := checkFargateSize(c.FleetCPU, c.FleetMemoryMiB); err != nil {
+			return err
 		}
 	}
 	if c.AWSEndpointURL != "" {
@@ -273,6 +274,58 @@ func (c Config) validateEnvironment() error {
 		}
 	}
 	return nil
+}
+
+// fargateSizes are the task sizes Fargate offers on Linux: each CPU value
+// (units, 1024 a vCPU) with its memory sizes in MiB (AWS's table, "Task CPU
+// and memory" in the ECS developer guide; 8 and 16 vCPU need platform
+// version 1.4.0, the default).
+var fargateSizes = []struct {
+	cpu    int
+	memory []int
+}{
+	{256, []int{512, 1024, 2048}},
+	{512, steps(1024, 4096, 1024)},
+	{1024, steps(2048, 8192, 1024)},
+	{2048, steps(4096, 16384, 1024)},
+	{4096, steps(8192, 30720, 1024)},
+	{8192, steps(16384, 61440, 4096)},
+	{16384, steps(32768, 122880, 8192)},
+}
+
+// steps returns from, from+step, ... up to to.
+func steps(from, to, step int) []int {
+	var out []int
+	for m := from; m <= to; m += step {
+		out = append(out, m)
+	}
+	return out
+}
+
+// checkFargateSize fails a CPU/memory pair Fargate does not offer (at
+// synth: the deploy would fail registering the task definition).
+func checkFargateSize(cpu, mem int) error {
+	var allowed []int
+	for _, s := range fargateSizes {
+		if s.cpu == cpu {
+			allowed = s.memory
+		}
+	}
+	if allowed == nil {
+		cpus := make([]string, len(fargateSizes))
+		for i, s := range fargateSizes {
+			cpus[i] = strconv.Itoa(s.cpu)
+		}
+		return fmt.Errorf("fleetCpu %d: Fargate offers %s CPU units (1024 = 1 vCPU)", cpu, strings.Join(cpus, ", "))
+	}
+	if slices.Contains(allowed, mem) {
+		return nil
+	}
+	list := make([]string, len(allowed))
+	for i, m := range allowed {
+		list[i] = strconv.Itoa(m)
+	}
+	return fmt.Errorf("fleetMemoryMiB %d is not a Fargate size for fleetCpu %d: fleetCpu %d allows fleetMemoryMiB %s", mem, cpu, cpu, strings.Join(list, ", "))
 }
 
 var (

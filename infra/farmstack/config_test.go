@@ -363,3 +363,26 @@ func TestFeatureFlags(t *testing.T) {
 		t.Errorf("the cloud assembly's feature flag report has %d flags: is it still written (aws-cdk-lib's cdk:feature-flag-report)?", n)
 	}
 }
+
+// TestFargateSizes (D7): a CPU/memory pair Fargate does not offer fails at
+// synth, naming the memory sizes the CPU allows, not at deploy.
+func TestFargateSizes(t *testing.T) {
+	for _, ok := range [][2]string{{"256", "512"}, {"256", "2048"}, {"512", "4096"}, {"1024", "8192"}, {"2048", "16384"}, {"4096", "30720"},
+		{"8192", "16384"}, {"8192", "20480"}, {"8192", "61440"}, {"16384", "32768"}, {"16384", "122880"}} {
+		if _, err := configFrom(t, map[string]interface{}{"fleetCpu": ok[0], "fleetMemoryMiB": ok[1]}); err != nil {
+			t.Errorf("fleetCpu %s, fleetMemoryMiB %s: %v", ok[0], ok[1], err)
+		}
+	}
+	for _, bad := range []struct{ cpu, mem, want string }{
+		{"1024", "1024", "fleetCpu 1024 allows fleetMemoryMiB 2048, 3072, 4096, 5120, 6144, 7168, 8192"},
+		{"256", "3072", "fleetCpu 256 allows fleetMemoryMiB 512, 1024, 2048"},
+		{"2048", "4500", "fleetCpu 2048 allows fleetMemoryMiB 4096, 5120,"},
+		{"8192", "18432", "fleetCpu 8192 allows fleetMemoryMiB 16384, 20480, 24576"}, // 4 GB steps
+		{"1000", "2048", "fleetCpu 1000: Fargate offers 256, 512, 1024, 2048, 4096, 8192, 16384"},
+	} {
+		_, err := configFrom(t, map[string]interface{}{"fleetCpu": bad.cpu, "fleetMemoryMiB": bad.mem})
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("fleetCpu %s, fleetMemoryMiB %s: error %v, want one saying %q", bad.cpu, bad.mem, err, bad.want)
+		}
+	}
+}

@@ -43,6 +43,23 @@ const (
 	CPUTargetPercent = 60
 )
 
+// GoMemLimitPercent is the share of the task's memory given to broker
+// serve as GOMEMLIMIT. Without a limit Go's collector lets the heap grow to
+// twice the live data (GOGC 100): the front door's caches plus the PCP
+// broker's connections (20,000 pxp-agents on a task) can then pass the
+// task's memory, the task is OOM-killed and every agent it held reconnects
+// at once. With it the collector works harder as the heap nears the limit.
+// 85%, not 100%: the limit covers only the Go runtime's memory, and the
+// rest of the container's cgroup counts too (the page cache of the work
+// directory and of the logs being written, the kernel's socket buffers
+// of 20,000 connections, memory the runtime has freed but not yet returned
+// to the kernel).
+const GoMemLimitPercent = 85
+
+// GoMemLimit is the fleet container's GOMEMLIMIT: GoMemLimitPercent of the
+// task's memory, in MiB (the unit suffix the Go runtime reads).
+func GoMemLimit(cfg Config) string { return itoa(cfg.FleetMemoryMiB*GoMemLimitPercent/100) + "MiB" }
+
 // EMFInterval is how often each task writes its front door metrics as an
 // embedded-metric-format line (serve's --emf-interval): CloudWatch's
 // standard resolution, one data point a minute.
@@ -204,11 +221,11 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		jsii.String("--emf-interval"), jsii.String(EMFInterval),
 		jsii.String("--emf-stage"), jsii.String(cfg.Stage),
 	}
+	env := &map[string]*string{"GOMEMLIMIT": jsii.String(GoMemLimit(cfg))}
 	// On AWS the SDK finds every endpoint itself; an emulator (LocalStack:
 	// awsEndpointURL) is one endpoint for all services.
-	var env *map[string]*string
 	if cfg.AWSEndpointURL != "" {
-		env = &map[string]*string{"AWS_ENDPOINT_URL": jsii.String(cfg.AWSEndpointURL)}
+		(*env)["AWS_ENDPOINT_URL"] = jsii.String(cfg.AWSEndpointURL)
 	}
 	// The PuppetDB sink and its drainer, the query refresh and
 	// storeconfigs (puppetdb.go); the client identity and CA come in as
@@ -218,12 +235,7 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		command = append(command, pdb.ServeArgs()...)
 		// The queries compiles made of PuppetDB, which the tasks run again.
 		command = append(command, jsii.String("--queries-table"), st.Table(dynamostate.RoleQueries).TableName())
-		if e := pdb.ServeEnvironment(); len(e) > 0 {
-			if env == nil {
-				env = &map[string]*string{}
-			}
-			maps.Copy(*env, e)
-		}
+		maps.Copy(*env, pdb.ServeEnvironment())
 		if s := pdb.ServeSecrets(); len(s) > 0 {
 			secrets = &s
 		}

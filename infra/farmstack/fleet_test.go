@@ -254,3 +254,30 @@ func TestFleetEndpointURL(t *testing.T) {
 		t.Errorf("awsEndpointURL=%s: the container's environment is %s", url, jsonString(env))
 	}
 }
+
+// TestFleetMemory (D7): the container's GOMEMLIMIT is 85% of the task's
+// memory, so Go's collector works harder as the heap nears the task's
+// limit instead of letting the caches and 20,000 PCP connections pass it
+// (an OOM kill, then every agent reconnecting at once).
+func TestFleetMemory(t *testing.T) {
+	for _, c := range []struct {
+		ctx  map[string]string
+		want string
+	}{{nil, "1740MiB"}, {map[string]string{"fleetCpu": "2048", "fleetMemoryMiB": "4096"}, "3481MiB"}} {
+		s := synth(t, c.ctx)
+		_, task := firstID(s.resources("AWS::ECS::TaskDefinition"))
+		cds, _ := props(task)["ContainerDefinitions"].([]interface{})
+		if len(cds) != 1 {
+			t.Fatalf("%d containers", len(cds))
+		}
+		var got interface{}
+		for _, e := range asList(cds[0].(map[string]interface{})["Environment"]) {
+			if e := e.(map[string]interface{}); e["Name"] == "GOMEMLIMIT" {
+				got = e["Value"]
+			}
+		}
+		if got != c.want {
+			t.Errorf("%v: GOMEMLIMIT = %v, want %s (85%% of the task's %v MiB)", c.ctx, got, c.want, props(task)["Memory"])
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
@@ -73,7 +74,23 @@ type Config struct {
 	// the host instead).
 	CompileFunction bool
 
-	Fleet             bool     // fleet: false leaves out the VPC, ECS and the NLB (with compileFunction false: LocalStack's free tier)
+	Fleet bool // fleet: false leaves out the VPC, ECS and the NLB (with compileFunction false: LocalStack's free tier)
+
+	// allowedSources: who may reach the NLB's 8140 and 8142, a comma list
+	// of IPv4 CIDRs and prefix list IDs (pl-...), the only inbound rules of
+	// its security group. Required for a protected stage with a fleet;
+	// without it a disposable stage admits 0.0.0.0/0 (a synth warning).
+	AllowedSources []string
+	// internal: the NLB gets private addresses only, for sites that reach
+	// AWS by VPN, Direct Connect or PrivateLink (allowedSources then names
+	// their networks).
+	Internal bool
+	// privateLinkPrincipals: IAM principal ARNs (arn:aws:iam::ACCOUNT:root,
+	// a role) allowed to create an interface endpoint to the NLB: the stack
+	// makes it a PrivateLink endpoint service, each connection accepted by
+	// hand.
+	PrivateLinkPrincipals []string
+
 	AvailabilityZones []string // availabilityZones: the VPC's zones (comma list, at least 2); default: 2 zones of the region by Fn::GetAZs
 	FleetMinCount     int      // fleetMinCount: the autoscaling minimum (Application Auto Scaling owns the task count; the service sets none)
 	FleetMaxCount     int      // fleetMaxCount: the autoscaling maximum
@@ -226,10 +243,46 @@ func (c Config) Validate() error {
 	if err := c.validateEnvironment(); err != nil {
 		return err
 	}
+	if err := c.validateNetwork(); err != nil {
+		return err
+	}
 	if c.ReportRetentionDays < 0 || c.CatalogRetentionDays < 0 {
 		return fmt.Errorf("retention days must not be negative")
 	}
 	return c.validatePuppetDB()
+}
+
+var (
+	prefixListRE = regexp.MustCompile(`^pl-[0-9a-f]{8,17}$`)
+	principalRE  = regexp.MustCompile(`^arn:aws[a-z-]*:iam::[0-9]{12}:(root|role/[A-Za-z0-9+=,.@_/-]+|user/[A-Za-z0-9+=,.@_/-]+)$`)
+)
+
+// validateNetwork checks allowedSources, internal and
+// privateLinkPrincipals.
+func (c Config) validateNetwork() error {
+	for _, src := range c.AllowedSources {
+		if prefixListRE.MatchString(src) {
+			continue
+		}
+		p, err := netip.ParsePrefix(src)
+		if err != nil || !p.Addr().Is4() {
+			return fmt.Errorf("allowedSources: %q: want an IPv4 CIDR (203.0.113.0/24; one address is /32) or a prefix list ID (pl-...)", src)
+		}
+		if p.Masked() != p {
+			return fmt.Errorf("allowedSources: %q has host bits set: did you mean %s?", src, p.Masked())
+		}
+	}
+	if c.Fleet && c.Protected() && len(c.AllowedSources) == 0 {
+		return fmt.Errorf("stage %s is protected and its NLB needs allowedSources: the CIDRs and prefix lists (pl-...) of the agents' networks "+
+			"(in infra/cdk.json's %q block of %q, or -c allowedSources=...); 0.0.0.0/0 opens 8140 and 8142 to the internet, "+
+			"which a protected stage must say explicitly", c.Stage, c.Stage, StagesKey)
+	}
+	for _, p := range c.PrivateLinkPrincipals {
+		if !principalRE.MatchString(p) {
+			return fmt.Errorf("privateLinkPrincipals: %q: want an IAM principal's ARN (arn:aws:iam::ACCOUNT:root, or a role or user)", p)
+		}
+	}
+	return nil
 }
 
 // validateEnvironment checks retain, protect, autoDeleteObjects, account
@@ -498,6 +551,8 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	}
 	list("dnsAltNames", &c.DNSAltNames)
 	list("availabilityZones", &c.AvailabilityZones)
+	list("allowedSources", &c.AllowedSources)
+	list("privateLinkPrincipals", &c.PrivateLinkPrincipals)
 	num("urgentConcurrencyMin", &c.UrgentConcurrencyMin)
 	num("urgentConcurrencyMax", &c.UrgentConcurrencyMax)
 	num("bulkConcurrencyMin", &c.BulkConcurrencyMin)
@@ -531,6 +586,7 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	}
 	boolean("fleet", &c.Fleet)
 	boolean("compileFunction", &c.CompileFunction)
+	boolean("internal", &c.Internal)
 	boolean("retain", &c.Retain)
 	boolean("protect", &c.Protect)
 	c.AutoDeleteObjects = !c.Retain

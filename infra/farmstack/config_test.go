@@ -43,7 +43,7 @@ func TestConfigFromContext(t *testing.T) {
 		t.Errorf("no context: %+v, %v; want the defaults with cdk.json's dev block", c, err)
 	}
 	c, err = configFrom(t, map[string]interface{}{
-		"account": testAccount, "region": "us-east-1",
+		"account": testAccount, "region": "us-east-1", "allowedSources": "0.0.0.0/0",
 		"stage": "prod", "dnsAltNames": " puppet.example.com,,farm.example.com ", "urgentConcurrencyMin": "3", "urgentConcurrencyMax": 30.0,
 		"bulkConcurrencyMin": "2", "bulkConcurrencyMax": "4", "compileMemoryMiB": "3008", "compileTimeoutSeconds": "600",
 		"fleetMinCount": "12", "fleetCpu": "2048", "fleetMemoryMiB": "4096", "fleet": "true", "alarmEmail": "ops@example.com",
@@ -60,7 +60,7 @@ func TestConfigFromContext(t *testing.T) {
 	want.AlarmEmail = "ops@example.com"
 	want.CompileFunction, want.AvailabilityZones = false, []string{"us-east-1a", "us-east-1b"}
 	want.AWSEndpointURL = "http://compilefarm-localstack:4566"
-	want.Account, want.Region = testAccount, "us-east-1"
+	want.Account, want.Region, want.AllowedSources = testAccount, "us-east-1", []string{"0.0.0.0/0"}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got  %+v\nwant %+v", c, want)
 	}
@@ -86,7 +86,7 @@ func TestConfigFromContext(t *testing.T) {
 func TestStageBlocks(t *testing.T) {
 	blocks := map[string]interface{}{
 		"eu": map[string]interface{}{"account": testAccount, "region": "eu-central-1", "availabilityZones": []interface{}{"eu-central-1a", "eu-central-1b"},
-			"dnsAltNames": "puppet.example.com", "fleetCpu": 2048.0, "fleetMemoryMiB": 4096.0},
+			"dnsAltNames": "puppet.example.com", "fleetCpu": 2048.0, "fleetMemoryMiB": 4096.0, "allowedSources": []interface{}{"198.51.100.0/24", "pl-0123456789abcdef0"}},
 		"scratch": map[string]interface{}{"retain": false, "protect": false},
 	}
 	c, err := configFromOnly(t, map[string]interface{}{"stage": "eu", StagesKey: blocks, "dnsAltNames": "farm.example.com"})
@@ -94,7 +94,7 @@ func TestStageBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Account != testAccount || c.Region != "eu-central-1" || !reflect.DeepEqual(c.AvailabilityZones, []string{"eu-central-1a", "eu-central-1b"}) ||
-		c.FleetCPU != 2048 || c.FleetMemoryMiB != 4096 || !c.Retain || !c.Protect || c.AutoDeleteObjects {
+		c.FleetCPU != 2048 || c.FleetMemoryMiB != 4096 || !reflect.DeepEqual(c.AllowedSources, []string{"198.51.100.0/24", "pl-0123456789abcdef0"}) || !c.Retain || !c.Protect || c.AutoDeleteObjects {
 		t.Errorf("stage eu from its block: %+v", c)
 	}
 	if !reflect.DeepEqual(c.DNSAltNames, []string{"farm.example.com"}) {
@@ -113,8 +113,9 @@ func TestStageBlocks(t *testing.T) {
 		{map[string]interface{}{"stage": "prd"}, "stage prd is protected"},
 		{map[string]interface{}{"stage": "qa", "retain": "false"}, "stage qa is protected"},
 		{map[string]interface{}{"stage": "qa", "protect": "false", "account": testAccount}, "needs region"},
-		{map[string]interface{}{"stage": "qa", "account": testAccount, "region": testRegion}, "needs availabilityZones too"},
-		{map[string]interface{}{"stage": "qa", "account": testAccount, "region": testRegion, "availabilityZones": "us-east-1a,us-east-1b"}, `"us-east-1a" is not a zone of region eu-west-1`},
+		{map[string]interface{}{"stage": "qa", "account": testAccount, "region": testRegion, "allowedSources": "0.0.0.0/0"}, "needs availabilityZones too"},
+		{map[string]interface{}{"stage": "qa", "account": testAccount, "region": testRegion, "availabilityZones": "us-east-1a,us-east-1b", "allowedSources": "0.0.0.0/0"},
+			`"us-east-1a" is not a zone of region eu-west-1`},
 		{map[string]interface{}{"stage": "qa", "account": "1234", "region": testRegion}, "12-digit"},
 		{map[string]interface{}{"stage": "qa", "account": testAccount, "region": "Europe"}, `region "Europe"`},
 		{map[string]interface{}{"stage": "qa", "retain": "false", "protect": "false", "account": testAccount}, "account and region go together"},
@@ -383,6 +384,58 @@ func TestFargateSizes(t *testing.T) {
 		_, err := configFrom(t, map[string]interface{}{"fleetCpu": bad.cpu, "fleetMemoryMiB": bad.mem})
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("fleetCpu %s, fleetMemoryMiB %s: error %v, want one saying %q", bad.cpu, bad.mem, err, bad.want)
+		}
+	}
+}
+
+// TestNetworkConfig: allowedSources, internal and privateLinkPrincipals,
+// and the synth errors: a protected stage with a fleet names its sources
+// (0.0.0.0/0 only when said), sources are IPv4 CIDRs or prefix lists.
+func TestNetworkConfig(t *testing.T) {
+	ctx := map[string]interface{}{}
+	for k, v := range protectedStage("prd") {
+		ctx[k] = v
+	}
+	ctx["internal"], ctx["privateLinkPrincipals"] = "true", "arn:aws:iam::210987654321:root, arn:aws:iam::210987654321:role/net/farm-consumer"
+	c, err := configFrom(t, ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c.AllowedSources, []string{"203.0.113.0/24", "pl-0123456789abcdef0"}) || !c.Internal ||
+		!reflect.DeepEqual(c.PrivateLinkPrincipals, []string{"arn:aws:iam::210987654321:root", "arn:aws:iam::210987654321:role/net/farm-consumer"}) {
+		t.Errorf("network config %+v", c)
+	}
+	prd := func(kv ...string) map[string]interface{} {
+		m := map[string]interface{}{}
+		for k, v := range protectedStage("prd") {
+			m[k] = v
+		}
+		delete(m, "allowedSources")
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	for _, bad := range []struct {
+		ctx  map[string]interface{}
+		want string
+	}{
+		{prd(), "stage prd is protected and its NLB needs allowedSources"},
+		{prd("allowedSources", "10.0.0.1"), `allowedSources: "10.0.0.1": want an IPv4 CIDR`},
+		{prd("allowedSources", "10.0.0.1/8"), "host bits set: did you mean 10.0.0.0/8?"},
+		{prd("allowedSources", "2001:db8::/32"), "want an IPv4 CIDR"},
+		{prd("allowedSources", "pl-xyz"), "want an IPv4 CIDR"},
+		{prd("allowedSources", "0.0.0.0/0", "privateLinkPrincipals", "*"), "want an IAM principal's ARN"},
+	} {
+		if _, err := configFrom(t, bad.ctx); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("context %v: error %v, want one saying %q", bad.ctx, err, bad.want)
+		}
+	}
+	// Said explicitly, the internet is a source; without a fleet there is
+	// no NLB to restrict.
+	for _, ok := range []map[string]interface{}{prd("allowedSources", "0.0.0.0/0"), prd("fleet", "false")} {
+		if _, err := configFrom(t, ok); err != nil {
+			t.Errorf("context %v: %v", ok, err)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package farmstack
 import (
 	"maps"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapplicationautoscaling"
@@ -75,8 +76,13 @@ type Fleet struct {
 	Cluster      awsecs.Cluster
 	Service      awsecs.FargateService
 	LoadBalancer awselasticloadbalancingv2.NetworkLoadBalancer
-	TargetGroups map[int]awselasticloadbalancingv2.NetworkTargetGroup // by listener port
-	Logs         awslogs.LogGroup
+	// LoadBalancerSecurityGroup admits allowedSources to the listeners.
+	LoadBalancerSecurityGroup awsec2.SecurityGroup
+	// EndpointService is the NLB's PrivateLink service; nil without
+	// privateLinkPrincipals.
+	EndpointService awsec2.VpcEndpointService
+	TargetGroups    map[int]awselasticloadbalancingv2.NetworkTargetGroup // by listener port
+	Logs            awslogs.LogGroup
 }
 
 // FleetProps are what the fleet is wired to.
@@ -159,17 +165,7 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		Vpc:         f.Vpc,
 	})
 
-	f.LoadBalancer = awselasticloadbalancingv2.NewNetworkLoadBalancer(f.Construct, jsii.String("Nlb"), &awselasticloadbalancingv2.NetworkLoadBalancerProps{
-		// No LoadBalancerName or TargetGroupName: those are limited to 32
-		// characters, too few for compilefarm-<stage>-...; CloudFormation
-		// names them after the stack (which carries the stage).
-		Vpc:              f.Vpc,
-		InternetFacing:   jsii.Bool(true),
-		CrossZoneEnabled: jsii.Bool(true),
-		// protect: agents know the farm by the NLB's DNS name (or a CNAME
-		// to it); a new NLB is a new name.
-		DeletionProtection: jsii.Bool(cfg.Protect),
-	})
+	f.newLoadBalancer(cfg)
 
 	f.Logs = awslogs.NewLogGroup(f.Construct, jsii.String("Logs"), &awslogs.LogGroupProps{
 		LogGroupName:  jsii.String("/compilefarm/" + cfg.Stage + "/fleet"),
@@ -301,12 +297,17 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		// loads the CA; give it time before the NLB's checks count.
 		HealthCheckGracePeriod: awscdk.Duration_Seconds(jsii.Number(60)),
 	})
-	// The NLB has no security group and does not preserve client IPs for
-	// IP targets: connections reach the tasks from the NLB's addresses in
-	// the VPC.
+	// The tasks admit the listeners' ports from the NLB's security group
+	// only (and the health checks, which come from the NLB's addresses).
+	// That holds with client IPs preserved (below): a rule naming the
+	// NLB's security group admits what the NLB forwards whatever source
+	// address the packet carries (AWS, "Security groups for your Network
+	// Load Balancer"), so the tasks need no rule for allowedSources. One
+	// would only add a path around the NLB for networks that route into
+	// the VPC (a VPN, Direct Connect, a peering), past its checks.
 	for _, port := range []int{FrontDoorPort, PCPPort} {
-		f.Service.Connections().AllowFrom(awsec2.Peer_Ipv4(f.Vpc.VpcCidrBlock()), awsec2.Port_Tcp(jsii.Number(port)),
-			jsii.String("NLB to the tasks"))
+		f.Service.Connections().AllowFrom(f.LoadBalancer.Connections(), awsec2.Port_Tcp(jsii.Number(port)),
+			jsii.String("from the NLB only"))
 	}
 
 	for _, port := range []int{FrontDoorPort, PCPPort} {
@@ -318,6 +319,16 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		tg := ln.AddTargets(jsii.String("Targets"+itoa(port)), &awselasticloadbalancingv2.AddNetworkTargetsProps{
 			Port:     jsii.Number(port),
 			Protocol: awselasticloadbalancingv2.Protocol_TCP,
+			// Client IP preservation (off by default for ip targets): the
+			// tasks see the agent's address, not the NLB's. The front door
+			// logs it with every certificate request it accepts or refuses
+			// (the CA's record of who asked for a name), every refusal at
+			// capacity and every forbidden request; the PCP broker with
+			// every connection and refusal. Without it those lines all name
+			// the NLB's private addresses, and a limit per client could not
+			// tell clients apart. (PrivateLink traffic always arrives from
+			// the NLB's address.)
+			PreserveClientIp: jsii.Bool(true),
 			Targets: &[]awselasticloadbalancingv2.INetworkLoadBalancerTarget{
 				f.Service.LoadBalancerTarget(&awsecs.LoadBalancerTargetOptions{
 					ContainerName: jsii.String("broker"), ContainerPort: jsii.Number(port), Protocol: awsecs.Protocol_TCP,
@@ -351,6 +362,86 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		ScaleInCooldown:          awscdk.Duration_Seconds(jsii.Number(300)),
 	})
 	return f
+}
+
+// newLoadBalancer declares the NLB and its security group: 8140 and 8142
+// from allowedSources only, out to the tasks only; internet-facing unless
+// internal; a PrivateLink endpoint service with privateLinkPrincipals.
+func (f *Fleet) newLoadBalancer(cfg Config) {
+	// AllowAllOutbound false: the NLB's only outbound rules are to the
+	// tasks' security group (the service's AllowFrom, in NewFleet), which
+	// also carry the health checks (subject to outbound rules, not
+	// inbound ones).
+	f.LoadBalancerSecurityGroup = awsec2.NewSecurityGroup(f.Construct, jsii.String("NlbSecurityGroup"), &awsec2.SecurityGroupProps{
+		Vpc:              f.Vpc,
+		Description:      jsii.String("compilefarm " + cfg.Stage + ": the front door's NLB, 8140 and 8142 from allowedSources"),
+		AllowAllOutbound: jsii.Bool(false),
+	})
+	for _, peer := range allowedPeers(f.Construct, cfg) {
+		for _, port := range []int{FrontDoorPort, PCPPort} {
+			f.LoadBalancerSecurityGroup.AddIngressRule(peer, awsec2.Port_Tcp(jsii.Number(port)), jsii.String("allowedSources"), nil)
+		}
+	}
+	props := &awselasticloadbalancingv2.NetworkLoadBalancerProps{
+		// No LoadBalancerName or TargetGroupName: those are limited to 32
+		// characters, too few for compilefarm-<stage>-...; CloudFormation
+		// names them after the stack (which carries the stage).
+		Vpc: f.Vpc,
+		// internal: private addresses only, in the private subnets, for
+		// agents that reach the VPC by VPN, Direct Connect, a peering or
+		// PrivateLink. Changing it replaces the NLB (a new DNS name).
+		InternetFacing:   jsii.Bool(!cfg.Internal),
+		CrossZoneEnabled: jsii.Bool(true),
+		// protect: agents know the farm by the NLB's DNS name (or a CNAME
+		// to it); a new NLB is a new name.
+		DeletionProtection: jsii.Bool(cfg.Protect),
+		// AWS attaches security groups to an NLB only when it is created:
+		// an NLB made without one never gets one (so this construct's ID
+		// is new: a stack from before had an NLB without, which
+		// CloudFormation now replaces).
+		SecurityGroups: &[]awsec2.ISecurityGroup{f.LoadBalancerSecurityGroup},
+	}
+	if len(cfg.PrivateLinkPrincipals) > 0 {
+		// PrivateLink traffic comes from the consumers' endpoints, in
+		// their VPCs; who may connect is decided by the endpoint service
+		// (the principals that may create an endpoint, each connection
+		// accepted by hand), and each consumer's endpoint security group
+		// narrows it on their side. Inbound rules for their addresses
+		// would have to be guessed here.
+		props.EnforceSecurityGroupInboundRulesOnPrivateLinkTraffic = jsii.Bool(false)
+	}
+	f.LoadBalancer = awselasticloadbalancingv2.NewNetworkLoadBalancer(f.Construct, jsii.String("FrontDoorNlb"), props)
+	if len(cfg.PrivateLinkPrincipals) > 0 {
+		principals := make([]awsiam.ArnPrincipal, len(cfg.PrivateLinkPrincipals))
+		for i, p := range cfg.PrivateLinkPrincipals {
+			principals[i] = awsiam.NewArnPrincipal(jsii.String(p))
+		}
+		f.EndpointService = awsec2.NewVpcEndpointService(f.Construct, jsii.String("EndpointService"), &awsec2.VpcEndpointServiceProps{
+			VpcEndpointServiceLoadBalancers: &[]awsec2.IVpcEndpointServiceLoadBalancer{f.LoadBalancer},
+			AcceptanceRequired:              jsii.Bool(true),
+			AllowedPrincipals:               &principals,
+		})
+	}
+}
+
+// allowedPeers are the NLB's sources: allowedSources, or 0.0.0.0/0 with a
+// synth warning (only a disposable stage may leave them out: Validate).
+func allowedPeers(scope constructs.Construct, cfg Config) []awsec2.IPeer {
+	if len(cfg.AllowedSources) == 0 {
+		awscdk.Annotations_Of(scope).AddWarningV2(jsii.String("compilefarm:openFrontDoor"), jsii.String(
+			"the NLB admits 8140 and 8142 from 0.0.0.0/0: the CA's certificate requests (unauthenticated) and PCP are open to the internet; "+
+				"set allowedSources (CIDRs, prefix lists) in the stage's block of infra/cdk.json"))
+		return []awsec2.IPeer{awsec2.Peer_AnyIpv4()}
+	}
+	peers := make([]awsec2.IPeer, len(cfg.AllowedSources))
+	for i, src := range cfg.AllowedSources {
+		if strings.HasPrefix(src, "pl-") {
+			peers[i] = awsec2.Peer_PrefixList(jsii.String(src))
+		} else {
+			peers[i] = awsec2.Peer_Ipv4(jsii.String(src))
+		}
+	}
+	return peers
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -106,5 +106,8 @@ func (s *FarmStack) outputs() {
 	if s.Fleet != nil {
 		out("LoadBalancerDns", "puppet agent --server", s.Fleet.LoadBalancer.LoadBalancerDnsName())
 		out("Cluster", "the fleet's ECS cluster", s.Fleet.Cluster.ClusterName())
+		if s.Fleet.EndpointService != nil {
+			out("EndpointServiceName", "the PrivateLink service consumers' interface endpoints name", s.Fleet.EndpointService.VpcEndpointServiceName())
+		}
 	}
 }

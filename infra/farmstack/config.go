@@ -103,6 +103,12 @@ type Config struct {
 	// Docker network. Empty (the default) on AWS.
 	AWSEndpointURL string
 
+	// caKeySecret: the complete ARN of a Secrets Manager secret holding the
+	// CA's private key (an imported Puppet Server key): the fleet reads it
+	// (--ca-key-secret) instead of signing with the stack's KMS key, which
+	// is then not made. Weaker custody: a synth warning.
+	CAKeySecret string
+
 	AlarmEmail string // alarmEmail: optional; subscribes the address to an SNS topic the alarms notify
 
 	ReportRetentionDays  int // reportRetentionDays: agent reports expire after this many days (0: never)
@@ -245,6 +251,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.validateNetwork(); err != nil {
 		return err
+	}
+	if c.CAKeySecret != "" && !secretARNRE.MatchString(c.CAKeySecret) {
+		return fmt.Errorf("caKeySecret %q: want a secret's complete ARN, arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME-XXXXXX (as `aws secretsmanager describe-secret` prints it)", c.CAKeySecret)
 	}
 	if c.ReportRetentionDays < 0 || c.CatalogRetentionDays < 0 {
 		return fmt.Errorf("retention days must not be negative")
@@ -622,6 +631,7 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	text("puppetdbSecurityGroupId", &p.SecurityGroupID)
 	duration("puppetdbQueryRefresh", &p.QueryRefresh)
 	text("storeconfigs", &p.Storeconfigs)
+	text("caKeySecret", &c.CAKeySecret)
 	text("account", &c.Account)
 	text("region", &c.Region)
 	keys := make([]string, 0, len(block))

@@ -150,7 +150,7 @@ func TestStageInNames(t *testing.T) {
 		t.Errorf("stack name %q", name)
 	}
 	for typ, key := range map[string]string{
-		"AWS::DynamoDB::Table": "TableName", "AWS::SQS::Queue": "QueueName", "AWS::SecretsManager::Secret": "Name",
+		"AWS::DynamoDB::Table": "TableName", "AWS::SQS::Queue": "QueueName", "AWS::KMS::Alias": "AliasName",
 		"AWS::CloudWatch::Alarm": "AlarmName", "AWS::CloudWatch::Dashboard": "DashboardName", "AWS::ECS::Cluster": "ClusterName",
 		"AWS::ECS::Service": "ServiceName", "AWS::Events::Rule": "Name", "AWS::Logs::LogGroup": "LogGroupName",
 	} {

@@ -201,7 +201,6 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		jsii.String("--urgent-queue-url"), q.Urgent.Queue.QueueUrl(),
 		jsii.String("--bulk-queue-url"), q.Bulk.Queue.QueueUrl(),
 		jsii.String("--ca-table"), st.Table(dynamostate.RoleCA).TableName(),
-		jsii.String("--ca-key-secret"), jsii.String(st.CAKeySecretName),
 		// The PCP broker: its listener, where it records which task holds
 		// each client (presence) and the run jobs, and the prefix of the
 		// per-task SQS inboxes the tasks pass messages through.
@@ -218,6 +217,7 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		jsii.String("--emf-stage"), jsii.String(cfg.Stage),
 	}
 	env := &map[string]*string{"GOMEMLIMIT": jsii.String(GoMemLimit(cfg))}
+	command = append(command, caKeyArgs(st)...)
 	// On AWS the SDK finds every endpoint itself; an emulator (LocalStack:
 	// awsEndpointURL) is one endpoint for all services.
 	if cfg.AWSEndpointURL != "" {
@@ -271,7 +271,7 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 	for _, l := range q.Lanes() {
 		l.Queue.GrantSendMessages(role)
 	}
-	st.CAKeySecret.GrantRead(role, nil)
+	grantCAKey(role, st)
 	role.AddToPrincipalPolicy(PCPInboxStatement(f.Construct, cfg))
 	if p.PuppetDB != nil {
 		p.PuppetDB.GrantFleet(role)
@@ -362,6 +362,37 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		ScaleInCooldown:          awscdk.Duration_Seconds(jsii.Number(300)),
 	})
 	return f
+}
+
+// caKeyArgs are serve's CA key flags: --ca-key-kms with the KMS key's ARN
+// (its ARN, not the alias: re-pointing the alias cannot change which key
+// the fleet signs with), or --ca-key-secret with caKeySecret's ARN.
+func caKeyArgs(st *Storage) []*string {
+	if st.CAKey != nil {
+		return []*string{jsii.String("--ca-key-kms"), st.CAKey.KeyArn()}
+	}
+	return []*string{jsii.String("--ca-key-secret"), st.CAKeySecret.SecretArn()}
+}
+
+// CAKeyActions are what a CA signing with a KMS key calls: Sign for
+// certificates and CRLs, GetPublicKey and DescribeKey when it opens the
+// key. Nothing that reads, exports or changes a key.
+var CAKeyActions = []string{"kms:Sign", "kms:GetPublicKey", "kms:DescribeKey"}
+
+// grantCAKey lets role use the CA's key: CAKeyActions on the KMS key only,
+// or GetSecretValue on caKeySecret's secret (its KMS key, if the site
+// encrypted it with its own, needs kms:Decrypt from the site: the stack
+// cannot know it).
+func grantCAKey(role awsiam.IRole, st *Storage) {
+	if st.CAKey != nil {
+		st.CAKey.Grant(role, *jsii.Strings(CAKeyActions...)...)
+		return
+	}
+	role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:       jsii.String("CAKeySecret"),
+		Actions:   jsii.Strings("secretsmanager:GetSecretValue"),
+		Resources: jsii.Strings(*st.CAKeySecret.SecretArn()),
+	}))
 }
 
 // newLoadBalancer declares the NLB and its security group: 8140 and 8142

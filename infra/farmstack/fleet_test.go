@@ -119,13 +119,19 @@ func TestFleetTask(t *testing.T) {
 		}
 	}
 	for f := range flags {
-		if !known[f] {
+		if _, pending := pendingBrokerFlags[f]; !known[f] && !pending {
 			t.Errorf("the container passes --%s, which broker does not define", f)
 		}
 	}
+	for f, why := range pendingBrokerFlags {
+		if known[f] {
+			t.Errorf("broker defines --%s now: remove it from pendingBrokerFlags (%s)", f, why)
+		}
+	}
 	bucketID, _ := firstID(s.resources("AWS::S3::Bucket"))
+	keyID, _ := firstID(s.resources("AWS::KMS::Key"))
 	for flag, ref := range map[string]string{
-		"backend": `"aws"`, "bucket": bucketID, "ca-key-secret": `"compilefarm/dev/ca-key"`,
+		"backend": `"aws"`, "bucket": bucketID, "ca-key-kms": keyID,
 		"metrics-listen": "9140", "listen": "8140",
 		// The PCP broker on the port the NLB forwards, its inboxes where
 		// the task role may create them (TestLeastPrivilege).
@@ -182,6 +188,13 @@ func TestFleetTask(t *testing.T) {
 			}
 		}
 	}
+}
+
+// pendingBrokerFlags are flags the stack passes to broker serve before
+// broker defines them, each with who adds it; TestFleetTask fails once
+// broker does, so that the entry goes.
+var pendingBrokerFlags = map[string]string{
+	"ca-key-kms": "issue 23: the KMS CA key driver adds --ca-key-kms to broker serve and broker ca init",
 }
 
 // TestNoFleet: fleet=false leaves out the VPC, ECS and the NLB.

@@ -92,7 +92,11 @@ func (s *FarmStack) outputs() {
 	out("NodeIndexTable", "--node-index-table", st.Table(dynamostate.RoleNodeIndex).TableName())
 	out("EnvironmentsTable", "--environments-table", st.Table(dynamostate.RoleEnvironments).TableName())
 	out("CATable", "--ca-table", st.Table(dynamostate.RoleCA).TableName())
-	out("CAKeySecret", "--ca-key-secret", jsii.String(st.CAKeySecretName))
+	if st.CAKey != nil {
+		out("CAKmsKey", "--ca-key-kms", st.CAKey.KeyArn())
+	} else {
+		out("CAKeySecret", "--ca-key-secret", st.CAKeySecret.SecretArn())
+	}
 	out("UrgentQueueUrl", "--urgent-queue-url", q.Urgent.Queue.QueueUrl())
 	out("BulkQueueUrl", "--bulk-queue-url", q.Bulk.Queue.QueueUrl())
 	if s.PuppetDB != nil {

@@ -3,7 +3,9 @@ package farmstack
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
@@ -198,16 +200,124 @@ func checkRemoval(t *testing.T, s *synthed, what, policy string, protect bool) {
 	}
 }
 
-// TestCAKeySecret: the secret exists without a value, so that `broker ca
-// init --ca-key-secret` can put the CA key in it (cakey.Secret.CreateKey).
-func TestCAKeySecret(t *testing.T) {
-	s := dev(t)
-	_, p := s.find(t, "AWS::SecretsManager::Secret", "Name", "compilefarm/dev/ca-key")
-	for _, k := range []string{"SecretString", "GenerateSecretString"} {
-		if _, ok := p[k]; ok {
-			t.Errorf("the CA key secret has %s: broker ca init would find a value that is not a key", k)
+// TestCAKey (D2): the CA's key is an asymmetric KMS key of the stage
+// (RSA_4096, SIGN_VERIFY, alias alias/compilefarm/<stage>/ca), retained
+// whatever the stage's retain says, its key policy only the account root's
+// administration; the fleet signs with it (--ca-key-kms, its ARN) and its
+// task role may Sign, GetPublicKey and DescribeKey on that key and read no
+// secret; output CAKmsKey. With caKeySecret (an imported Puppet Server
+// key) the fleet reads that secret instead, with a custody warning.
+func TestCAKey(t *testing.T) {
+	for _, c := range []struct {
+		stage string
+		ctx   map[string]string
+	}{{"dev", nil}, {"prd", protectedStage("prd")}} {
+		s := synth(t, c.ctx)
+		keys := s.resources("AWS::KMS::Key")
+		if len(keys) != 1 {
+			t.Fatalf("%s: %d KMS keys, want 1", c.stage, len(keys))
+		}
+		keyID, key := firstID(keys)
+		p := props(key)
+		if p["KeySpec"] != "RSA_4096" || p["KeyUsage"] != "SIGN_VERIFY" || num(p["PendingWindowInDays"]) != 30 {
+			t.Errorf("%s: key %s KeySpec/KeyUsage/PendingWindowInDays %v/%v/%v, want RSA_4096/SIGN_VERIFY/30", c.stage, keyID, p["KeySpec"], p["KeyUsage"], p["PendingWindowInDays"])
+		}
+		if key["DeletionPolicy"] != "Retain" || key["UpdateReplacePolicy"] != "Retain" {
+			t.Errorf("%s: key DeletionPolicy/UpdateReplacePolicy %v/%v: a stack delete must never schedule the CA key's deletion", c.stage, key["DeletionPolicy"], key["UpdateReplacePolicy"])
+		}
+		stmts := asList(digMap(p, "KeyPolicy")["Statement"])
+		if len(stmts) != 1 {
+			t.Errorf("%s: key policy %s, want one statement (the account root administers; IAM grants the rest)", c.stage, jsonString(p["KeyPolicy"]))
+		} else if st := jsonString(stmts[0]); !containsAll(st, `"Effect":"Allow"`, `"Action":"kms:*"`, `:iam::`, `:root"`, `"Resource":"*"`) {
+			t.Errorf("%s: key policy statement %s, want the account root's", c.stage, st)
+		}
+		_, alias := s.find(t, "AWS::KMS::Alias", "AliasName", "alias/compilefarm/"+c.stage+"/ca")
+		if getAttID(alias["TargetKeyId"]) != keyID {
+			t.Errorf("%s: alias targets %s, want %s", c.stage, jsonString(alias["TargetKeyId"]), keyID)
+		}
+		if n := len(s.resources("AWS::SecretsManager::Secret")); n != 0 {
+			t.Errorf("%s: %d Secrets Manager secrets: nothing holds a CA private key any more", c.stage, n)
+		}
+		flags := s.flags(t)
+		if got := jsonString(flags["ca-key-kms"]); got != `{"Fn::GetAtt":["`+keyID+`","Arn"]}` {
+			t.Errorf("%s: --ca-key-kms %s, want the key's ARN", c.stage, got)
+		}
+		if _, ok := flags["ca-key-secret"]; ok {
+			t.Errorf("%s: the fleet still gets --ca-key-secret", c.stage)
+		}
+		kms, secrets := s.taskRoleActions(t, keyID)
+		if want := []string{"kms:DescribeKey", "kms:GetPublicKey", "kms:Sign"}; !slices.Equal(kms, want) {
+			t.Errorf("%s: the task role's actions on the key %v, want %v", c.stage, kms, want)
+		}
+		if len(secrets) != 0 {
+			t.Errorf("%s: the task role may %v: it reads no secret", c.stage, secrets)
+		}
+		outs := jsonString(s.json["Outputs"])
+		if !containsAll(outs, `"CAKmsKey"`, keyID) || containsAll(outs, "CAKeySecret") {
+			t.Errorf("%s: outputs %s, want CAKmsKey (the key's ARN) and no CAKeySecret", c.stage, outs)
 		}
 	}
+
+	// The import route: a Puppet Server CA key in a secret the site made.
+	s := synth(t, map[string]string{"caKeySecret": testCAKeyARN})
+	if n := len(s.resources("AWS::KMS::Key")); n != 0 {
+		t.Errorf("caKeySecret: %d KMS keys", n)
+	}
+	flags := s.flags(t)
+	if got := jsonString(flags["ca-key-secret"]); got != `"`+testCAKeyARN+`"` {
+		t.Errorf("caKeySecret: --ca-key-secret %s", got)
+	}
+	if _, ok := flags["ca-key-kms"]; ok {
+		t.Error("caKeySecret: the fleet still gets --ca-key-kms")
+	}
+	if _, secrets := s.taskRoleActions(t, ""); !slices.Equal(secrets, []string{"secretsmanager:GetSecretValue"}) {
+		t.Errorf("caKeySecret: the task role may %v on the secret, want GetSecretValue only", secrets)
+	}
+	if outs := jsonString(s.json["Outputs"]); !containsAll(outs, `"CAKeySecret"`, testCAKeyARN) || containsAll(outs, "CAKmsKey") {
+		t.Errorf("caKeySecret: outputs %s", outs)
+	}
+	if _, err := configFrom(t, map[string]interface{}{"caKeySecret": "compilefarm/dev/ca-key"}); err == nil || !strings.Contains(err.Error(), "complete ARN") {
+		t.Errorf("caKeySecret by name: %v, want an error asking for the complete ARN", err)
+	}
+	check(t, "caKeySecret's custody warning", func() {
+		assertions.Annotations_FromStack(s.stack.Stack).HasWarning(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String("caKeySecret")))
+	})
+}
+
+// testCAKeyARN is an imported CA key's secret (caKeySecret).
+const testCAKeyARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:site/puppet-ca-key-AbCdEf"
+
+// taskRoleActions returns the fleet task role's actions on the KMS key
+// keyID and its Secrets Manager actions on anything, each sorted.
+func (s *synthed) taskRoleActions(t *testing.T, keyID string) (kms, secrets []string) {
+	t.Helper()
+	_, task := firstID(s.resources("AWS::ECS::TaskDefinition"))
+	role := getAttID(props(task)["TaskRoleArn"])
+	if role == "" {
+		t.Fatalf("no task role in %s", jsonString(props(task)["TaskRoleArn"]))
+	}
+	for _, r := range s.resources("AWS::IAM::Policy") {
+		p := props(r)
+		if !strings.Contains(jsonString(p["Roles"]), `{"Ref":"`+role+`"}`) {
+			continue
+		}
+		for _, st := range asList(digMap(p, "PolicyDocument")["Statement"]) {
+			st := st.(map[string]interface{})
+			onKey := keyID != "" && strings.Contains(jsonString(st["Resource"]), `"`+keyID+`"`)
+			for _, a := range asList(st["Action"]) {
+				a := a.(string)
+				if onKey {
+					kms = append(kms, a)
+				}
+				if strings.HasPrefix(a, "secretsmanager:") {
+					secrets = append(secrets, a)
+				}
+			}
+		}
+	}
+	sort.Strings(kms)
+	sort.Strings(secrets)
+	return slices.Compact(kms), slices.Compact(secrets)
 }
 
 // TestLocalStage: stage local (LocalStack) has no autoDeleteObjects custom

@@ -317,7 +317,6 @@ cmd_e2e() {
 	local assignments
 	assignments=$(lsfarm outputs "$outputs" "$stack") || die "cannot read the stack's outputs from $outputs (above)"
 	eval "$assignments"
-	local secret=${CF_CA_KEY_SECRET:-compilefarm/$stage/ca-key}
 	local port=${E2E_PORT:-18140} admin_port=${E2E_ADMIN_PORT:-19141} metrics_port=${E2E_METRICS_PORT:-19140}
 	local certname=${E2E_CERTNAME:-agent-$(date +%s).localstack.test}
 	work=$(mktemp -d "${TMPDIR:-/tmp}/compilefarm-localstack-e2e.XXXXXX")
@@ -327,15 +326,23 @@ cmd_e2e() {
 	(cd "$root" && go build -o "$build/broker" ./broker) || die "go build ./broker failed"
 	local broker="$build/broker"
 
-	say "CA: broker ca init --ca-table $CF_CA_TABLE --ca-key-secret $secret"
+	# The CA's key: the stack's KMS key (output CAKmsKey; LocalStack's KMS
+	# signs) once broker has --ca-key-kms, else a Secrets Manager secret,
+	# which ca init creates (2048 bits: quicker to make). E2E_CA_KEY=secret
+	# takes the secret anyway (runsh_test.go's loopback emulators have no
+	# KMS).
+	local ca_key=() init_args=() init_help
+	init_help=$("$broker" ca init -h 2>&1 || true)
+	if [[ ${E2E_CA_KEY:-} != secret && -n ${CF_CA_KMS_KEY:-} && $init_help == *-ca-key-kms* ]]; then
+		ca_key=(--ca-key-kms "$CF_CA_KMS_KEY")
+	else
+		ca_key=(--ca-key-secret "${CF_CA_KEY_SECRET:-compilefarm/$stage/ca-key}")
+		init_args=(--key-bits 2048)
+	fi
+	say "CA: broker ca init --ca-table $CF_CA_TABLE ${ca_key[*]}"
 	# Idempotent: a CA made by an earlier run is loaded and kept.
 	local out
-	if ! out=$("$broker" ca init --ca-table "$CF_CA_TABLE" --ca-key-secret "$secret" --key-bits 2048 2>&1); then
-		if grep -q 'read CA key' <<<"$out"; then
-			die "broker ca init could not use the secret $secret: $out
-If LocalStack gave the stack's (empty) secret a value, delete it and run e2e again:
-  aws secretsmanager delete-secret --force-delete-without-recovery --secret-id $secret"
-		fi
+	if ! out=$("$broker" ca init --ca-table "$CF_CA_TABLE" "${ca_key[@]}" "${init_args[@]}" 2>&1); then
 		die "broker ca init failed: $out"
 	fi
 	printf '%s\n' "$out" | grep -v '^time=' || true
@@ -362,7 +369,7 @@ If LocalStack gave the stack's (empty) secret a value, delete it and run e2e aga
 		--metrics-listen "127.0.0.1:$metrics_port" --certname localstack-door.localstack.test \
 		--bucket "$CF_BUCKET" --nodes-table "$CF_NODES_TABLE" --node-index-table "$CF_NODE_INDEX_TABLE" \
 		--environments-table "$CF_ENVIRONMENTS_TABLE" --urgent-queue-url "$CF_URGENT_QUEUE_URL" \
-		--bulk-queue-url "$CF_BULK_QUEUE_URL" --ca-table "$CF_CA_TABLE" --ca-key-secret "$secret" \
+		--bulk-queue-url "$CF_BULK_QUEUE_URL" --ca-table "$CF_CA_TABLE" "${ca_key[@]}" \
 		--environments "$root/examples/environments" --autosign --work "$work/serve" \
 		--first-compile-wait "${E2E_FIRST_COMPILE_WAIT:-4m}" >"$work/serve.log" 2>&1 &
 	pids+=($!)
@@ -374,7 +381,7 @@ If LocalStack gave the stack's (empty) secret a value, delete it and run e2e aga
 	local stage_flags=(--backend aws --bucket "$CF_BUCKET" --nodes-table "$CF_NODES_TABLE"
 		--node-index-table "$CF_NODE_INDEX_TABLE" --environments-table "$CF_ENVIRONMENTS_TABLE"
 		--urgent-queue-url "$CF_URGENT_QUEUE_URL" --bulk-queue-url "$CF_BULK_QUEUE_URL"
-		--ca-table "$CF_CA_TABLE" --ca-key-secret "$secret")
+		--ca-table "$CF_CA_TABLE" "${ca_key[@]}")
 	say "broker code deploy production --from examples/environments/production --backend aws"
 	"$broker" code deploy production --environments "$root/examples/environments" \
 		--from "$root/examples/environments/production" --detach "${stage_flags[@]}" ||

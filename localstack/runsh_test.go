@@ -82,7 +82,7 @@ func TestRunShE2EOnEmulators(t *testing.T) {
 		"Bucket": "compilefarm-local-content-1a2b3c", "BucketArn": "arn:aws:s3:::compilefarm-local-content-1a2b3c",
 		"NodesTable": "compilefarm-local-nodes", "NodeIndexTable": "compilefarm-local-node-index",
 		"EnvironmentsTable": "compilefarm-local-environments", "CATable": "compilefarm-local-ca",
-		"CAKeySecret": "compilefarm/local/ca-key", "UrgentQueueUrl": urls.UrgentURL, "BulkQueueUrl": urls.BulkURL,
+		"CAKmsKey": "arn:aws:kms:us-east-1:000000000000:key/6f2a0c9e-1b7d-4e3a-9c55-0d8e2f4a7b31", "UrgentQueueUrl": urls.UrgentURL, "BulkQueueUrl": urls.BulkURL,
 		"UrgentDeadLetterQueueUrl": urls.UrgentURL + "-dlq", "CompileFunction": "compilefarm-local-compile",
 		"ScalerFunction": "compilefarm-local-scaler",
 	}})
@@ -118,6 +118,9 @@ func TestRunShE2EOnEmulators(t *testing.T) {
 			// Per-service endpoints win over run.sh's AWS_ENDPOINT_URL.
 			"AWS_ENDPOINT_URL_S3="+s3e.URL, "AWS_ENDPOINT_URL_DYNAMODB="+ddb.URL, "AWS_ENDPOINT_URL_SQS="+sq.URL,
 			"AWS_ENDPOINT_URL_SECRETS_MANAGER="+sm.URL,
+			// No KMS among the loopback emulators: the CA's key goes in a
+			// secret that ca init creates, whatever broker supports.
+			"E2E_CA_KEY=secret",
 			"E2E_PORT="+ports[0], "E2E_ADMIN_PORT="+ports[1], "E2E_METRICS_PORT="+ports[2],
 			"E2E_FIRST_COMPILE_WAIT=2m", "TMPDIR="+tmp, "KEEP=")
 		out, err := cmd.CombinedOutput()

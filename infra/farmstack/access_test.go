@@ -92,7 +92,7 @@ func (s *synthed) roles(t *testing.T) (compile, task, execution string) {
 var caKey = struct {
 	resource string // as synthed.describe renders it
 	actions  []string
-}{"secret ca-key", []string{"secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue"}}
+}{"kms key", []string{"kms:DescribeKey", "kms:GetPublicKey", "kms:Sign"}}
 
 // TestRoleActions pins the exact sorted action list of the compile
 // function's role and the fleet's task role, with and without PuppetDB:
@@ -127,7 +127,7 @@ func TestRoleActions(t *testing.T) {
 		compile, task []string // nil: no such role
 	}{
 		{"dev", nil, compile, task},
-		{"prod", map[string]string{"stage": "prod", "alarmEmail": "ops@example.com"}, compile, task},
+		{"prod", withAlarmEmail(protectedStage("prod")), compile, task},
 		{"no fleet", map[string]string{"fleet": "false"}, compile, nil},
 		{"no compile function", map[string]string{"compileFunction": "false"}, nil, task},
 		{"PuppetDB", pdbFull(), compilePDB, taskPDB},

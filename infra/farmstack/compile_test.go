@@ -189,7 +189,7 @@ func TestNoCompileFunction(t *testing.T) {
 		t.Errorf("compileFunction=false: %d queues", n)
 	}
 	outs := jsonString(s.json["Outputs"])
-	if !containsAll(outs, "UrgentQueueUrl", "BulkQueueUrl", "CATable", "CAKeySecret") || containsAll(outs, "CompileFunction") {
+	if !containsAll(outs, "UrgentQueueUrl", "BulkQueueUrl", "CATable", "CAKmsKey") || containsAll(outs, "CompileFunction") {
 		t.Errorf("compileFunction=false: outputs %s", outs)
 	}
 }

@@ -11,8 +11,11 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -23,11 +26,37 @@ import (
 	"github.com/compilefarm/compilefarm/pkg/scaling"
 )
 
-// Config is what the stack varies on. The CDK context keys are the field
-// tags; Defaults documents the defaults (also in infra/README.md).
+// Config is what the stack varies on. The CDK context keys are in the
+// fields' comments; Defaults documents the defaults (also in
+// infra/README.md). A key's value comes from the context itself (`cdk -c
+// key=value`, or cdk.json's "context"), or else from the stage's block in
+// the context key "stages" (StagesKey): per-stage values committed in
+// infra/cdk.json, so that no deploy of a stage must retype them.
 type Config struct {
 	Stage       string   // stage: part of every resource name (compilefarm-<stage>-...)
 	DNSAltNames []string // dnsAltNames: extra names for the front door's certificate, besides the NLB's DNS name
+
+	// retain (default true): the stage's state (tables, bucket) stays when
+	// the stack is deleted or a resource replaced (RemovalPolicy RETAIN),
+	// and the bucket is not emptied. protect (default true): deletion
+	// protection on the tables, the load balancer and the stack
+	// (termination protection). Both default to safe for every stage,
+	// whatever its name; a stage is made disposable only explicitly
+	// (infra/cdk.json's dev and local blocks). The CA's KMS key is retained
+	// regardless (storage.go).
+	Retain, Protect bool
+	// autoDeleteObjects: a custom resource empties the bucket when the
+	// stack is deleted; only without retain, and by default then (false
+	// for LocalStack's free tier, which runs no custom resources: the
+	// local block).
+	AutoDeleteObjects bool
+
+	// account, region: where the stage deploys. Required for a protected
+	// stage (Protected): the stack then gets this environment, and a deploy
+	// with credentials of another account or region fails instead of
+	// creating a second copy of the farm there. With them the fleet's VPC
+	// needs availabilityZones (no lookup at synth).
+	Account, Region string
 
 	// urgentConcurrencyMax: the urgent event source's MaximumConcurrency,
 	// where it stays (no scaler steers the urgent lane: Lambda's own SQS
@@ -51,9 +80,25 @@ type Config struct {
 	// the host instead).
 	CompileFunction bool
 
-	Fleet             bool     // fleet: false leaves out the VPC, ECS and the NLB (with compileFunction false: LocalStack's free tier)
+	Fleet bool // fleet: false leaves out the VPC, ECS and the NLB (with compileFunction false: LocalStack's free tier)
+
+	// allowedSources: who may reach the NLB's 8140 and 8142, a comma list
+	// of IPv4 CIDRs and prefix list IDs (pl-...), the only inbound rules of
+	// its security group. Required for a protected stage with a fleet;
+	// without it a disposable stage admits 0.0.0.0/0 (a synth warning).
+	AllowedSources []string
+	// internal: the NLB gets private addresses only, for sites that reach
+	// AWS by VPN, Direct Connect or PrivateLink (allowedSources then names
+	// their networks).
+	Internal bool
+	// privateLinkPrincipals: IAM principal ARNs (arn:aws:iam::ACCOUNT:root,
+	// a role) allowed to create an interface endpoint to the NLB: the stack
+	// makes it a PrivateLink endpoint service, each connection accepted by
+	// hand.
+	PrivateLinkPrincipals []string
+
 	AvailabilityZones []string // availabilityZones: the VPC's zones (comma list, at least 2); default: 2 zones of the region by Fn::GetAZs
-	FleetDesiredCount int      // fleetDesiredCount: tasks at deploy time, and the autoscaling minimum
+	FleetMinCount     int      // fleetMinCount: the autoscaling minimum (Application Auto Scaling owns the task count; the service sets none)
 	FleetMaxCount     int      // fleetMaxCount: the autoscaling maximum
 	FleetCPU          int      // fleetCpu: Fargate CPU units per task
 	FleetMemoryMiB    int      // fleetMemoryMiB
@@ -63,6 +108,12 @@ type Config struct {
 	// emulators: localstack/run.sh passes LocalStack's address on its
 	// Docker network. Empty (the default) on AWS.
 	AWSEndpointURL string
+
+	// caKeySecret: the complete ARN of a Secrets Manager secret holding the
+	// CA's private key (an imported Puppet Server key): the fleet reads it
+	// (--ca-key-secret) instead of signing with the stack's KMS key, which
+	// is then not made. Weaker custody: a synth warning.
+	CAKeySecret string
 
 	AlarmEmail string // alarmEmail: optional; subscribes the address to an SNS topic the alarms notify
 
@@ -141,24 +192,26 @@ func Defaults() Config {
 		CompileDeployment:     DeployCanary,
 		CompileFunction:       true,
 		Fleet:                 true,
-		FleetDesiredCount:     2,
+		FleetMinCount:         2,
 		FleetMaxCount:         10,
 		FleetCPU:              1024,
 		FleetMemoryMiB:        2048,
+		Retain:                true,
+		Protect:               true,
 		ReportRetentionDays:   30,
 		SupersededCatalogDays: 7,
 		PuppetDB:              PuppetDBConfig{QueryRefresh: 5 * time.Minute, Storeconfigs: StoreconfigsFarm},
 	}
 }
 
-// Prod reports whether the stage is a production one ("prod" or
-// "production"): its stateful resources are retained when the stack goes.
-func (c Config) Prod() bool { return c.Stage == "prod" || c.Stage == "production" }
+// Protected reports whether the stage keeps either safe default (retain or
+// protect): it then must name its account and region, and gets a NAT
+// gateway per zone.
+func (c Config) Protected() bool { return c.Retain || c.Protect }
 
-// Local reports whether the stage is "local", the one localstack/run.sh
-// deploys to LocalStack: it leaves out what LocalStack's free tier cannot
-// run (the bucket's autoDeleteObjects custom resource).
-func (c Config) Local() bool { return c.Stage == "local" }
+// StagesKey is the context key of the stage blocks: an object from stage
+// name to that stage's context values (infra/cdk.json).
+const StagesKey = "stages"
 
 // Name is the stage-qualified name of a resource: compilefarm-<stage>-<what>.
 func (c Config) Name(what string) string { return "compilefarm-" + c.Stage + "-" + what }
@@ -166,7 +219,11 @@ func (c Config) Name(what string) string { return "compilefarm-" + c.Stage + "-"
 // StackName is the stack's name: compilefarm-<stage>.
 func (c Config) StackName() string { return "compilefarm-" + c.Stage }
 
-var stageRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,19}$`)
+var (
+	stageRE   = regexp.MustCompile(`^[a-z][a-z0-9-]{0,19}$`)
+	accountRE = regexp.MustCompile(`^[0-9]{12}$`)
+	regionRE  = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]$`)
+)
 
 // Validate checks the limits AWS puts on the values (so a bad context value
 // fails at synth, not halfway through a deployment).
@@ -193,14 +250,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("compileDeployment %q: want %s or %s", c.CompileDeployment, DeployCanary, DeployAllAtOnce)
 	}
 	if c.Fleet {
-		if c.FleetDesiredCount < 1 || c.FleetMaxCount < c.FleetDesiredCount {
-			return fmt.Errorf("fleetDesiredCount/fleetMaxCount %d/%d: want 1 <= desired <= max", c.FleetDesiredCount, c.FleetMaxCount)
+		if c.FleetMinCount < 1 || c.FleetMaxCount < c.FleetMinCount {
+			return fmt.Errorf("fleetMinCount/fleetMaxCount %d/%d: want 1 <= min <= max", c.FleetMinCount, c.FleetMaxCount)
 		}
 		if n := len(c.AvailabilityZones); n == 1 {
 			return fmt.Errorf("availabilityZones %v: want at least 2 (the NLB and the service span two)", c.AvailabilityZones)
 		}
-		if c.FleetCPU < 256 || c.FleetMemoryMiB < 512 {
-			return fmt.Errorf("fleetCpu/fleetMemoryMiB %d/%d: want a Fargate size (at least 256/512)", c.FleetCPU, c.FleetMemoryMiB)
+		if err := checkFargateSize(c.FleetCPU, c.FleetMemoryMiB); err != nil {
+			return err
 		}
 	}
 	if c.AWSEndpointURL != "" {
@@ -208,10 +265,148 @@ func (c Config) Validate() error {
 			return fmt.Errorf("awsEndpointURL %q: want an http:// or https:// URL with a host", c.AWSEndpointURL)
 		}
 	}
+	if err := c.validateEnvironment(); err != nil {
+		return err
+	}
+	if err := c.validateNetwork(); err != nil {
+		return err
+	}
+	if c.CAKeySecret != "" && !secretARNRE.MatchString(c.CAKeySecret) {
+		return fmt.Errorf("caKeySecret %q: want a secret's complete ARN, arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME-XXXXXX (as `aws secretsmanager describe-secret` prints it)", c.CAKeySecret)
+	}
 	if c.ReportRetentionDays < 0 || c.SupersededCatalogDays < 0 {
 		return fmt.Errorf("retention days must not be negative")
 	}
 	return c.validatePuppetDB()
+}
+
+var (
+	prefixListRE = regexp.MustCompile(`^pl-[0-9a-f]{8,17}$`)
+	principalRE  = regexp.MustCompile(`^arn:aws[a-z-]*:iam::[0-9]{12}:(root|role/[A-Za-z0-9+=,.@_/-]+|user/[A-Za-z0-9+=,.@_/-]+)$`)
+)
+
+// validateNetwork checks allowedSources, internal and
+// privateLinkPrincipals.
+func (c Config) validateNetwork() error {
+	for _, src := range c.AllowedSources {
+		if prefixListRE.MatchString(src) {
+			continue
+		}
+		p, err := netip.ParsePrefix(src)
+		if err != nil || !p.Addr().Is4() {
+			return fmt.Errorf("allowedSources: %q: want an IPv4 CIDR (203.0.113.0/24; one address is /32) or a prefix list ID (pl-...)", src)
+		}
+		if p.Masked() != p {
+			return fmt.Errorf("allowedSources: %q has host bits set: did you mean %s?", src, p.Masked())
+		}
+	}
+	if c.Fleet && c.Protected() && len(c.AllowedSources) == 0 {
+		return fmt.Errorf("stage %s is protected and its NLB needs allowedSources: the CIDRs and prefix lists (pl-...) of the agents' networks "+
+			"(in infra/cdk.json's %q block of %q, or -c allowedSources=...); 0.0.0.0/0 opens 8140 and 8142 to the internet, "+
+			"which a protected stage must say explicitly", c.Stage, c.Stage, StagesKey)
+	}
+	for _, p := range c.PrivateLinkPrincipals {
+		if !principalRE.MatchString(p) {
+			return fmt.Errorf("privateLinkPrincipals: %q: want an IAM principal's ARN (arn:aws:iam::ACCOUNT:root, or a role or user)", p)
+		}
+	}
+	return nil
+}
+
+// validateEnvironment checks retain, protect, autoDeleteObjects, account
+// and region.
+func (c Config) validateEnvironment() error {
+	if c.Retain && c.AutoDeleteObjects {
+		return fmt.Errorf("autoDeleteObjects with retain: a retained bucket is not emptied; set retain false for a disposable stage")
+	}
+	where := fmt.Sprintf("(in infra/cdk.json's %q block of %q, or -c %%s=...)", c.Stage, StagesKey)
+	if c.Protected() {
+		for _, k := range []struct{ key, v string }{{"account", c.Account}, {"region", c.Region}} {
+			if k.v == "" {
+				return fmt.Errorf("stage %s is protected (retain or protect, the defaults) and needs %s: the AWS account ID and region it deploys to "+where+
+					"; a disposable stage sets retain and protect to false", c.Stage, k.key, k.key)
+			}
+		}
+	}
+	if (c.Account == "") != (c.Region == "") {
+		return fmt.Errorf("account and region go together (the stack's environment): account %q, region %q", c.Account, c.Region)
+	}
+	if c.Account == "" {
+		return nil
+	}
+	if !accountRE.MatchString(c.Account) {
+		return fmt.Errorf("account %q: want a 12-digit AWS account ID", c.Account)
+	}
+	if !regionRE.MatchString(c.Region) {
+		return fmt.Errorf("region %q: want an AWS region such as eu-west-1", c.Region)
+	}
+	if c.Fleet {
+		// With an environment the VPC would look the region's zones up at
+		// synth (credentials, cdk.context.json); named zones keep synth
+		// offline and the same for everyone.
+		if len(c.AvailabilityZones) == 0 {
+			return fmt.Errorf("stage %s has account and region and needs availabilityZones too, two or more zones of %s (e.g. %sa,%sb) "+where+
+				": the fleet's VPC then needs no lookup at synth", c.Stage, c.Region, c.Region, c.Region, "availabilityZones")
+		}
+		for _, z := range c.AvailabilityZones {
+			if !strings.HasPrefix(z, c.Region) || len(z) <= len(c.Region) {
+				return fmt.Errorf("availabilityZones: %q is not a zone of region %s", z, c.Region)
+			}
+		}
+	}
+	return nil
+}
+
+// fargateSizes are the task sizes Fargate offers on Linux: each CPU value
+// (units, 1024 a vCPU) with its memory sizes in MiB (AWS's table, "Task CPU
+// and memory" in the ECS developer guide; 8 and 16 vCPU need platform
+// version 1.4.0, the default).
+var fargateSizes = []struct {
+	cpu    int
+	memory []int
+}{
+	{256, []int{512, 1024, 2048}},
+	{512, steps(1024, 4096, 1024)},
+	{1024, steps(2048, 8192, 1024)},
+	{2048, steps(4096, 16384, 1024)},
+	{4096, steps(8192, 30720, 1024)},
+	{8192, steps(16384, 61440, 4096)},
+	{16384, steps(32768, 122880, 8192)},
+}
+
+// steps returns from, from+step, ... up to to.
+func steps(from, to, step int) []int {
+	var out []int
+	for m := from; m <= to; m += step {
+		out = append(out, m)
+	}
+	return out
+}
+
+// checkFargateSize fails a CPU/memory pair Fargate does not offer (at
+// synth: the deploy would fail registering the task definition).
+func checkFargateSize(cpu, mem int) error {
+	var allowed []int
+	for _, s := range fargateSizes {
+		if s.cpu == cpu {
+			allowed = s.memory
+		}
+	}
+	if allowed == nil {
+		cpus := make([]string, len(fargateSizes))
+		for i, s := range fargateSizes {
+			cpus[i] = strconv.Itoa(s.cpu)
+		}
+		return fmt.Errorf("fleetCpu %d: Fargate offers %s CPU units (1024 = 1 vCPU)", cpu, strings.Join(cpus, ", "))
+	}
+	if slices.Contains(allowed, mem) {
+		return nil
+	}
+	list := make([]string, len(allowed))
+	for i, m := range allowed {
+		list[i] = strconv.Itoa(m)
+	}
+	return fmt.Errorf("fleetMemoryMiB %d is not a Fargate size for fleetCpu %d: fleetCpu %d allows fleetMemoryMiB %s", mem, cpu, cpu, strings.Join(list, ", "))
 }
 
 var (
@@ -335,26 +530,34 @@ func checkCertificatesPEM(s string) error {
 }
 
 // ConfigFromContext reads the configuration from scope's CDK context (`cdk
-// -c key=value`, cdk.json's "context"), on top of Defaults.
+// -c key=value`, cdk.json's "context"), on top of Defaults. A key the
+// context does not set is taken from the stage's block in StagesKey, if
+// any; a block may hold only keys read here.
 func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	c := Defaults()
 	node := scope.Node()
+	var errs []string
+	if v := node.TryGetContext(jsii.String("stage")); v != nil {
+		if s := contextString(v); s != "" {
+			c.Stage = s
+		}
+	}
+	block, err := stageBlock(node.TryGetContext(jsii.String(StagesKey)), c.Stage)
+	if err != nil {
+		errs = append(errs, err.Error())
+	}
+	read := map[string]bool{} // the keys read, which a block may hold
 	str := func(key string) (string, bool) {
+		read[key] = true
 		v := node.TryGetContext(jsii.String(key))
+		if v == nil {
+			v = block[key]
+		}
 		if v == nil {
 			return "", false
 		}
-		switch v := v.(type) {
-		case string:
-			return strings.TrimSpace(v), true
-		case float64:
-			return strconv.FormatFloat(v, 'f', -1, 64), true
-		case bool:
-			return strconv.FormatBool(v), true
-		}
-		return fmt.Sprint(v), true
+		return contextString(v), true
 	}
-	var errs []string
 	num := func(key string, dst *int) {
 		if s, ok := str(key); ok && s != "" {
 			n, err := strconv.Atoi(s)
@@ -364,9 +567,6 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 			}
 			*dst = n
 		}
-	}
-	if s, ok := str("stage"); ok && s != "" {
-		c.Stage = s
 	}
 	list := func(key string, dst *[]string) {
 		if s, ok := str(key); ok {
@@ -384,12 +584,18 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 		errs = append(errs, "context urgentConcurrencyMin is no longer read: the urgent lane runs at urgentConcurrencyMax "+
 			"(a cap, not a reservation: Lambda's SQS scaling fills it as the queue needs, and an idle lane holds nothing); remove it")
 	}
+	list("allowedSources", &c.AllowedSources)
+	list("privateLinkPrincipals", &c.PrivateLinkPrincipals)
 	num("urgentConcurrencyMax", &c.UrgentConcurrencyMax)
 	num("bulkConcurrencyMin", &c.BulkConcurrencyMin)
 	num("bulkConcurrencyMax", &c.BulkConcurrencyMax)
 	num("compileMemoryMiB", &c.CompileMemoryMiB)
 	num("compileTimeoutSeconds", &c.CompileTimeoutSeconds)
-	num("fleetDesiredCount", &c.FleetDesiredCount)
+	if _, set := str("fleetDesiredCount"); set {
+		errs = append(errs, "context fleetDesiredCount is gone: the service sets no desired count (Application Auto Scaling owns it, "+
+			"and a deploy no longer resets a scaled-out fleet); use fleetMinCount for the autoscaling minimum")
+	}
+	num("fleetMinCount", &c.FleetMinCount)
 	num("fleetMaxCount", &c.FleetMaxCount)
 	num("fleetCpu", &c.FleetCPU)
 	num("fleetMemoryMiB", &c.FleetMemoryMiB)
@@ -399,9 +605,9 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 		errs = append(errs, "context catalogRetentionDays is retired: it expired catalogs by age, those nodes still pointed at too; "+
 			"catalogs no node refers to are removed supersededCatalogDays (default 7) after they were superseded (docs/operations.md, Retention): remove the key")
 	}
-	if c.FleetMaxCount < c.FleetDesiredCount {
+	if c.FleetMaxCount < c.FleetMinCount {
 		if _, set := str("fleetMaxCount"); !set {
-			c.FleetMaxCount = c.FleetDesiredCount // a larger desired count raises the default maximum
+			c.FleetMaxCount = c.FleetMinCount // a larger minimum raises the default maximum
 		}
 	}
 	boolean := func(key string, dst *bool) {
@@ -417,6 +623,11 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	boolean("fleet", &c.Fleet)
 	boolean("compileFunction", &c.CompileFunction)
 	boolean("presenceOldIndex", &c.PresenceOldIndex)
+	boolean("internal", &c.Internal)
+	boolean("retain", &c.Retain)
+	boolean("protect", &c.Protect)
+	c.AutoDeleteObjects = !c.Retain
+	boolean("autoDeleteObjects", &c.AutoDeleteObjects)
 	if s, ok := str("alarmEmail"); ok {
 		c.AlarmEmail = s
 	}
@@ -438,9 +649,6 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 			*dst = d
 		}
 	}
-	if c.Local() {
-		c.CompileDeployment = DeployAllAtOnce // LocalStack has no CodeDeploy
-	}
 	text("compileDeployment", &c.CompileDeployment)
 	p := &c.PuppetDB
 	list("puppetdbUrls", &p.URLs)
@@ -452,8 +660,62 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	text("puppetdbSecurityGroupId", &p.SecurityGroupID)
 	duration("puppetdbQueryRefresh", &p.QueryRefresh)
 	text("storeconfigs", &p.Storeconfigs)
+	text("caKeySecret", &c.CAKeySecret)
+	text("account", &c.Account)
+	text("region", &c.Region)
+	keys := make([]string, 0, len(block))
+	for k := range block {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !read[k] {
+			errs = append(errs, fmt.Sprintf("context %s.%s.%s: %s is not a context key of the stack (infra/README.md lists them)", StagesKey, c.Stage, k, k))
+		}
+	}
 	if len(errs) > 0 {
 		return c, fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return c, c.Validate()
+}
+
+// contextString is a context value as text: JSON numbers and booleans as Go
+// formats them, a JSON list (a stage block may hold one) joined by commas.
+func contextString(v interface{}) string {
+	switch v := v.(type) {
+	case string:
+		return strings.TrimSpace(v)
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	case bool:
+		return strconv.FormatBool(v)
+	case []interface{}:
+		parts := make([]string, 0, len(v))
+		for _, e := range v {
+			parts = append(parts, contextString(e))
+		}
+		return strings.Join(parts, ",")
+	}
+	return fmt.Sprint(v)
+}
+
+// stageBlock returns stage's block of the stage blocks v (the context
+// value of StagesKey); nil when there is none.
+func stageBlock(v interface{}, stage string) (map[string]interface{}, error) {
+	if v == nil {
+		return nil, nil
+	}
+	blocks, ok := v.(map[string]interface{})
+	if !ok {
+		return nil, fmt.Errorf("context %s: want an object of stage blocks (stage name to its context values), not %T", StagesKey, v)
+	}
+	b, ok := blocks[stage]
+	if !ok || b == nil {
+		return nil, nil
+	}
+	block, ok := b.(map[string]interface{})
+	if !ok {
+		return nil, fmt.Errorf("context %s.%s: want an object of context values, not %T", StagesKey, stage, b)
+	}
+	return block, nil
 }

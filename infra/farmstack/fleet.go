@@ -3,6 +3,7 @@ package farmstack
 import (
 	"maps"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapplicationautoscaling"
@@ -43,6 +44,23 @@ const (
 	CPUTargetPercent = 60
 )
 
+// GoMemLimitPercent is the share of the task's memory given to broker
+// serve as GOMEMLIMIT. Without a limit Go's collector lets the heap grow to
+// twice the live data (GOGC 100): the front door's caches plus the PCP
+// broker's connections (20,000 pxp-agents on a task) can then pass the
+// task's memory, the task is OOM-killed and every agent it held reconnects
+// at once. With it the collector works harder as the heap nears the limit.
+// 85%, not 100%: the limit covers only the Go runtime's memory, and the
+// rest of the container's cgroup counts too (the page cache of the work
+// directory and of the logs being written, the kernel's socket buffers
+// of 20,000 connections, memory the runtime has freed but not yet returned
+// to the kernel).
+const GoMemLimitPercent = 85
+
+// GoMemLimit is the fleet container's GOMEMLIMIT: GoMemLimitPercent of the
+// task's memory, in MiB (the unit suffix the Go runtime reads).
+func GoMemLimit(cfg Config) string { return itoa(cfg.FleetMemoryMiB*GoMemLimitPercent/100) + "MiB" }
+
 // EMFInterval is how often each task writes its front door metrics as an
 // embedded-metric-format line (serve's --emf-interval): CloudWatch's
 // standard resolution, one data point a minute.
@@ -58,8 +76,13 @@ type Fleet struct {
 	Cluster      awsecs.Cluster
 	Service      awsecs.FargateService
 	LoadBalancer awselasticloadbalancingv2.NetworkLoadBalancer
-	TargetGroups map[int]awselasticloadbalancingv2.NetworkTargetGroup // by listener port
-	Logs         awslogs.LogGroup
+	// LoadBalancerSecurityGroup admits allowedSources to the listeners.
+	LoadBalancerSecurityGroup awsec2.SecurityGroup
+	// EndpointService is the NLB's PrivateLink service; nil without
+	// privateLinkPrincipals.
+	EndpointService awsec2.VpcEndpointService
+	TargetGroups    map[int]awselasticloadbalancingv2.NetworkTargetGroup // by listener port
+	Logs            awslogs.LogGroup
 }
 
 // FleetProps are what the fleet is wired to.
@@ -104,10 +127,11 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 	st, q := p.Storage, p.Queues
 
 	// Two AZs, tasks in private subnets behind one NAT gateway (one per AZ
-	// for prod), plus free gateway endpoints so S3 and DynamoDB traffic,
-	// most of a task's, does not go through the NAT.
+	// for a protected stage, which then survives the loss of a zone), plus
+	// free gateway endpoints so S3 and DynamoDB traffic, most of a task's,
+	// does not go through the NAT.
 	nats := 1
-	if cfg.Prod() {
+	if cfg.Protected() {
 		nats = 2
 	}
 	vpcProps := &awsec2.VpcProps{
@@ -141,14 +165,7 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		Vpc:         f.Vpc,
 	})
 
-	f.LoadBalancer = awselasticloadbalancingv2.NewNetworkLoadBalancer(f.Construct, jsii.String("Nlb"), &awselasticloadbalancingv2.NetworkLoadBalancerProps{
-		// No LoadBalancerName or TargetGroupName: those are limited to 32
-		// characters, too few for compilefarm-<stage>-...; CloudFormation
-		// names them after the stack (which carries the stage).
-		Vpc:              f.Vpc,
-		InternetFacing:   jsii.Bool(true),
-		CrossZoneEnabled: jsii.Bool(true),
-	})
+	f.newLoadBalancer(cfg)
 
 	f.Logs = awslogs.NewLogGroup(f.Construct, jsii.String("Logs"), &awslogs.LogGroupProps{
 		LogGroupName:  jsii.String("/compilefarm/" + cfg.Stage + "/fleet"),
@@ -184,7 +201,6 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		jsii.String("--urgent-queue-url"), q.Urgent.Queue.QueueUrl(),
 		jsii.String("--bulk-queue-url"), q.Bulk.Queue.QueueUrl(),
 		jsii.String("--ca-table"), st.Table(dynamostate.RoleCA).TableName(),
-		jsii.String("--ca-key-secret"), jsii.String(st.CAKeySecretName),
 		// The PCP broker: its listener, where it records which task holds
 		// each client (presence) and the run jobs, and the prefix of the
 		// per-task SQS inboxes the tasks pass messages through.
@@ -200,11 +216,12 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		jsii.String("--emf-interval"), jsii.String(EMFInterval),
 		jsii.String("--emf-stage"), jsii.String(cfg.Stage),
 	}
+	env := &map[string]*string{"GOMEMLIMIT": jsii.String(GoMemLimit(cfg))}
+	command = append(command, caKeyArgs(st)...)
 	// On AWS the SDK finds every endpoint itself; an emulator (LocalStack:
 	// awsEndpointURL) is one endpoint for all services.
-	var env *map[string]*string
 	if cfg.AWSEndpointURL != "" {
-		env = &map[string]*string{"AWS_ENDPOINT_URL": jsii.String(cfg.AWSEndpointURL)}
+		(*env)["AWS_ENDPOINT_URL"] = jsii.String(cfg.AWSEndpointURL)
 	}
 	// The PuppetDB sink and its drainer, the query refresh and
 	// storeconfigs (puppetdb.go); the client identity and CA come in as
@@ -214,12 +231,7 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		command = append(command, pdb.ServeArgs()...)
 		// The queries compiles made of PuppetDB, which the tasks run again.
 		command = append(command, jsii.String("--queries-table"), st.Table(dynamostate.RoleQueries).TableName())
-		if e := pdb.ServeEnvironment(); len(e) > 0 {
-			if env == nil {
-				env = &map[string]*string{}
-			}
-			maps.Copy(*env, e)
-		}
+		maps.Copy(*env, pdb.ServeEnvironment())
 		if s := pdb.ServeSecrets(); len(s) > 0 {
 			secrets = &s
 		}
@@ -253,13 +265,19 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 	// PuppetDB outbox), and the CA key (cakey's GetSecretValue).
 	role := task.TaskRole()
 	grantFleet(role, cfg, st, q, p.PuppetDB)
-	st.CAKeySecret.GrantRead(role, nil)
+	grantCAKey(role, st)
 
 	f.Service = awsecs.NewFargateService(f.Construct, jsii.String("Service"), &awsecs.FargateServiceProps{
-		ServiceName:       jsii.String(cfg.Name("front-door")),
-		Cluster:           f.Cluster,
-		TaskDefinition:    task,
-		DesiredCount:      jsii.Number(cfg.FleetDesiredCount),
+		ServiceName:    jsii.String(cfg.Name("front-door")),
+		Cluster:        f.Cluster,
+		TaskDefinition: task,
+		// No DesiredCount: Application Auto Scaling owns the count (below).
+		// One in the template would reset a scaled-out fleet to it on every
+		// deploy, mid-herd. Without it (and with the feature flag
+		// @aws-cdk/aws-ecs:removeDefaultDesiredCount, on in aws-cdk-lib v2)
+		// the template has none: CloudFormation starts a new service with
+		// one task, registering the scalable target raises it to
+		// fleetMinCount, and updates leave the count alone.
 		MinHealthyPercent: jsii.Number(100),
 		MaxHealthyPercent: jsii.Number(200),
 		CircuitBreaker:    &awsecs.DeploymentCircuitBreaker{Rollback: jsii.Bool(true)},
@@ -269,12 +287,17 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		// loads the CA; give it time before the NLB's checks count.
 		HealthCheckGracePeriod: awscdk.Duration_Seconds(jsii.Number(60)),
 	})
-	// The NLB has no security group and does not preserve client IPs for
-	// IP targets: connections reach the tasks from the NLB's addresses in
-	// the VPC.
+	// The tasks admit the listeners' ports from the NLB's security group
+	// only (and the health checks, which come from the NLB's addresses).
+	// That holds with client IPs preserved (below): a rule naming the
+	// NLB's security group admits what the NLB forwards whatever source
+	// address the packet carries (AWS, "Security groups for your Network
+	// Load Balancer"), so the tasks need no rule for allowedSources. One
+	// would only add a path around the NLB for networks that route into
+	// the VPC (a VPN, Direct Connect, a peering), past its checks.
 	for _, port := range []int{FrontDoorPort, PCPPort} {
-		f.Service.Connections().AllowFrom(awsec2.Peer_Ipv4(f.Vpc.VpcCidrBlock()), awsec2.Port_Tcp(jsii.Number(port)),
-			jsii.String("NLB to the tasks"))
+		f.Service.Connections().AllowFrom(f.LoadBalancer.Connections(), awsec2.Port_Tcp(jsii.Number(port)),
+			jsii.String("from the NLB only"))
 	}
 
 	for _, port := range []int{FrontDoorPort, PCPPort} {
@@ -286,6 +309,16 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		tg := ln.AddTargets(jsii.String("Targets"+itoa(port)), &awselasticloadbalancingv2.AddNetworkTargetsProps{
 			Port:     jsii.Number(port),
 			Protocol: awselasticloadbalancingv2.Protocol_TCP,
+			// Client IP preservation (off by default for ip targets): the
+			// tasks see the agent's address, not the NLB's. The front door
+			// logs it with every certificate request it accepts or refuses
+			// (the CA's record of who asked for a name), every refusal at
+			// capacity and every forbidden request; the PCP broker with
+			// every connection and refusal. Without it those lines all name
+			// the NLB's private addresses, and a limit per client could not
+			// tell clients apart. (PrivateLink traffic always arrives from
+			// the NLB's address.)
+			PreserveClientIp: jsii.Bool(true),
 			Targets: &[]awselasticloadbalancingv2.INetworkLoadBalancerTarget{
 				f.Service.LoadBalancerTarget(&awsecs.LoadBalancerTargetOptions{
 					ContainerName: jsii.String("broker"), ContainerPort: jsii.Number(port), Protocol: awsecs.Protocol_TCP,
@@ -310,7 +343,7 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 	// CPU target tracking: the front door's work (TLS, catalog and report
 	// handling) is CPU bound; memory follows the per-task cache size.
 	scaling := f.Service.AutoScaleTaskCount(&awsapplicationautoscaling.EnableScalingProps{
-		MinCapacity: jsii.Number(cfg.FleetDesiredCount),
+		MinCapacity: jsii.Number(cfg.FleetMinCount),
 		MaxCapacity: jsii.Number(cfg.FleetMaxCount),
 	})
 	scaling.ScaleOnCpuUtilization(jsii.String("Cpu"), &awsecs.CpuUtilizationScalingProps{
@@ -319,6 +352,117 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 		ScaleInCooldown:          awscdk.Duration_Seconds(jsii.Number(300)),
 	})
 	return f
+}
+
+// caKeyArgs are serve's CA key flags: --ca-key-kms with the KMS key's ARN
+// (its ARN, not the alias: re-pointing the alias cannot change which key
+// the fleet signs with), or --ca-key-secret with caKeySecret's ARN.
+func caKeyArgs(st *Storage) []*string {
+	if st.CAKey != nil {
+		return []*string{jsii.String("--ca-key-kms"), st.CAKey.KeyArn()}
+	}
+	return []*string{jsii.String("--ca-key-secret"), st.CAKeySecret.SecretArn()}
+}
+
+// CAKeyActions are what a CA signing with a KMS key calls: Sign for
+// certificates and CRLs, GetPublicKey and DescribeKey when it opens the
+// key. Nothing that reads, exports or changes a key.
+var CAKeyActions = []string{"kms:Sign", "kms:GetPublicKey", "kms:DescribeKey"}
+
+// grantCAKey lets role use the CA's key: CAKeyActions on the KMS key only,
+// or GetSecretValue on caKeySecret's secret (its KMS key, if the site
+// encrypted it with its own, needs kms:Decrypt from the site: the stack
+// cannot know it).
+func grantCAKey(role awsiam.IRole, st *Storage) {
+	if st.CAKey != nil {
+		st.CAKey.Grant(role, *jsii.Strings(CAKeyActions...)...)
+		return
+	}
+	role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:       jsii.String("CAKeySecret"),
+		Actions:   jsii.Strings("secretsmanager:GetSecretValue"),
+		Resources: jsii.Strings(*st.CAKeySecret.SecretArn()),
+	}))
+}
+
+// newLoadBalancer declares the NLB and its security group: 8140 and 8142
+// from allowedSources only, out to the tasks only; internet-facing unless
+// internal; a PrivateLink endpoint service with privateLinkPrincipals.
+func (f *Fleet) newLoadBalancer(cfg Config) {
+	// AllowAllOutbound false: the NLB's only outbound rules are to the
+	// tasks' security group (the service's AllowFrom, in NewFleet), which
+	// also carry the health checks (subject to outbound rules, not
+	// inbound ones).
+	f.LoadBalancerSecurityGroup = awsec2.NewSecurityGroup(f.Construct, jsii.String("NlbSecurityGroup"), &awsec2.SecurityGroupProps{
+		Vpc:              f.Vpc,
+		Description:      jsii.String("compilefarm " + cfg.Stage + ": the front door's NLB, 8140 and 8142 from allowedSources"),
+		AllowAllOutbound: jsii.Bool(false),
+	})
+	for _, peer := range allowedPeers(f.Construct, cfg) {
+		for _, port := range []int{FrontDoorPort, PCPPort} {
+			f.LoadBalancerSecurityGroup.AddIngressRule(peer, awsec2.Port_Tcp(jsii.Number(port)), jsii.String("allowedSources"), nil)
+		}
+	}
+	props := &awselasticloadbalancingv2.NetworkLoadBalancerProps{
+		// No LoadBalancerName or TargetGroupName: those are limited to 32
+		// characters, too few for compilefarm-<stage>-...; CloudFormation
+		// names them after the stack (which carries the stage).
+		Vpc: f.Vpc,
+		// internal: private addresses only, in the private subnets, for
+		// agents that reach the VPC by VPN, Direct Connect, a peering or
+		// PrivateLink. Changing it replaces the NLB (a new DNS name).
+		InternetFacing:   jsii.Bool(!cfg.Internal),
+		CrossZoneEnabled: jsii.Bool(true),
+		// protect: agents know the farm by the NLB's DNS name (or a CNAME
+		// to it); a new NLB is a new name.
+		DeletionProtection: jsii.Bool(cfg.Protect),
+		// AWS attaches security groups to an NLB only when it is created:
+		// an NLB made without one never gets one (so this construct's ID
+		// is new: a stack from before had an NLB without, which
+		// CloudFormation now replaces).
+		SecurityGroups: &[]awsec2.ISecurityGroup{f.LoadBalancerSecurityGroup},
+	}
+	if len(cfg.PrivateLinkPrincipals) > 0 {
+		// PrivateLink traffic comes from the consumers' endpoints, in
+		// their VPCs; who may connect is decided by the endpoint service
+		// (the principals that may create an endpoint, each connection
+		// accepted by hand), and each consumer's endpoint security group
+		// narrows it on their side. Inbound rules for their addresses
+		// would have to be guessed here.
+		props.EnforceSecurityGroupInboundRulesOnPrivateLinkTraffic = jsii.Bool(false)
+	}
+	f.LoadBalancer = awselasticloadbalancingv2.NewNetworkLoadBalancer(f.Construct, jsii.String("FrontDoorNlb"), props)
+	if len(cfg.PrivateLinkPrincipals) > 0 {
+		principals := make([]awsiam.ArnPrincipal, len(cfg.PrivateLinkPrincipals))
+		for i, p := range cfg.PrivateLinkPrincipals {
+			principals[i] = awsiam.NewArnPrincipal(jsii.String(p))
+		}
+		f.EndpointService = awsec2.NewVpcEndpointService(f.Construct, jsii.String("EndpointService"), &awsec2.VpcEndpointServiceProps{
+			VpcEndpointServiceLoadBalancers: &[]awsec2.IVpcEndpointServiceLoadBalancer{f.LoadBalancer},
+			AcceptanceRequired:              jsii.Bool(true),
+			AllowedPrincipals:               &principals,
+		})
+	}
+}
+
+// allowedPeers are the NLB's sources: allowedSources, or 0.0.0.0/0 with a
+// synth warning (only a disposable stage may leave them out: Validate).
+func allowedPeers(scope constructs.Construct, cfg Config) []awsec2.IPeer {
+	if len(cfg.AllowedSources) == 0 {
+		awscdk.Annotations_Of(scope).AddWarningV2(jsii.String("compilefarm:openFrontDoor"), jsii.String(
+			"the NLB admits 8140 and 8142 from 0.0.0.0/0: the CA's certificate requests (unauthenticated) and PCP are open to the internet; "+
+				"set allowedSources (CIDRs, prefix lists) in the stage's block of infra/cdk.json"))
+		return []awsec2.IPeer{awsec2.Peer_AnyIpv4()}
+	}
+	peers := make([]awsec2.IPeer, len(cfg.AllowedSources))
+	for i, src := range cfg.AllowedSources {
+		if strings.HasPrefix(src, "pl-") {
+			peers[i] = awsec2.Peer_PrefixList(jsii.String(src))
+		} else {
+			peers[i] = awsec2.Peer_Ipv4(jsii.String(src))
+		}
+	}
+	return peers
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

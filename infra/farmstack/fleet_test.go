@@ -1,12 +1,16 @@
 package farmstack
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
 )
 
@@ -70,14 +74,22 @@ func TestFleetLoadBalancer(t *testing.T) {
 // resources, flags serve knows, and the NLB's DNS name among the
 // certificate's names; the metrics port is not on the NLB.
 func TestFleetTask(t *testing.T) {
-	s := synth(t, map[string]string{"dnsAltNames": "puppet.example.com, farm.example.com", "fleetCpu": "2048", "fleetMemoryMiB": "4096", "fleetDesiredCount": "3"})
+	s := synth(t, map[string]string{"dnsAltNames": "puppet.example.com, farm.example.com", "fleetCpu": "2048", "fleetMemoryMiB": "4096", "fleetMinCount": "3"})
 	_, task := s.find(t, "AWS::ECS::TaskDefinition", "Cpu", "2048")
 	if task["Memory"] != "4096" || !containsAll(jsonString(task["RuntimePlatform"]), `"ARM64"`) {
 		t.Errorf("task Memory %v RuntimePlatform %s", task["Memory"], jsonString(task["RuntimePlatform"]))
 	}
+	// D3: Application Auto Scaling owns the task count. A DesiredCount in
+	// the template would reset a scaled-out fleet to it on every deploy;
+	// without one, ECS starts a new service with one task and registering
+	// the scalable target raises it to MinCapacity.
 	_, svc := s.find(t, "AWS::ECS::Service", "LaunchType", "FARGATE")
-	if num(svc["DesiredCount"]) != 3 {
-		t.Errorf("DesiredCount = %v", svc["DesiredCount"])
+	if dc, ok := svc["DesiredCount"]; ok {
+		t.Errorf("the service sets DesiredCount %v: every deploy would reset the scaled fleet to it", dc)
+	}
+	_, target := firstID(s.resources("AWS::ApplicationAutoScaling::ScalableTarget"))
+	if p := props(target); num(p["MinCapacity"]) != 3 || num(p["MaxCapacity"]) != 10 || p["ScalableDimension"] != "ecs:service:DesiredCount" {
+		t.Errorf("scalable target %s, want ecs:service:DesiredCount from 3 to 10", jsonString(p))
 	}
 	cds := task["ContainerDefinitions"].([]interface{})
 	if len(cds) != 1 {
@@ -107,13 +119,19 @@ func TestFleetTask(t *testing.T) {
 		}
 	}
 	for f := range flags {
-		if !known[f] {
+		if _, pending := pendingBrokerFlags[f]; !known[f] && !pending {
 			t.Errorf("the container passes --%s, which broker does not define", f)
 		}
 	}
+	for f, why := range pendingBrokerFlags {
+		if known[f] {
+			t.Errorf("broker defines --%s now: remove it from pendingBrokerFlags (%s)", f, why)
+		}
+	}
 	bucketID, _ := firstID(s.resources("AWS::S3::Bucket"))
+	keyID, _ := firstID(s.resources("AWS::KMS::Key"))
 	for flag, ref := range map[string]string{
-		"backend": `"aws"`, "bucket": bucketID, "ca-key-secret": `"compilefarm/dev/ca-key"`,
+		"backend": `"aws"`, "bucket": bucketID, "ca-key-kms": keyID,
 		"metrics-listen": "9140", "listen": "8140",
 		// The PCP broker on the port the NLB forwards, its inboxes where
 		// the task role may create them (TestLeastPrivilege).
@@ -170,6 +188,13 @@ func TestFleetTask(t *testing.T) {
 			}
 		}
 	}
+}
+
+// pendingBrokerFlags are flags the stack passes to broker serve before
+// broker defines them, each with who adds it; TestFleetTask fails once
+// broker does, so that the entry goes.
+var pendingBrokerFlags = map[string]string{
+	"ca-key-kms": "issue 23: the KMS CA key driver adds --ca-key-kms to broker serve and broker ca init",
 }
 
 // TestNoFleet: fleet=false leaves out the VPC, ECS and the NLB.
@@ -245,4 +270,186 @@ func TestFleetEndpointURL(t *testing.T) {
 	if !found {
 		t.Errorf("awsEndpointURL=%s: the container's environment is %s", url, jsonString(env))
 	}
+}
+
+// TestFleetMemory (D7): the container's GOMEMLIMIT is 85% of the task's
+// memory, so Go's collector works harder as the heap nears the task's
+// limit instead of letting the caches and 20,000 PCP connections pass it
+// (an OOM kill, then every agent reconnecting at once).
+func TestFleetMemory(t *testing.T) {
+	for _, c := range []struct {
+		ctx  map[string]string
+		want string
+	}{{nil, "1740MiB"}, {map[string]string{"fleetCpu": "2048", "fleetMemoryMiB": "4096"}, "3481MiB"}} {
+		s := synth(t, c.ctx)
+		_, task := firstID(s.resources("AWS::ECS::TaskDefinition"))
+		cds, _ := props(task)["ContainerDefinitions"].([]interface{})
+		if len(cds) != 1 {
+			t.Fatalf("%d containers", len(cds))
+		}
+		var got interface{}
+		for _, e := range asList(cds[0].(map[string]interface{})["Environment"]) {
+			if e := e.(map[string]interface{}); e["Name"] == "GOMEMLIMIT" {
+				got = e["Value"]
+			}
+		}
+		if got != c.want {
+			t.Errorf("%v: GOMEMLIMIT = %v, want %s (85%% of the task's %v MiB)", c.ctx, got, c.want, props(task)["Memory"])
+		}
+	}
+}
+
+// TestFleetNetwork (item 3, D1): the NLB has a security group admitting
+// 8140 and 8142 from allowedSources only (CIDRs and prefix lists); a
+// disposable stage without them admits 0.0.0.0/0 with a synth warning, a
+// protected one does not synth (TestNetworkConfig). The tasks admit 8140
+// and 8142 from the NLB's security group only, which holds with client
+// IPs preserved (the target groups do, for the front door's and the PCP
+// broker's logs). internal makes the NLB internal.
+func TestFleetNetwork(t *testing.T) {
+	s := synth(t, protectedStage("prd"))
+	lbID, lb := firstID(s.resources("AWS::ElasticLoadBalancingV2::LoadBalancer"))
+	lbp := props(lb)
+	if lbp["Scheme"] != "internet-facing" {
+		t.Errorf("Scheme %v, want internet-facing by default", lbp["Scheme"])
+	}
+	lbSG := sgRef(t, lbp["SecurityGroups"], "the NLB")
+	want := map[string]bool{}
+	for _, src := range []string{"CidrIp=203.0.113.0/24", "SourcePrefixListId=pl-0123456789abcdef0"} {
+		for _, port := range []string{"8140", "8142"} {
+			want[src+" tcp "+port] = true
+		}
+	}
+	if got := s.sgRules(lbSG, "Ingress"); !reflect.DeepEqual(got, want) {
+		t.Errorf("the NLB's security group admits %v, want %v", keysOf(got), keysOf(want))
+	}
+	// Out of the NLB only to the tasks: the listeners' ports, 8140 also
+	// the health checks' (subject to the NLB's outbound rules).
+	_, svc := firstID(s.resources("AWS::ECS::Service"))
+	svcSG := sgRef(t, digMap(props(svc), "NetworkConfiguration", "AwsvpcConfiguration")["SecurityGroups"], "the service")
+	wantOut := map[string]bool{"DestinationSecurityGroupId=" + svcSG + " tcp 8140": true, "DestinationSecurityGroupId=" + svcSG + " tcp 8142": true}
+	if got := s.sgRules(lbSG, "Egress"); !reflect.DeepEqual(got, wantOut) {
+		t.Errorf("the NLB's security group lets out %v, want %v", keysOf(got), keysOf(wantOut))
+	}
+	wantIn := map[string]bool{"SourceSecurityGroupId=" + lbSG + " tcp 8140": true, "SourceSecurityGroupId=" + lbSG + " tcp 8142": true}
+	if got := s.sgRules(svcSG, "Ingress"); !reflect.DeepEqual(got, wantIn) {
+		t.Errorf("the tasks' security group admits %v, want %v (the NLB's security group only)", keysOf(got), keysOf(wantIn))
+	}
+	for id, r := range s.resources("AWS::ElasticLoadBalancingV2::TargetGroup") {
+		if !containsAll(jsonString(props(r)["TargetGroupAttributes"]), `{"Key":"preserve_client_ip.enabled","Value":"true"}`) {
+			t.Errorf("target group %s attributes %s: client IPs not preserved", id, jsonString(props(r)["TargetGroupAttributes"]))
+		}
+	}
+	if n := len(s.resources("AWS::EC2::VPCEndpointService")); n != 0 {
+		t.Errorf("%d endpoint services without privateLinkPrincipals", n)
+	}
+	_ = lbID
+
+	// A disposable stage without allowedSources: open, with a warning.
+	d := dev(t)
+	_, dlb := firstID(d.resources("AWS::ElasticLoadBalancingV2::LoadBalancer"))
+	open := map[string]bool{"CidrIp=0.0.0.0/0 tcp 8140": true, "CidrIp=0.0.0.0/0 tcp 8142": true}
+	if got := d.sgRules(sgRef(t, props(dlb)["SecurityGroups"], "the NLB"), "Ingress"); !reflect.DeepEqual(got, open) {
+		t.Errorf("dev without allowedSources: the NLB admits %v, want %v", keysOf(got), keysOf(open))
+	}
+	check(t, "the open NLB's synth warning", func() {
+		assertions.Annotations_FromStack(d.stack.Stack).HasWarning(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String("allowedSources")))
+	})
+
+	// internal: for sites that reach AWS by VPN, Direct Connect or
+	// PrivateLink; with privateLinkPrincipals an endpoint service.
+	ctx := protectedStage("prd")
+	ctx["internal"], ctx["privateLinkPrincipals"] = "true", "arn:aws:iam::210987654321:root"
+	i := synth(t, ctx)
+	_, ilb := firstID(i.resources("AWS::ElasticLoadBalancingV2::LoadBalancer"))
+	if p := props(ilb); p["Scheme"] != "internal" ||
+		!containsAll(jsonString(p), `"EnforceSecurityGroupInboundRulesOnPrivateLinkTraffic":"off"`) {
+		t.Errorf("internal, privateLinkPrincipals: NLB %s", jsonString(p))
+	}
+	esID, es := firstID(i.resources("AWS::EC2::VPCEndpointService"))
+	if p := props(es); p["AcceptanceRequired"] != true || !containsAll(jsonString(p["NetworkLoadBalancerArns"]), `"Ref":"`) {
+		t.Errorf("endpoint service %s", jsonString(p))
+	}
+	_, perm := firstID(i.resources("AWS::EC2::VPCEndpointServicePermissions"))
+	if p := props(perm); jsonString(p["AllowedPrincipals"]) != `["arn:aws:iam::210987654321:root"]` || !containsAll(jsonString(p["ServiceId"]), esID) {
+		t.Errorf("endpoint service permissions %s", jsonString(p))
+	}
+	if !containsAll(jsonString(i.json["Outputs"]), "EndpointServiceName") {
+		t.Errorf("no EndpointServiceName output: %s", jsonString(i.json["Outputs"]))
+	}
+}
+
+// sgRef returns the logical ID of the one security group a SecurityGroups
+// property names.
+func sgRef(t *testing.T, v interface{}, what string) string {
+	t.Helper()
+	l := asList(v)
+	if len(l) != 1 {
+		t.Fatalf("%s has security groups %s, want one", what, jsonString(v))
+	}
+	if m, ok := l[0].(map[string]interface{}); ok {
+		if ga, ok := m["Fn::GetAtt"].([]interface{}); ok && len(ga) == 2 && ga[1] == "GroupId" {
+			return ga[0].(string)
+		}
+	}
+	t.Fatalf("%s's security group %s is not one of the stack's", what, jsonString(l[0]))
+	return ""
+}
+
+// sgRules returns the rules of direction dir ("Ingress" or "Egress") of the
+// security group sgID, inline and as separate resources, as "PEER=VALUE
+// PROTOCOL PORT" (a security group peer by logical ID); CDK's placeholder
+// that denies all egress is left out.
+func (s *synthed) sgRules(sgID, dir string) map[string]bool {
+	var rules []interface{}
+	if sg, ok := s.resources("AWS::EC2::SecurityGroup")[sgID]; ok {
+		rules = append(rules, asList(props(sg)["SecurityGroup"+dir])...)
+	}
+	for _, r := range s.resources("AWS::EC2::SecurityGroup" + dir) {
+		p := props(r)
+		if jsonString(p["GroupId"]) == `{"Fn::GetAtt":["`+sgID+`","GroupId"]}` {
+			rules = append(rules, p)
+		}
+	}
+	out := map[string]bool{}
+	for _, r := range rules {
+		r := r.(map[string]interface{})
+		if r["CidrIp"] == "255.255.255.255/32" && r["IpProtocol"] == "icmp" {
+			continue // "Disallow all traffic"
+		}
+		peer := ""
+		for _, k := range []string{"CidrIp", "CidrIpv6", "SourcePrefixListId", "DestinationPrefixListId", "SourceSecurityGroupId", "DestinationSecurityGroupId"} {
+			if v, ok := r[k]; ok {
+				if m, ok := v.(map[string]interface{}); ok {
+					if ga, ok := m["Fn::GetAtt"].([]interface{}); ok {
+						v = ga[0]
+					}
+				}
+				peer = fmt.Sprintf("%s=%v", k, v)
+			}
+		}
+		port := fmt.Sprint(r["FromPort"])
+		if r["ToPort"] != r["FromPort"] {
+			port += "-" + fmt.Sprint(r["ToPort"])
+		}
+		out[fmt.Sprintf("%s %v %s", peer, r["IpProtocol"], port)] = true
+	}
+	return out
+}
+
+// digMap follows keys through nested objects.
+func digMap(m map[string]interface{}, keys ...string) map[string]interface{} {
+	for _, k := range keys {
+		m, _ = m[k].(map[string]interface{})
+	}
+	return m
+}
+
+func keysOf(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -22,6 +22,10 @@ import (
 var (
 	repoRoot, scalerDir, outRoot string
 	synths                       = map[string]*synthed{}
+	// cdkContext is infra/cdk.json's "context": what the CDK CLI gives the
+	// app on every synth (the feature flags, the stage blocks), so that the
+	// tests read the template a deploy would get.
+	cdkContext map[string]interface{}
 )
 
 func TestMain(m *testing.M) {
@@ -50,12 +54,44 @@ func runTests(m *testing.M) int {
 			return 1
 		}
 	}
+	if cdkContext, err = readCDKContext(filepath.Join(repoRoot, "infra", "cdk.json")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	if outRoot, err = os.MkdirTemp("", "farmstack-test-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(outRoot)
 	return m.Run()
+}
+
+// readCDKContext returns the "context" object of a cdk.json.
+func readCDKContext(path string) (map[string]interface{}, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f struct {
+		Context map[string]interface{} `json:"context"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Context, nil
+}
+
+// withCDKContext returns cdk.json's context with ctx on top (as `cdk -c`
+// values override cdk.json's).
+func withCDKContext(ctx map[string]interface{}) map[string]interface{} {
+	out := make(map[string]interface{}, len(cdkContext)+len(ctx))
+	for k, v := range cdkContext {
+		out[k] = v
+	}
+	for k, v := range ctx {
+		out[k] = v
+	}
+	return out
 }
 
 // synthed is one synthesis of the stack.
@@ -66,7 +102,8 @@ type synthed struct {
 	out   string // the cloud assembly directory
 }
 
-// synth returns the stack synthesized with the CDK context ctx (cached).
+// synth returns the stack synthesized with the CDK context ctx on top of
+// cdk.json's (cached).
 func synth(t *testing.T, ctx map[string]string) *synthed {
 	t.Helper()
 	keys := make([]string, 0, len(ctx))
@@ -75,11 +112,12 @@ func synth(t *testing.T, ctx map[string]string) *synthed {
 	}
 	sort.Strings(keys)
 	var id strings.Builder
-	appCtx := map[string]interface{}{}
+	given := map[string]interface{}{}
 	for _, k := range keys {
 		fmt.Fprintf(&id, "%s=%s;", k, ctx[k])
-		appCtx[k] = ctx[k]
+		given[k] = ctx[k]
 	}
+	appCtx := withCDKContext(given)
 	if s, ok := synths[id.String()]; ok {
 		return s
 	}
@@ -180,4 +218,44 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// The account and region of the protected stages in the tests.
+const (
+	testAccount = "123456789012"
+	testRegion  = "eu-west-1"
+)
+
+// protectedStage is the context of a stage that keeps the safe defaults
+// (retain, protect): what its block in infra/cdk.json would hold.
+func protectedStage(stage string) map[string]string {
+	return map[string]string{"stage": stage, "account": testAccount, "region": testRegion,
+		"availabilityZones": testRegion + "a," + testRegion + "b", "allowedSources": "203.0.113.0/24,pl-0123456789abcdef0"}
+}
+
+// withAlarmEmail is ctx with an alarm subscription.
+func withAlarmEmail(ctx map[string]string) map[string]string {
+	ctx["alarmEmail"] = "ops@example.com"
+	return ctx
+}
+
+// manifest returns the cloud assembly's manifest.json.
+func (s *synthed) manifest(t *testing.T) map[string]interface{} {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.out, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]interface{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
 }

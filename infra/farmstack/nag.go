@@ -27,7 +27,7 @@ import (
 
 // NagSuppression accepts one cdk-nag finding of the stack.
 type NagSuppression struct {
-	Path string // the construct, under the stack: "Fleet/Nlb/Resource"
+	Path string // the construct, under the stack: "Fleet/FrontDoorNlb/Resource"
 	Rule string // "AwsSolutions-ELB2"; "CdkNagValidationFailure" for a rule that cannot read a value
 	// AppliesTo are the findings of a granular rule it covers (IAM5's
 	// "Resource::..."; CdkNagValidationFailure's rule ID); none: every
@@ -60,7 +60,12 @@ func NagSuppressions(s *FarmStack) []NagSuppression {
 			"(logs:CreateLogStream/PutLogEvents); it grants nothing on the farm's data"
 		ec23 = "EC23 cannot read the ingress source, an intrinsic (the VPC's CIDR block, Fn::GetAtt): no rule admits 0.0.0.0/0"
 	)
-	return []NagSuppression{
+	// A stage with an environment (account, region) names them in ARNs.
+	inboxes := "arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:"
+	if cfg.Account != "" {
+		inboxes = "arn:aws:sqs:" + cfg.Region + ":" + cfg.Account + ":"
+	}
+	out := []NagSuppression{
 		// The compile function.
 		{"Compile/Function/ServiceRole/DefaultPolicy/Resource", "AwsSolutions-IAM5", objects(CompileAccess(true)), objectsReason},
 		{"Compile/Function/ServiceRole/Resource", "AwsSolutions-IAM4",
@@ -77,17 +82,16 @@ func NagSuppressions(s *FarmStack) []NagSuppression {
 				"it only reads metrics (TestWildcardResources pins that it is the only action on *)"},
 		// The fleet.
 		{"Fleet/Task/TaskRole/DefaultPolicy/Resource", "AwsSolutions-IAM5", objects(FleetAccess(true)), objectsReason},
-		{"Fleet/Task/TaskRole/DefaultPolicy/Resource", "AwsSolutions-IAM5",
-			[]string{"Resource::arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:" + PCPInboxPrefix(cfg) + "*"},
+		{"Fleet/Task/TaskRole/DefaultPolicy/Resource", "AwsSolutions-IAM5", []string{"Resource::" + inboxes + PCPInboxPrefix(cfg) + "*"},
 			"IAM5: the wildcard is the name prefix of the PCP inbox queues each task creates at start and deletes when it " +
 				"stops (sqsqueue.Inbox): they are not the stack's, so their names are not known at synth"},
 		{"Fleet/Task/ExecutionRole/DefaultPolicy/Resource", "AwsSolutions-IAM5", []string{"Resource::*"},
 			"IAM5: ecr:GetAuthorizationToken, which ECS calls to pull the image asset, supports no resource-level " +
 				"permission (TestWildcardResources pins that it is the only action on *)"},
 		{"Fleet/Task/Resource", "AwsSolutions-ECS2", nil,
-			"ECS2: the container's plain variables hold no secret (an emulator's endpoint, PuppetDB's CA certificate); " +
+			"ECS2: the container's plain variables hold no secret (GOMEMLIMIT, an emulator's endpoint, PuppetDB's CA certificate); " +
 				"PuppetDB's client key and CA secret come from Secrets Manager (ServeSecrets)"},
-		{"Fleet/Nlb/Resource", "AwsSolutions-ELB2", nil,
+		{"Fleet/FrontDoorNlb/Resource", "AwsSolutions-ELB2", nil,
 			"ELB2: an NLB writes access logs only for TLS listeners; its listeners are TCP (TLS passes through to the tasks, " +
 				"which check client certificates), so there would be nothing to write"},
 		{"Fleet/Cluster/Resource", "AwsSolutions-ECS4", nil,
@@ -97,16 +101,12 @@ func NagSuppressions(s *FarmStack) []NagSuppression {
 		{"Fleet/Vpc/Resource", "AwsSolutions-VPC7", nil,
 			"VPC7: the VPC carries only the stack's tasks and endpoints; the front door logs every connection's certname and " +
 				"refusal itself, and flow logs (charged per GB ingested) are the site's to add to the VPC where an audit needs them"},
-		{"Fleet/Service/SecurityGroup/Resource", "CdkNagValidationFailure", []string{"AwsSolutions-EC23"}, ec23},
 		{"Fleet/Vpc/Sqs/SecurityGroup/Resource", "CdkNagValidationFailure", []string{"AwsSolutions-EC23"}, ec23},
 		// Storage.
 		{"Storage/Content/Resource", "AwsSolutions-S1", nil,
 			"S1: server access logs need a second bucket (itself unlogged); every request to this one is the stack's two " +
 				"roles', which each task counts per operation (awscalls, on /metrics), and CloudTrail data events record " +
 				"them where an audit needs it"},
-		{"Storage/CAKey", "AwsSolutions-SMG4", nil,
-			"SMG4: the secret is the CA's private key: a new value is a new CA (every agent re-enrols), which no rotation " +
-				"Lambda can do; a CA is rotated by the operator (docs/operations.md)"},
 		// The compile image's canary (compileDeployment=canary).
 		{"Compile/Deployment/ServiceRole/Resource", "AwsSolutions-IAM4",
 			[]string{"Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSCodeDeployRoleForLambdaLimited"},
@@ -114,6 +114,12 @@ func NagSuppressions(s *FarmStack) []NagSuppression {
 				"alias's weights and reads the rollback alarms, on functions and aliases CodeDeploy is told of; its " +
 				"actions are CodeDeploy's to keep current as its service changes"},
 	}
+	if len(cfg.AllowedSources) == 0 {
+		out = append(out, NagSuppression{"Fleet/NlbSecurityGroup/Resource", "AwsSolutions-EC23", nil,
+			"EC23: only on a disposable stage without allowedSources (synth warns): a protected stage does not synth " +
+				"without the sources its agents come from, and then admits only those (docs/operations.md, Network)"})
+	}
+	return out
 }
 
 // ApplyNag adds the AWS Solutions checks to the stack, as an aspect that

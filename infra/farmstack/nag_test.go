@@ -21,7 +21,7 @@ import (
 func nagContexts(t *testing.T) map[string]map[string]string {
 	return map[string]map[string]string{
 		"dev":                 nil,
-		"prod":                {"stage": "prod", "alarmEmail": "ops@example.com"},
+		"prod":                withAlarmEmail(protectedStage("prod")),
 		"PuppetDB":            pdbFull(),
 		"PuppetDB inline":     pdbInline(t),
 		"PuppetDB own group":  {"puppetdbUrls": testURLs, "puppetdbVpcId": "vpc-0123456789abcdef0", "puppetdbSubnetIds": "subnet-0123456789abcdef0", "puppetdbSecurityGroupId": "sg-0123456789abcdef0"},
@@ -57,10 +57,11 @@ func nagSynth(t *testing.T, ctx map[string]string, suppress bool) (*FarmStack, [
 	if err != nil {
 		t.Fatal(err)
 	}
-	appCtx := map[string]interface{}{}
+	given := map[string]interface{}{}
 	for k, v := range ctx {
-		appCtx[k] = v
+		given[k] = v
 	}
+	appCtx := withCDKContext(given) // as the CLI does
 	func() {
 		defer func() {
 			if r := recover(); r != nil {

@@ -31,15 +31,31 @@ type FarmStack struct {
 	Observability *Observability
 }
 
-// NewFarmStack declares the stage's stack. It has no Env: the stack is
-// environment-agnostic (no lookups), and deploys to the account and region
-// of the credentials the CLI uses.
+// NewFarmStack declares the stage's stack. With account and region (every
+// protected stage has them) the stack has that environment, and a deploy
+// with credentials of another account or region fails; without them it is
+// environment-agnostic and deploys where the CLI's credentials point.
+// Either way it does no lookups: synth needs no AWS access.
 func NewFarmStack(scope constructs.Construct, p Props) *FarmStack {
 	cfg := p.Config
-	stack := awscdk.NewStack(scope, jsii.String(cfg.StackName()), &awscdk.StackProps{
+	props := &awscdk.StackProps{
 		StackName:   jsii.String(cfg.StackName()),
 		Description: jsii.String("compilefarm " + cfg.Stage + ": serverless Puppet compile farm (infra/)"),
-	})
+		// protect: `cdk destroy` and a stack delete fail until it is
+		// turned off.
+		TerminationProtection: jsii.Bool(cfg.Protect),
+	}
+	if cfg.Account != "" {
+		props.Env = &awscdk.Environment{Account: jsii.String(cfg.Account), Region: jsii.String(cfg.Region)}
+	}
+	stack := awscdk.NewStack(scope, jsii.String(cfg.StackName()), props)
+	if cfg.Account != "" && len(cfg.AvailabilityZones) > 0 {
+		// A stack with an environment answers the VPC's question for the
+		// region's zones with a context lookup (AWS credentials at synth,
+		// a cdk.context.json entry); the named zones are the answer, given
+		// as that lookup's context value before anything asks.
+		stack.Node().SetContext(jsii.String(availabilityZonesContextKey(cfg.Account, cfg.Region)), jsii.Strings(cfg.AvailabilityZones...))
+	}
 	awscdk.Tags_Of(stack).Add(jsii.String("compilefarm:stage"), jsii.String(cfg.Stage), nil)
 	s := &FarmStack{Stack: stack, Config: cfg}
 	timeout := awscdk.Duration_Seconds(jsii.Number(cfg.CompileTimeoutSeconds))
@@ -58,6 +74,13 @@ func NewFarmStack(scope constructs.Construct, p Props) *FarmStack {
 	return s
 }
 
+// availabilityZonesContextKey is the context key under which the CDK keeps
+// the result of its availability-zones lookup for an account and region
+// (ContextProvider.getKey: the provider, then the props sorted by name).
+func availabilityZonesContextKey(account, region string) string {
+	return "availability-zones:account=" + account + ":region=" + region
+}
+
 // outputs are what an operator passes to broker (README's walkthrough).
 func (s *FarmStack) outputs() {
 	out := func(id, desc string, v *string) {
@@ -69,7 +92,11 @@ func (s *FarmStack) outputs() {
 	out("NodeIndexTable", "--node-index-table", st.Table(dynamostate.RoleNodeIndex).TableName())
 	out("EnvironmentsTable", "--environments-table", st.Table(dynamostate.RoleEnvironments).TableName())
 	out("CATable", "--ca-table", st.Table(dynamostate.RoleCA).TableName())
-	out("CAKeySecret", "--ca-key-secret", jsii.String(st.CAKeySecretName))
+	if st.CAKey != nil {
+		out("CAKmsKey", "--ca-key-kms", st.CAKey.KeyArn())
+	} else {
+		out("CAKeySecret", "--ca-key-secret", st.CAKeySecret.SecretArn())
+	}
 	out("UrgentQueueUrl", "--urgent-queue-url", q.Urgent.Queue.QueueUrl())
 	out("BulkQueueUrl", "--bulk-queue-url", q.Bulk.Queue.QueueUrl())
 	if s.PuppetDB != nil {
@@ -83,5 +110,8 @@ func (s *FarmStack) outputs() {
 	if s.Fleet != nil {
 		out("LoadBalancerDns", "puppet agent --server", s.Fleet.LoadBalancer.LoadBalancerDnsName())
 		out("Cluster", "the fleet's ECS cluster", s.Fleet.Cluster.ClusterName())
+		if s.Fleet.EndpointService != nil {
+			out("EndpointServiceName", "the PrivateLink service consumers' interface endpoints name", s.Fleet.EndpointService.VpcEndpointServiceName())
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -23,25 +24,38 @@ var supersededTag = map[string]interface{}{"compilefarm-superseded": "true"}
 
 // Storage is the farm's state: the content store bucket (pkg/s3store), the
 // DynamoDB tables (pkg/dynamostate, one per role of dynamostate.Tables())
-// and the Secrets Manager secret of the CA key (pkg/cakey).
+// and the CA's private key: a KMS key, or with caKeySecret a Secrets
+// Manager secret the site made.
 type Storage struct {
 	Construct constructs.Construct // the construct holding the resources
 	Bucket    awss3.Bucket
 	// Tables by dynamostate role (RoleNodes, RoleNodeIndex,
 	// RoleEnvironments, RoleCA, RolePresence, RoleJobs).
 	Tables map[string]awsdynamodb.Table
-	// CAKeySecret is the secret `broker ca init --ca-key-secret` fills;
-	// CAKeySecretName is its name (what `broker ca init` and `broker serve`
-	// are given).
-	CAKeySecret     awssecretsmanager.ISecret
-	CAKeySecretName string
+	// CAKey is the CA's asymmetric KMS key (`broker ca init --ca-key-kms`
+	// makes the CA with it, `broker serve --ca-key-kms` signs with it);
+	// nil with caKeySecret.
+	CAKey awskms.Key
+	// CAKeySecret is the imported CA key's secret (caKeySecret); nil
+	// without.
+	CAKeySecret awssecretsmanager.ISecret
 }
 
-// NewStorage declares the bucket, the tables and the CA key secret.
+// CAKeyBits is the CA key's size: KMS's RSA_4096, the size `broker ca
+// init` makes by default and Puppet Server's CA key.
+const CAKeyBits = 4096
+
+// CAKeyAlias is the CA key's alias: alias/compilefarm/<stage>/ca (a KMS key
+// ID for `broker ca init --ca-key-kms`, and how people find the key).
+func CAKeyAlias(cfg Config) string { return "alias/compilefarm/" + cfg.Stage + "/ca" }
+
+// NewStorage declares the bucket, the tables and the CA key.
 func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 	s := &Storage{Construct: constructs.NewConstruct(scope, jsii.String(id)), Tables: map[string]awsdynamodb.Table{}}
+	// retain (by default): the stage's state outlives the stack, and a
+	// resource CloudFormation replaces keeps its old copy.
 	removal := awscdk.RemovalPolicy_DESTROY
-	if cfg.Prod() {
+	if cfg.Retain {
 		removal = awscdk.RemovalPolicy_RETAIN
 	}
 
@@ -93,11 +107,11 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 		Versioned:      jsii.Bool(false),
 		LifecycleRules: &rules,
 		RemovalPolicy:  removal,
-		// A non-prod stage's bucket is emptied on stack deletion (a custom
-		// resource Lambda); prod keeps it, and stage local (LocalStack,
-		// whose free tier runs no custom resources) leaves it to
-		// LocalStack's own reset.
-		AutoDeleteObjects: jsii.Bool(!cfg.Prod() && !cfg.Local()),
+		// A disposable stage's bucket is emptied on stack deletion (a custom
+		// resource Lambda); a retained one is kept whole, and stage local
+		// (LocalStack, whose free tier runs no custom resources) leaves it
+		// to LocalStack's own reset (its block: autoDeleteObjects false).
+		AutoDeleteObjects: jsii.Bool(cfg.AutoDeleteObjects),
 	})
 
 	// Tables: from dynamostate.Tables(), the one definition of their keys
@@ -116,7 +130,7 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 			PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
 				PointInTimeRecoveryEnabled: jsii.Bool(true),
 			},
-			DeletionProtection: jsii.Bool(cfg.Prod()),
+			DeletionProtection: jsii.Bool(cfg.Protect),
 			RemovalPolicy:      removal,
 		})
 		indexes := spec.Indexes
@@ -141,21 +155,47 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 		s.Tables[spec.Role] = t
 	}
 
-	// The CA key secret, created without a value: CloudFormation creates an
-	// empty secret when neither SecretString nor GenerateSecretString is
-	// given (the L2 Secret would generate a random password, which
-	// `broker ca init` would then refuse as "already holds a key").
-	// cakey.Secret.CreateKey puts the first value into it.
-	s.CAKeySecretName = "compilefarm/" + cfg.Stage + "/ca-key"
-	sec := awssecretsmanager.NewCfnSecret(s.Construct, jsii.String("CAKey"), &awssecretsmanager.CfnSecretProps{
-		Name:        jsii.String(s.CAKeySecretName),
-		Description: jsii.String("compilefarm " + cfg.Stage + ": Puppet CA private key (PEM), written by `broker ca init --ca-key-secret`"),
-	})
-	sec.ApplyRemovalPolicy(removal, nil)
-	s.CAKeySecret = awssecretsmanager.Secret_FromSecretAttributes(s.Construct, jsii.String("CAKeyRef"), &awssecretsmanager.SecretAttributes{
-		SecretCompleteArn: sec.Ref(), // Ref of AWS::SecretsManager::Secret is its full ARN
-	})
+	s.newCAKey(cfg, removal)
 	return s
+}
+
+// newCAKey declares the CA's key: an asymmetric KMS key the fleet signs
+// with, whose private half never leaves KMS (AWS's HSMs), or with
+// caKeySecret a reference to the site's secret.
+func (s *Storage) newCAKey(cfg Config, removal awscdk.RemovalPolicy) {
+	if cfg.CAKeySecret != "" {
+		// The import route: a Puppet Server CA key in Secrets Manager. The
+		// tasks read the private key itself; whoever controls a task holds
+		// the CA. (Importing the key into a KMS key with ImportKeyMaterial
+		// keeps it in KMS instead: docs/operations.md.)
+		s.CAKeySecret = awssecretsmanager.Secret_FromSecretCompleteArn(s.Construct, jsii.String("CAKeySecret"), jsii.String(cfg.CAKeySecret))
+		awscdk.Annotations_Of(s.Construct).AddWarningV2(jsii.String("compilefarm:caKeySecret"), jsii.String(
+			"caKeySecret: the fleet's tasks read the CA's private key from Secrets Manager, so a compromised task is a compromised CA; "+
+				"a KMS key (without caKeySecret) keeps the key inside KMS, and a Puppet Server key can be imported into one (docs/operations.md)"))
+		return
+	}
+	s.CAKey = awskms.NewKey(s.Construct, jsii.String("CAKey"), &awskms.KeyProps{
+		Description: jsii.String("compilefarm " + cfg.Stage + ": the Puppet CA's private key (signs certificates and CRLs; broker --ca-key-kms)"),
+		KeySpec:     awskms.KeySpec_RSA_4096,
+		KeyUsage:    awskms.KeyUsage_SIGN_VERIFY,
+		// The key policy: CDK's default, one statement letting the account
+		// root administer the key, so IAM policies decide who uses it (the
+		// fleet's task role: Sign, GetPublicKey, DescribeKey, fleet.go).
+		// RETAIN whatever the stage's retain says: a stack delete never
+		// schedules the CA key's deletion (every agent certificate would
+		// be orphaned); an operator does, with KMS's 30-day window.
+		RemovalPolicy: awscdk.RemovalPolicy_RETAIN,
+		PendingWindow: awscdk.Duration_Days(jsii.Number(30)),
+	})
+	// The alias follows retain: kept, a second deploy of a deleted stage
+	// stops at it instead of quietly making a new CA key; gone with a
+	// disposable stage (its retained key is then found by its
+	// description; schedule its deletion).
+	awskms.NewAlias(s.Construct, jsii.String("CAKeyAlias"), &awskms.AliasProps{
+		AliasName:     jsii.String(CAKeyAlias(cfg)),
+		TargetKey:     s.CAKey,
+		RemovalPolicy: removal,
+	})
 }
 
 // Table returns the table of a dynamostate role.

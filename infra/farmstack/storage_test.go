@@ -1,7 +1,9 @@
 package farmstack
 
 import (
+	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -207,46 +209,198 @@ func TestPresenceIndex(t *testing.T) {
 	}
 }
 
-// TestRemovalPolicies: prod keeps its state when the stack goes; other
-// stages may delete it.
-func TestRemovalPolicies(t *testing.T) {
-	for _, c := range []struct {
-		stage, policy string
-		protect       bool
-	}{{"dev", "Delete", false}, {"prod", "Retain", true}} {
-		s := synth(t, map[string]string{"stage": c.stage})
-		for _, typ := range []string{"AWS::DynamoDB::Table", "AWS::S3::Bucket", "AWS::SecretsManager::Secret"} {
-			for id, r := range s.resources(typ) {
-				if r["DeletionPolicy"] != c.policy {
-					t.Errorf("%s: %s %s DeletionPolicy = %v, want %s", c.stage, typ, id, r["DeletionPolicy"], c.policy)
-				}
-				if typ == "AWS::DynamoDB::Table" && props(r)["DeletionProtectionEnabled"] != c.protect {
-					t.Errorf("%s: table %s DeletionProtectionEnabled = %v", c.stage, id, props(r)["DeletionProtectionEnabled"])
-				}
+// TestSafeByDefault (D5): whatever a stage is called, its state is
+// retained when the stack goes (tables and bucket RETAIN, the bucket not
+// emptied), its tables, its stack and its load balancer are protected from
+// deletion, and it deploys only to the account and region of its context;
+// a stage is less safe only when its context says so (retain, protect: the
+// committed dev and local blocks of infra/cdk.json).
+func TestSafeByDefault(t *testing.T) {
+	for _, stage := range []string{"prd", "prod-eu", "production"} {
+		s := synth(t, protectedStage(stage))
+		checkRemoval(t, s, stage, "Retain", true)
+		if n := len(s.resources("Custom::S3AutoDeleteObjects")); n != 0 {
+			t.Errorf("%s: %d Custom::S3AutoDeleteObjects: the bucket would be emptied on stack deletion", stage, n)
+		}
+		if tp := s.stack.Stack.TerminationProtection(); tp == nil || !*tp {
+			t.Errorf("%s: the stack has no termination protection", stage)
+		}
+		for id, r := range s.resources("AWS::ElasticLoadBalancingV2::LoadBalancer") {
+			if !containsAll(jsonString(props(r)["LoadBalancerAttributes"]), `{"Key":"deletion_protection.enabled","Value":"true"}`) {
+				t.Errorf("%s: load balancer %s attributes %s: no deletion protection (agents know it by its DNS name)", stage, id, jsonString(props(r)["LoadBalancerAttributes"]))
+			}
+		}
+		if a, r := s.stack.Stack.Account(), s.stack.Stack.Region(); a == nil || *a != testAccount || r == nil || *r != testRegion {
+			t.Errorf("%s: stack environment %v/%v, want %s/%s", stage, deref(a), deref(r), testAccount, testRegion)
+		}
+		// An environment makes the VPC ask for the region's zones; the
+		// named zones answer, so synth does no lookup (offline, no
+		// credentials, nothing in cdk.context.json).
+		if missing := s.manifest(t)["missing"]; missing != nil {
+			t.Errorf("%s: the cloud assembly asks for lookups: %s", stage, jsonString(missing))
+		}
+	}
+	// Only an explicit setting makes a stage disposable: the committed dev
+	// block, or retain/protect given as context.
+	for _, ctx := range []map[string]string{nil, {"stage": "scratch", "retain": "false", "protect": "false"}} {
+		s := synth(t, ctx)
+		checkRemoval(t, s, fmt.Sprint(ctx), "Delete", false)
+		if n := len(s.resources("Custom::S3AutoDeleteObjects")); n != 1 {
+			t.Errorf("%v: %d Custom::S3AutoDeleteObjects, want 1 (a disposable stage's bucket is emptied when it goes)", ctx, n)
+		}
+		if tp := s.stack.Stack.TerminationProtection(); tp != nil && *tp {
+			t.Errorf("%v: termination protection on", ctx)
+		}
+	}
+}
+
+// checkRemoval checks the tables' and the bucket's deletion policy and the
+// tables' deletion protection.
+func checkRemoval(t *testing.T, s *synthed, what, policy string, protect bool) {
+	t.Helper()
+	for _, typ := range []string{"AWS::DynamoDB::Table", "AWS::S3::Bucket"} {
+		rs := s.resources(typ)
+		if len(rs) == 0 {
+			t.Errorf("%s: no %s", what, typ)
+		}
+		for id, r := range rs {
+			if r["DeletionPolicy"] != policy || r["UpdateReplacePolicy"] != policy {
+				t.Errorf("%s: %s %s DeletionPolicy/UpdateReplacePolicy = %v/%v, want %s", what, typ, id, r["DeletionPolicy"], r["UpdateReplacePolicy"], policy)
+			}
+			if typ == "AWS::DynamoDB::Table" && props(r)["DeletionProtectionEnabled"] != protect {
+				t.Errorf("%s: table %s DeletionProtectionEnabled = %v, want %v", what, id, props(r)["DeletionProtectionEnabled"], protect)
 			}
 		}
 	}
 }
 
-// TestCAKeySecret: the secret exists without a value, so that `broker ca
-// init --ca-key-secret` can put the CA key in it (cakey.Secret.CreateKey).
-func TestCAKeySecret(t *testing.T) {
-	s := dev(t)
-	_, p := s.find(t, "AWS::SecretsManager::Secret", "Name", "compilefarm/dev/ca-key")
-	for _, k := range []string{"SecretString", "GenerateSecretString"} {
-		if _, ok := p[k]; ok {
-			t.Errorf("the CA key secret has %s: broker ca init would find a value that is not a key", k)
+// TestCAKey (D2): the CA's key is an asymmetric KMS key of the stage
+// (RSA_4096, SIGN_VERIFY, alias alias/compilefarm/<stage>/ca), retained
+// whatever the stage's retain says, its key policy only the account root's
+// administration; the fleet signs with it (--ca-key-kms, its ARN) and its
+// task role may Sign, GetPublicKey and DescribeKey on that key and read no
+// secret; output CAKmsKey. With caKeySecret (an imported Puppet Server
+// key) the fleet reads that secret instead, with a custody warning.
+func TestCAKey(t *testing.T) {
+	for _, c := range []struct {
+		stage string
+		ctx   map[string]string
+	}{{"dev", nil}, {"prd", protectedStage("prd")}} {
+		s := synth(t, c.ctx)
+		keys := s.resources("AWS::KMS::Key")
+		if len(keys) != 1 {
+			t.Fatalf("%s: %d KMS keys, want 1", c.stage, len(keys))
+		}
+		keyID, key := firstID(keys)
+		p := props(key)
+		if p["KeySpec"] != "RSA_4096" || p["KeyUsage"] != "SIGN_VERIFY" || num(p["PendingWindowInDays"]) != 30 {
+			t.Errorf("%s: key %s KeySpec/KeyUsage/PendingWindowInDays %v/%v/%v, want RSA_4096/SIGN_VERIFY/30", c.stage, keyID, p["KeySpec"], p["KeyUsage"], p["PendingWindowInDays"])
+		}
+		if key["DeletionPolicy"] != "Retain" || key["UpdateReplacePolicy"] != "Retain" {
+			t.Errorf("%s: key DeletionPolicy/UpdateReplacePolicy %v/%v: a stack delete must never schedule the CA key's deletion", c.stage, key["DeletionPolicy"], key["UpdateReplacePolicy"])
+		}
+		stmts := asList(digMap(p, "KeyPolicy")["Statement"])
+		if len(stmts) != 1 {
+			t.Errorf("%s: key policy %s, want one statement (the account root administers; IAM grants the rest)", c.stage, jsonString(p["KeyPolicy"]))
+		} else if st := jsonString(stmts[0]); !containsAll(st, `"Effect":"Allow"`, `"Action":"kms:*"`, `:iam::`, `:root"`, `"Resource":"*"`) {
+			t.Errorf("%s: key policy statement %s, want the account root's", c.stage, st)
+		}
+		_, alias := s.find(t, "AWS::KMS::Alias", "AliasName", "alias/compilefarm/"+c.stage+"/ca")
+		if getAttID(alias["TargetKeyId"]) != keyID {
+			t.Errorf("%s: alias targets %s, want %s", c.stage, jsonString(alias["TargetKeyId"]), keyID)
+		}
+		if n := len(s.resources("AWS::SecretsManager::Secret")); n != 0 {
+			t.Errorf("%s: %d Secrets Manager secrets: nothing holds a CA private key any more", c.stage, n)
+		}
+		flags := s.flags(t)
+		if got := jsonString(flags["ca-key-kms"]); got != `{"Fn::GetAtt":["`+keyID+`","Arn"]}` {
+			t.Errorf("%s: --ca-key-kms %s, want the key's ARN", c.stage, got)
+		}
+		if _, ok := flags["ca-key-secret"]; ok {
+			t.Errorf("%s: the fleet still gets --ca-key-secret", c.stage)
+		}
+		kms, secrets := s.taskRoleActions(t, keyID)
+		if want := []string{"kms:DescribeKey", "kms:GetPublicKey", "kms:Sign"}; !slices.Equal(kms, want) {
+			t.Errorf("%s: the task role's actions on the key %v, want %v", c.stage, kms, want)
+		}
+		if len(secrets) != 0 {
+			t.Errorf("%s: the task role may %v: it reads no secret", c.stage, secrets)
+		}
+		outs := jsonString(s.json["Outputs"])
+		if !containsAll(outs, `"CAKmsKey"`, keyID) || containsAll(outs, "CAKeySecret") {
+			t.Errorf("%s: outputs %s, want CAKmsKey (the key's ARN) and no CAKeySecret", c.stage, outs)
 		}
 	}
+
+	// The import route: a Puppet Server CA key in a secret the site made.
+	s := synth(t, map[string]string{"caKeySecret": testCAKeyARN})
+	if n := len(s.resources("AWS::KMS::Key")); n != 0 {
+		t.Errorf("caKeySecret: %d KMS keys", n)
+	}
+	flags := s.flags(t)
+	if got := jsonString(flags["ca-key-secret"]); got != `"`+testCAKeyARN+`"` {
+		t.Errorf("caKeySecret: --ca-key-secret %s", got)
+	}
+	if _, ok := flags["ca-key-kms"]; ok {
+		t.Error("caKeySecret: the fleet still gets --ca-key-kms")
+	}
+	if _, secrets := s.taskRoleActions(t, ""); !slices.Equal(secrets, []string{"secretsmanager:GetSecretValue"}) {
+		t.Errorf("caKeySecret: the task role may %v on the secret, want GetSecretValue only", secrets)
+	}
+	if outs := jsonString(s.json["Outputs"]); !containsAll(outs, `"CAKeySecret"`, testCAKeyARN) || containsAll(outs, "CAKmsKey") {
+		t.Errorf("caKeySecret: outputs %s", outs)
+	}
+	if _, err := configFrom(t, map[string]interface{}{"caKeySecret": "compilefarm/dev/ca-key"}); err == nil || !strings.Contains(err.Error(), "complete ARN") {
+		t.Errorf("caKeySecret by name: %v, want an error asking for the complete ARN", err)
+	}
+	check(t, "caKeySecret's custody warning", func() {
+		assertions.Annotations_FromStack(s.stack.Stack).HasWarning(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String("caKeySecret")))
+	})
+}
+
+// testCAKeyARN is an imported CA key's secret (caKeySecret).
+const testCAKeyARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:site/puppet-ca-key-AbCdEf"
+
+// taskRoleActions returns the fleet task role's actions on the KMS key
+// keyID and its Secrets Manager actions on anything, each sorted.
+func (s *synthed) taskRoleActions(t *testing.T, keyID string) (kms, secrets []string) {
+	t.Helper()
+	_, task := firstID(s.resources("AWS::ECS::TaskDefinition"))
+	role := getAttID(props(task)["TaskRoleArn"])
+	if role == "" {
+		t.Fatalf("no task role in %s", jsonString(props(task)["TaskRoleArn"]))
+	}
+	for _, r := range s.resources("AWS::IAM::Policy") {
+		p := props(r)
+		if !strings.Contains(jsonString(p["Roles"]), `{"Ref":"`+role+`"}`) {
+			continue
+		}
+		for _, st := range asList(digMap(p, "PolicyDocument")["Statement"]) {
+			st := st.(map[string]interface{})
+			onKey := keyID != "" && strings.Contains(jsonString(st["Resource"]), `"`+keyID+`"`)
+			for _, a := range asList(st["Action"]) {
+				a := a.(string)
+				if onKey {
+					kms = append(kms, a)
+				}
+				if strings.HasPrefix(a, "secretsmanager:") {
+					secrets = append(secrets, a)
+				}
+			}
+		}
+	}
+	sort.Strings(kms)
+	sort.Strings(secrets)
+	return slices.Compact(kms), slices.Compact(secrets)
 }
 
 // TestLocalStage: stage local (LocalStack) has no autoDeleteObjects custom
-// resource; dev has one, prod none.
+// resource (LocalStack's free tier runs none): its block in cdk.json says
+// autoDeleteObjects false.
 func TestLocalStage(t *testing.T) {
-	for stage, want := range map[string]int{"local": 0, "dev": 1, "prod": 0} {
-		s := synth(t, map[string]string{"stage": stage})
-		if n := len(s.resources("Custom::S3AutoDeleteObjects")); n != want {
-			t.Errorf("stage %s: %d Custom::S3AutoDeleteObjects, want %d", stage, n, want)
-		}
+	s := synth(t, map[string]string{"stage": "local"})
+	if n := len(s.resources("Custom::S3AutoDeleteObjects")); n != 0 {
+		t.Errorf("stage local: %d Custom::S3AutoDeleteObjects, want 0", n)
 	}
+	checkRemoval(t, s, "local", "Delete", false)
 }

@@ -86,6 +86,7 @@ var wanted = []output{
 	{name: "CF_ENVIRONMENTS_TABLE", match: regexp.MustCompile(`environments?table`), not: regexp.MustCompile(`arn`)},
 	{name: "CF_CA_TABLE", match: regexp.MustCompile(`catable`), not: regexp.MustCompile(`arn`)},
 	{name: "CF_CA_KEY_SECRET", match: regexp.MustCompile(`ca(key)?secret|secret(name|id)?$`), optional: true},
+	{name: "CF_CA_KMS_KEY", match: regexp.MustCompile(`ca(key)?kms(key)?|kmskey`), not: regexp.MustCompile(`alias`), optional: true},
 	{name: "CF_URGENT_QUEUE_URL", match: regexp.MustCompile(`urgent.*url`), not: regexp.MustCompile(`dlq|deadletter`)},
 	{name: "CF_BULK_QUEUE_URL", match: regexp.MustCompile(`bulk.*url`), not: regexp.MustCompile(`dlq|deadletter`)},
 	{name: "CF_COMPILE_FUNCTION", match: regexp.MustCompile(`compilefunction(name)?$`), not: regexp.MustCompile(`arn`), optional: true},

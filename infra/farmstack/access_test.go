@@ -27,17 +27,9 @@ func (g roleGrants) sortedActions() []string {
 	return out
 }
 
-// grantsOf collects the grants of role (a logical ID).
-func (s *synthed) grantsOf(t *testing.T, role string) roleGrants {
-	t.Helper()
-	r, ok := s.json["Resources"].(map[string]interface{})[role].(map[string]interface{})
-	if !ok || r["Type"] != "AWS::IAM::Role" {
-		t.Fatalf("%s is not a role of the template", role)
-	}
-	g := roleGrants{actions: map[string][]string{}}
-	for _, m := range asList(props(r)["ManagedPolicyArns"]) {
-		g.managed = append(g.managed, jsonString(m))
-	}
+// allowsOf returns the Allow statements of role r (logical ID role): its
+// inline policies' and those of the template's IAM policies attached to it.
+func (s *synthed) allowsOf(r map[string]interface{}, role string) []map[string]interface{} {
 	var docs []interface{}
 	for _, pol := range asList(props(r)["Policies"]) {
 		docs = append(docs, pol.(map[string]interface{})["PolicyDocument"])
@@ -49,16 +41,32 @@ func (s *synthed) grantsOf(t *testing.T, role string) roleGrants {
 			}
 		}
 	}
+	var out []map[string]interface{}
 	for _, d := range docs {
 		for _, st := range asList(d.(map[string]interface{})["Statement"]) {
-			st := st.(map[string]interface{})
-			if st["Effect"] != "Allow" {
-				continue
+			if st := st.(map[string]interface{}); st["Effect"] == "Allow" {
+				out = append(out, st)
 			}
-			for _, a := range asList(st["Action"]) {
-				for _, res := range asList(st["Resource"]) {
-					g.actions[a.(string)] = append(g.actions[a.(string)], jsonString(res))
-				}
+		}
+	}
+	return out
+}
+
+// grantsOf collects the grants of role (a logical ID).
+func (s *synthed) grantsOf(t *testing.T, role string) roleGrants {
+	t.Helper()
+	r, ok := s.json["Resources"].(map[string]interface{})[role].(map[string]interface{})
+	if !ok || r["Type"] != "AWS::IAM::Role" {
+		t.Fatalf("%s is not a role of the template", role)
+	}
+	g := roleGrants{actions: map[string][]string{}}
+	for _, m := range asList(props(r)["ManagedPolicyArns"]) {
+		g.managed = append(g.managed, jsonString(m))
+	}
+	for _, st := range s.allowsOf(r, role) {
+		for _, a := range asList(st["Action"]) {
+			for _, res := range asList(st["Resource"]) {
+				g.actions[a.(string)] = append(g.actions[a.(string)], jsonString(res))
 			}
 		}
 	}
@@ -219,27 +227,10 @@ func (s *synthed) resourceActions(t *testing.T, role string) map[string]string {
 	t.Helper()
 	by := map[string][]string{}
 	r := s.json["Resources"].(map[string]interface{})[role].(map[string]interface{})
-	var docs []interface{}
-	for _, pol := range asList(props(r)["Policies"]) {
-		docs = append(docs, pol.(map[string]interface{})["PolicyDocument"])
-	}
-	for _, pol := range s.resources("AWS::IAM::Policy") {
-		for _, ref := range asList(props(pol)["Roles"]) {
-			if id, _ := ref.(map[string]interface{})["Ref"].(string); id == role {
-				docs = append(docs, props(pol)["PolicyDocument"])
-			}
-		}
-	}
-	for _, d := range docs {
-		for _, st := range asList(d.(map[string]interface{})["Statement"]) {
-			st := st.(map[string]interface{})
-			if st["Effect"] != "Allow" {
-				continue
-			}
-			for _, res := range asList(st["Resource"]) {
-				for _, a := range asList(st["Action"]) {
-					by[s.describe(res)] = append(by[s.describe(res)], a.(string))
-				}
+	for _, st := range s.allowsOf(r, role) {
+		for _, res := range asList(st["Resource"]) {
+			for _, a := range asList(st["Action"]) {
+				by[s.describe(res)] = append(by[s.describe(res)], a.(string))
 			}
 		}
 	}

@@ -112,37 +112,58 @@ func synth(t *testing.T, ctx map[string]string) *synthed {
 	}
 	sort.Strings(keys)
 	var id strings.Builder
-	given := map[string]interface{}{}
 	for _, k := range keys {
 		fmt.Fprintf(&id, "%s=%s;", k, ctx[k])
-		given[k] = ctx[k]
 	}
-	appCtx := withCDKContext(given)
 	if s, ok := synths[id.String()]; ok {
 		return s
 	}
-	out, err := os.MkdirTemp(outRoot, "out-")
+	var s *synthed
+	stack, out := newStack(t, ctx, "out-")
+	synthesize(t, ctx, func() {
+		tpl := assertions.Template_FromStack(stack.Stack, nil)
+		s = &synthed{stack: stack, tpl: tpl, json: *tpl.ToJSON(), out: out}
+	})
+	synths[id.String()] = s
+	return s
+}
+
+// newStack declares the stack with the CDK context ctx on top of
+// cdk.json's, as the CLI does, in an app whose cloud assembly goes to a new
+// directory under outRoot named with prefix; it returns the stack and that
+// directory. Nothing is synthesized yet.
+func newStack(t *testing.T, ctx map[string]string, prefix string) (stack *FarmStack, out string) {
+	t.Helper()
+	out, err := os.MkdirTemp(outRoot, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var s *synthed
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				t.Fatalf("synth with %v: %v", ctx, r)
-			}
-		}()
+	given := map[string]interface{}{}
+	for k, v := range ctx {
+		given[k] = v
+	}
+	appCtx := withCDKContext(given)
+	synthesize(t, ctx, func() {
 		app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(out), Context: &appCtx})
 		cfg, err := ConfigFromContext(app)
 		if err != nil {
 			t.Fatalf("config from %v: %v", ctx, err)
 		}
-		stack := NewFarmStack(app, Props{Config: cfg, RepoRoot: repoRoot, ScalerAssetDir: scalerDir})
-		tpl := assertions.Template_FromStack(stack.Stack, nil)
-		s = &synthed{stack: stack, tpl: tpl, json: *tpl.ToJSON(), out: out}
+		stack = NewFarmStack(app, Props{Config: cfg, RepoRoot: repoRoot, ScalerAssetDir: scalerDir})
+	})
+	return stack, out
+}
+
+// synthesize runs f, which declares or synthesizes the stack with ctx,
+// turning a panic of the CDK (a validation error) into a test failure.
+func synthesize(t *testing.T, ctx map[string]string, f func()) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("synth with %v: %v", ctx, r)
+		}
 	}()
-	synths[id.String()] = s
-	return s
+	f()
 }
 
 func dev(t *testing.T) *synthed { return synth(t, nil) }

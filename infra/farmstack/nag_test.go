@@ -2,7 +2,6 @@ package farmstack
 
 import (
 	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -53,27 +52,8 @@ func nagSynth(t *testing.T, ctx map[string]string, suppress bool) (*FarmStack, [
 	var stack *FarmStack
 	var lines []string
 	defer func() { nagSynths[id] = nagResult{stack, lines} }()
-	out, err := os.MkdirTemp(outRoot, "nag-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	given := map[string]interface{}{}
-	for k, v := range ctx {
-		given[k] = v
-	}
-	appCtx := withCDKContext(given) // as the CLI does
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				t.Fatalf("synth with %v: %v", ctx, r)
-			}
-		}()
-		app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(out), Context: &appCtx})
-		cfg, err := ConfigFromContext(app)
-		if err != nil {
-			t.Fatalf("config from %v: %v", ctx, err)
-		}
-		stack = NewFarmStack(app, Props{Config: cfg, RepoRoot: repoRoot, ScalerAssetDir: scalerDir})
+	stack, _ = newStack(t, ctx, "nag-")
+	synthesize(t, ctx, func() {
 		if suppress {
 			ApplyNag(stack, true)
 		} else {
@@ -89,7 +69,7 @@ func nagSynth(t *testing.T, ctx map[string]string, suppress bool) (*FarmStack, [
 				lines = append(lines, fmt.Sprintf("%s %s %s", strings.ToLower(string(m.Level)), *m.Id, strings.TrimSpace(data)))
 			}
 		}
-	}()
+	})
 	sort.Strings(lines)
 	return stack, lines
 }

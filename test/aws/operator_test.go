@@ -33,8 +33,8 @@ func TestOperatorAccessAWS(t *testing.T) {
 	// flags without the listeners, the work directory and the serving
 	// choices.
 	stage := []string{"--backend", "aws", "--bucket", "farm", "--nodes-table", "nodes", "--node-index-table", "node-index",
-		"--environments-table", "environments", "--urgent-queue-url", a.Queues.UrgentURL, "--bulk-queue-url", a.Queues.BulkURL,
-		"--ca-table", e2e.CATable, "--ca-key-secret", e2e.CASecret}
+		"--environments-table", "environments", "--urgent-queue-url", a.Queues.UrgentURL, "--bulk-queue-url", a.Queues.BulkURL}
+	stage = append(stage, a.CAArgs()...)
 	run := func(t *testing.T, args ...string) (string, error) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, e2e.BrokerBin(t), args...)

@@ -63,7 +63,7 @@ func runCA(ctx context.Context, args []string) error {
 	}
 	fs, op := operatorFlagSet("ca", "usage: broker ca list | sign NAME [--allow-authorization-extensions] | revoke NAME [--admin URL | --backend aws ...]\n"+
 		"       broker ca generate NAME --operator [--out DIR] [--admin URL | --backend aws ...]\n"+
-		"       broker ca init --ca-table TABLE (--ca-key-file FILE | --ca-key-secret ID) [--import-key FILE]", false)
+		"       broker ca init --ca-table TABLE (--ca-key-kms KEY | --ca-key-secret ID | --ca-key-file FILE) [--import-key FILE]", false)
 	allowAuth := fs.Bool("allow-authorization-extensions", false, "sign: sign a request for Puppet's authorization extensions, "+
 		"pp_cli_auth (an operator certificate) included; the CA refuses them otherwise")
 	operator := fs.Bool("operator", false, "generate: an operator certificate (pp_cli_auth), for the front door's operator API")

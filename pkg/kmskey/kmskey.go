@@ -111,7 +111,9 @@ const SignTimeout = 10 * time.Second
 // shortest wait KMS allows. `aws kms cancel-key-deletion` takes it back.
 const DeletionWindowDays = 7
 
-// Key is the CA key in the KMS key (or alias) it names.
+// Key is the CA key in the KMS key (or alias) it names: a
+// farm.CAKeySource, but no farm.CAKeyImporter (see "Importing a Puppet
+// Server CA key").
 type Key struct {
 	client *kms.Client
 	id     string
@@ -122,6 +124,8 @@ type Key struct {
 	mu     chan struct{}
 	signer *signer
 }
+
+var _ farm.CAKeySource = (*Key)(nil)
 
 // NewKey returns the key source of keyID: a key ID, key ARN, alias name
 // ("alias/...") or alias ARN, in client's account and region.
@@ -138,8 +142,8 @@ func (k *Key) String() string { return "KMS key " + k.id }
 // do, when the key exists but cannot sign for the CA. After the first
 // success the same signer is returned without asking KMS again.
 func (k *Key) Signer(ctx context.Context) (crypto.Signer, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("load CA key from %s: %w", k, err)
+	if err := farm.CheckSigner(ctx, k); err != nil {
+		return nil, err
 	}
 	select {
 	case k.mu <- struct{}{}:
@@ -238,16 +242,16 @@ func usable(md *types.KeyMetadata) error {
 	return nil
 }
 
-// GenerateKey creates an RSA key of bits bits (2048, 3072 or 4096, else
-// ErrInvalid) inside KMS under the Key's alias, when the alias does not
+// GenerateKey creates an RSA key of bits bits (2048, 3072 or 4096, the
+// sizes KMS makes; else ErrInvalid) inside KMS under the Key's alias, when the alias does not
 // exist; ErrConflict, changing nothing, when it does. A Key named by a key
 // ID or ARN cannot be created (KMS chooses key IDs): ErrConflict when that
 // key exists, ErrInvalid when it does not. Of concurrent GenerateKeys of
 // one alias exactly one succeeds; the others schedule the key they created
 // for deletion and return ErrConflict.
 func (k *Key) GenerateKey(ctx context.Context, bits int) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("create CA key in %s: %w", k, err)
+	if err := farm.CheckGenerateKey(ctx, k, bits); err != nil {
+		return err
 	}
 	spec, ok := rsaSpecs[bits]
 	if !ok {

@@ -28,6 +28,7 @@ import (
 	"github.com/compilefarm/compilefarm/internal/emulator"
 	"github.com/compilefarm/compilefarm/pkg/awscalls"
 	"github.com/compilefarm/compilefarm/pkg/farm"
+	"github.com/compilefarm/compilefarm/pkg/farm/farmtest"
 )
 
 // emu is the KMS emulator (local-kms) the tests share.
@@ -63,11 +64,61 @@ func needEmulator(t *testing.T) {
 	}
 }
 
-// TestKeyContract runs the CA key source's promises against new aliases
-// of the emulator.
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestKeyContract runs farm.CAKeySource's suite against new aliases of the
+// emulator: each value of a source is a new Key with its own client on one
+// alias, as processes sharing the key.
 func TestKeyContract(t *testing.T) {
 	needEmulator(t)
-	testCAKeySource(t, func(t *testing.T) caKeySource { return NewKey(client(nil), newAlias()) })
+	farmtest.TestCAKeySource(t, func(t *testing.T) func() farm.CAKeySource {
+		alias := newAlias()
+		return func() farm.CAKeySource { return NewKey(client(nil), alias) }
+	})
+}
+
+// TestGenerateKeySizes: GenerateKey makes the RSA sizes KMS has; sizes the
+// contract allows but KMS does not make are ErrInvalid, saying which it
+// makes, and leave no key.
+func TestGenerateKeySizes(t *testing.T) {
+	needEmulator(t)
+	tests := []struct {
+		bits int
+		want error
+	}{
+		{3072, nil},
+		{8192, farm.ErrInvalid},
+		{farm.MaxCAKeyBits, farm.ErrInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.bits), func(t *testing.T) {
+			k := NewKey(client(nil), newAlias())
+			err := k.GenerateKey(ctxFor(t), tt.bits)
+			if tt.want != nil {
+				if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), "KMS makes 2048, 3072 or 4096") {
+					t.Fatalf("GenerateKey(%d): err = %v, want %v naming the sizes KMS makes", tt.bits, err, tt.want)
+				}
+				if _, err := k.Signer(ctxFor(t)); !errors.Is(err, farm.ErrNotFound) {
+					t.Fatalf("Signer after a refused GenerateKey(%d): err = %v, want ErrNotFound", tt.bits, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("GenerateKey(%d): %v", tt.bits, err)
+			}
+			s, err := k.Signer(ctxFor(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pub, ok := s.Public().(*rsa.PublicKey); !ok || pub.N.BitLen() != tt.bits {
+				t.Fatalf("GenerateKey(%d) made a %T key", tt.bits, s.Public())
+			}
+		})
+	}
 }
 
 // makeKey creates a key of spec and usage in the emulator, under a new

@@ -2,6 +2,10 @@ package aws
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,7 +23,10 @@ import (
 // the caller's credentials: code deploy, code status, nodes, ca generate
 // --operator and ca list. The operator certificate then works through a
 // `broker serve` front door (mTLS), an agent's does not, and its loopback
-// listeners serve /metrics and the operator API apart.
+// listeners serve /metrics and the operator API apart. The stage's CA took
+// over a Puppet Server's key, imported into a Secrets Manager secret
+// (`broker ca init --import-key ca_key.pem --ca-key-secret`): a real agent
+// enrols with a certificate that key signed.
 func TestOperatorAccessAWS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: emulators and real brokers; skipped with -short")
@@ -28,13 +35,16 @@ func TestOperatorAccessAWS(t *testing.T) {
 	defer cancel()
 	a := e2e.StartAWS(t, ctx)
 	envs := e2e.CopyExampleEnvs(t)
-	serve := a.ServeArgs(t, envs, t.TempDir(), "--certname", "door1.example.test") // also creates the CA (ca init)
+	caKey, caKeyFile := puppetServerCAKey(t)
+	a.CAKeyArgs = []string{"--ca-key-secret", e2e.CASecret}
+	a.InitCA(t, "--import-key", caKeyFile)
+	serve := a.ServeArgs(t, envs, t.TempDir(), "--certname", "door1.example.test")
 	// The stage's resources, as the operator names them: broker serve's
 	// flags without the listeners, the work directory and the serving
 	// choices.
 	stage := []string{"--backend", "aws", "--bucket", "farm", "--nodes-table", "nodes", "--node-index-table", "node-index",
-		"--environments-table", "environments", "--urgent-queue-url", a.Queues.UrgentURL, "--bulk-queue-url", a.Queues.BulkURL,
-		"--ca-table", e2e.CATable, "--ca-key-secret", e2e.CASecret}
+		"--environments-table", "environments", "--urgent-queue-url", a.Queues.UrgentURL, "--bulk-queue-url", a.Queues.BulkURL}
+	stage = append(stage, a.CAArgs()...)
 	run := func(t *testing.T, args ...string) (string, error) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, e2e.BrokerBin(t), args...)
@@ -82,8 +92,15 @@ func TestOperatorAccessAWS(t *testing.T) {
 	if out, err := run(t, "nodes", "--admin", "https://"+door.Addr); err == nil || !strings.Contains(out, "--cert FILE --key FILE --ca-cert FILE") {
 		t.Fatalf("nodes through the front door without a certificate: %v\n%s", err, out)
 	}
-	if _, err := e2e.TryEnrol(door, "agent1.example.test"); err != nil {
-		t.Fatal(err)
+	agent := e2e.NewAgent(t, "agent1.example.test")
+	if code, out := agent.Bootstrap(t, door); code != 0 {
+		t.Fatalf("puppet ssl bootstrap: exit %d\n%s", code, out)
+	}
+	checkEnrolled(t, agent, caKey.Public())
+	ssl := filepath.Join(agent.Dir, "ssl")
+	if out, err := run(t, "nodes", "--admin", "https://"+door.Addr, "--cert", filepath.Join(ssl, "certs", agent.Certname+".pem"),
+		"--key", filepath.Join(ssl, "private_keys", agent.Certname+".pem"), "--ca-cert", filepath.Join(ssl, "certs", "ca.pem")); err == nil {
+		t.Fatalf("nodes through the front door with an agent's certificate: want refused\n%s", out)
 	}
 	if out, err := run(t, append([]string{"ca", "revoke", "ops.example.test"}, stage...)...); err != nil {
 		t.Fatalf("ca revoke --backend aws: %v\n%s", err, out)
@@ -118,4 +135,19 @@ func httpStatus(t *testing.T, url string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// puppetServerCAKey writes a CA key as Puppet Server keeps it (ca_key.pem:
+// PKCS #1 RSA) and returns the key and the file.
+func puppetServerCAKey(t *testing.T) (*rsa.PrivateKey, string) {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "ca_key.pem")
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return key, file
 }

@@ -15,7 +15,8 @@ import (
 // TestServeAWS runs two `broker serve --backend aws` front doors on the
 // emulated AWS backends with the compile Lambda (real bootstrap, local
 // Runtime API, SQS pollers), signing with one CA whose records are in
-// DynamoDB and whose key is in Secrets Manager: a real puppet agent
+// DynamoDB and whose key is in KMS (TestCAKeyInKMSAWS checks what that
+// means): a real puppet agent
 // bootstraps its certificate, gets its catalog and files and reports
 // through one front door, then the other serves it the same catalog; 100
 // CSRs sent to both at once get 100 distinct serials. A third front door

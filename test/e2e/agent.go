@@ -59,9 +59,22 @@ type Server interface {
 // Run runs `puppet agent -t` against s and returns its exit code and output.
 func (a *Agent) Run(t *testing.T, s Server, extra ...string) (int, string) {
 	t.Helper()
+	return a.puppet(t, append(append([]string{"agent", "-t"}, a.Settings(s)...), extra...))
+}
+
+// Bootstrap runs `puppet ssl bootstrap` against s: the agent enrols (its
+// key, request and certificate, the CA certificate and CRL in its ssldir)
+// without asking for a catalog. It returns the exit code and output.
+func (a *Agent) Bootstrap(t *testing.T, s Server) (int, string) {
+	t.Helper()
+	return a.puppet(t, append([]string{"ssl", "bootstrap", "--waitforcert", "0"}, a.Settings(s)...))
+}
+
+// puppet runs puppet with args and the agent's environment.
+func (a *Agent) puppet(t *testing.T, args []string) (int, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	args := append(append([]string{"agent", "-t"}, a.Settings(s)...), extra...)
 	cmd := exec.CommandContext(ctx, "puppet", args...)
 	cmd.Env = append(os.Environ(), a.Env()...)
 	var out bytes.Buffer
@@ -71,7 +84,7 @@ func (a *Agent) Run(t *testing.T, s Server, extra ...string) (int, string) {
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatalf("run puppet agent: %v\n%s", err, out.String())
+		t.Fatalf("run puppet %s: %v\n%s", args[0], err, out.String())
 	}
 	return code, out.String()
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,28 +27,34 @@ import (
 
 // AWS is the AWS backends of a farm on loopback emulators: a bucket,
 // the node and environment tables, and the compile queues (maxReceiveCount
-// 2) with their dead-letter queues.
+// 2) with their dead-letter queues; Secrets Manager and KMS for the CA key.
 type AWS struct {
-	S3URL, DynamoURL, SQSURL, SecretsURL string
-	Queues                               sqsqueue.QueueURLs
-	Content                              *s3store.Store
-	State                                *dynamostate.Store
-	Queue                                *sqsqueue.Queue
-	SQS                                  *sqs.Client
+	S3URL, DynamoURL, SQSURL, SecretsURL, KMSURL string
+	Queues                                       sqsqueue.QueueURLs
+	Content                                      *s3store.Store
+	State                                        *dynamostate.Store
+	Queue                                        *sqsqueue.Queue
+	SQS                                          *sqs.Client
 	// Env is what a process needs to use these backends (AWS endpoints and
 	// credentials).
 	Env []string
 	// LambdaEnv is more configuration for the compile function.
 	LambdaEnv []string
+	// CAKeyArgs name the fleet CA's key source, for `broker ca init` and
+	// every `broker serve`: the KMS key CAKMSKey unless a test sets
+	// another before the CA is made (InitCA, or the first ServeArgs).
+	CAKeyArgs []string
 
 	caOnce sync.Once
 	caErr  error
 }
 
-// The fleet CA of serve tests: records in the "ca" table, key in a
-// Secrets Manager secret.
+// The fleet CA of serve tests: records in the CATable table, key in the
+// KMS key CAKMSKey (made by `broker ca init`), or in the Secrets Manager
+// secret CASecret for a test that imports a Puppet Server key.
 const (
 	CATable  = "farm-ca"
+	CAKMSKey = "alias/compilefarm/ca"
 	CASecret = "compilefarm/ca-key"
 )
 
@@ -92,39 +99,59 @@ func StartAWS(t *testing.T, ctx context.Context) *AWS {
 		t.Fatal(err)
 	}
 	t.Cleanup(secrets.Stop)
+	kmsEmu, err := emulator.StartKMS(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kmsEmu.Stop)
 	sqsc := sqs.New(sqs.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(sq.URL)})
 	urls, err := sqsqueue.EnsureQueues(ctx, sqsc, "farm", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &AWS{
-		S3URL: s3emu.URL, DynamoURL: ddb.URL, SQSURL: sq.URL, SecretsURL: secrets.URL, Queues: urls,
+		S3URL: s3emu.URL, DynamoURL: ddb.URL, SQSURL: sq.URL, SecretsURL: secrets.URL, KMSURL: kmsEmu.URL, Queues: urls,
 		Content: s3store.New(s3c, "farm", s3store.Options{}), State: state,
 		Queue: sqsqueue.New(sqsc, urls.Options()), SQS: sqsc,
 		Env: []string{
 			"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
 			"AWS_ENDPOINT_URL_S3=" + s3emu.URL, "AWS_ENDPOINT_URL_DYNAMODB=" + ddb.URL, "AWS_ENDPOINT_URL_SQS=" + sq.URL,
-			"AWS_ENDPOINT_URL_SECRETS_MANAGER=" + secrets.URL,
+			"AWS_ENDPOINT_URL_SECRETS_MANAGER=" + secrets.URL, "AWS_ENDPOINT_URL_KMS=" + kmsEmu.URL,
 		},
+		CAKeyArgs: []string{"--ca-key-kms", CAKMSKey},
 	}
 }
 
-// ServeArgs are the broker serve flags for these backends, the fleet CA
-// in DynamoDB with its key in Secrets Manager (made by `broker ca init` on
-// first use), autosigning. extra flags go last.
-func (a *AWS) ServeArgs(t *testing.T, envs, work string, extra ...string) []string {
+// InitCA makes the fleet CA with `broker ca init` (a 2048-bit key, for
+// speed, when the key source holds none) and extra flags
+// (--import-key FILE); only its first call does. ServeArgs calls it.
+func (a *AWS) InitCA(t *testing.T, extra ...string) {
 	t.Helper()
 	a.caOnce.Do(func() {
-		cmd := exec.Command(BrokerBin(t), "ca", "init", "--ca-table", CATable, "--ca-key-secret", CASecret, "--key-bits", "2048", "--name", "fleet")
+		args := append(append([]string{"ca", "init"}, a.CAArgs()...), "--key-bits", "2048", "--name", "fleet")
+		cmd := exec.Command(BrokerBin(t), append(args, extra...)...)
 		cmd.Env = append(os.Environ(), a.Env...)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			a.caErr = fmt.Errorf("broker ca init: %v\n%s", err, out)
+			a.caErr = fmt.Errorf("broker %s: %v\n%s", strings.Join(cmd.Args[1:], " "), err, out)
 		}
 	})
 	if a.caErr != nil {
 		t.Fatal(a.caErr)
 	}
-	return append(a.ServeBackendArgs(envs, work), append([]string{"--ca-table", CATable, "--ca-key-secret", CASecret, "--autosign"}, extra...)...)
+}
+
+// CAArgs are the flags naming the fleet CA: its table and key source.
+func (a *AWS) CAArgs() []string {
+	return append([]string{"--ca-table", CATable}, a.CAKeyArgs...)
+}
+
+// ServeArgs are the broker serve flags for these backends, the fleet CA
+// in DynamoDB with its key in KMS (made by InitCA on first use; CAKeyArgs
+// may name another key source), autosigning. extra flags go last.
+func (a *AWS) ServeArgs(t *testing.T, envs, work string, extra ...string) []string {
+	t.Helper()
+	a.InitCA(t)
+	return append(append(a.ServeBackendArgs(envs, work), a.CAArgs()...), append([]string{"--autosign"}, extra...)...)
 }
 
 // ServeBackendArgs are the broker serve flags every front door on these
@@ -143,7 +170,10 @@ func (a *AWS) StartFleet(t *testing.T, ctx context.Context, envs string, extraAr
 	t.Helper()
 	var doors []*Farm
 	for _, extra := range extraArgs {
-		doors = append(doors, StartBroker(t, a.Env, a.ServeArgs(t, envs, t.TempDir(), extra...)...))
+		work := t.TempDir()
+		door := StartBroker(t, a.Env, a.ServeArgs(t, envs, work, extra...)...)
+		door.Work = work
+		doors = append(doors, door)
 	}
 	if out, err := doors[0].CLI("code", "deploy", "production"); err != nil {
 		t.Fatalf("code deploy through serve: %v\n%s", err, out)

@@ -16,6 +16,7 @@ type Farm struct {
 	*farmproc.Proc
 	t    *testing.T
 	Data string // broker dev's --data
+	Work string // broker serve's --work, when StartFleet started it
 	Envs string // its --environments
 }
 

@@ -914,12 +914,28 @@ func TestServerCertWaitsForOperator(t *testing.T) {
 	t.Run("restart while pending does not submit again", func(t *testing.T) {
 		dir := t.TempDir()
 		p, _ := openProxy(t, up, Options{Dir: dir})
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		// The first ServerCert gives up once its request is pending on the
+		// upstream CA (not after a fixed time: on a loaded machine the
+		// request may not have been sent by then, and the restart below
+		// would then have nothing pending to find).
+		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
+		go func() {
+			for ctx.Err() == nil {
+				if _, err := up.ca.CertificateRequest(context.Background(), "again.test"); err == nil {
+					cancel()
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
 		if _, err := p.ServerCert(ctx, "again.test", nil, ""); err == nil {
 			t.Fatal("signed without the operator")
 		}
-		before, _ := up.ca.CertificateRequest(context.Background(), "again.test")
+		before, err := up.ca.CertificateRequest(context.Background(), "again.test")
+		if err != nil {
+			t.Fatalf("no request pending on the upstream CA after the first ServerCert: %v", err)
+		}
 		p.Close()
 		p2, logs := openProxy(t, up, Options{Dir: dir})
 		signed := signWhenRequested(t, up, "again.test")

@@ -24,8 +24,8 @@ var supersededTag = map[string]interface{}{"compilefarm-superseded": "true"}
 
 // Storage is the farm's state: the content store bucket (pkg/s3store), the
 // DynamoDB tables (pkg/dynamostate, one per role of dynamostate.Tables())
-// and the CA's private key: a KMS key, or with caKeySecret a Secrets
-// Manager secret the site made.
+// and the CA's private key: the stack's KMS key, or with caKmsKey the
+// site's, or with caKeySecret a Secrets Manager secret the site made.
 type Storage struct {
 	Construct constructs.Construct // the construct holding the resources
 	Bucket    awss3.Bucket
@@ -33,9 +33,10 @@ type Storage struct {
 	// RoleEnvironments, RoleCA, RolePresence, RoleJobs).
 	Tables map[string]awsdynamodb.Table
 	// CAKey is the CA's asymmetric KMS key (`broker ca init --ca-key-kms`
-	// makes the CA with it, `broker serve --ca-key-kms` signs with it);
-	// nil with caKeySecret.
-	CAKey awskms.Key
+	// makes the CA with it, `broker serve --ca-key-kms` signs with it): the
+	// stack's own, or caKmsKey's, referenced by its ARN; nil with
+	// caKeySecret.
+	CAKey awskms.IKey
 	// CAKeySecret is the imported CA key's secret (caKeySecret); nil
 	// without.
 	CAKeySecret awssecretsmanager.ISecret
@@ -161,8 +162,16 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 
 // newCAKey declares the CA's key: an asymmetric KMS key the fleet signs
 // with, whose private half never leaves KMS (AWS's HSMs), or with
-// caKeySecret a reference to the site's secret.
+// caKmsKey or caKeySecret a reference to the site's key or secret.
 func (s *Storage) newCAKey(cfg Config, removal awscdk.RemovalPolicy) {
+	if cfg.CAKmsKey != "" {
+		// A key the stack does not own: a Puppet Server CA key imported
+		// with ImportKeyMaterial, or a rotation's new key. The stack only
+		// lets the fleet use it (fleet.go); its key policy, alias and
+		// deletion are the site's.
+		s.CAKey = awskms.Key_FromKeyArn(s.Construct, jsii.String("CAKey"), jsii.String(cfg.CAKmsKey))
+		return
+	}
 	if cfg.CAKeySecret != "" {
 		// The import route: a Puppet Server CA key in Secrets Manager. The
 		// tasks read the private key itself; whoever controls a task holds

@@ -358,6 +358,98 @@ func TestCAKey(t *testing.T) {
 	})
 }
 
+// TestCAKmsKey: with caKmsKey (a Puppet Server key imported into KMS, a
+// rotation's new key) the stack makes no key and no alias; the fleet
+// signs with that key (--ca-key-kms, its ARN), and its task role may Sign,
+// GetPublicKey and DescribeKey on that ARN only, in a statement of its
+// own, and read no secret; output CAKmsKey is the ARN. Refused with
+// caKeySecret, as an alias's ARN, in another shape or another region.
+func TestCAKmsKey(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ctx  map[string]string
+	}{
+		{"dev", map[string]string{"caKmsKey": testKmsKeyARN}},
+		{"prd", func() map[string]string { ctx := protectedStage("prd"); ctx["caKmsKey"] = testKmsKeyARN; return ctx }()},
+	} {
+		s := synth(t, c.ctx)
+		for _, typ := range []string{"AWS::KMS::Key", "AWS::KMS::Alias", "AWS::SecretsManager::Secret"} {
+			if n := len(s.resources(typ)); n != 0 {
+				t.Errorf("%s: %d %s: the key is the site's", c.name, n, typ)
+			}
+		}
+		flags := s.flags(t)
+		if got := jsonString(flags["ca-key-kms"]); got != `"`+testKmsKeyARN+`"` {
+			t.Errorf("%s: --ca-key-kms %s, want %s", c.name, got, testKmsKeyARN)
+		}
+		if _, ok := flags["ca-key-secret"]; ok {
+			t.Errorf("%s: the fleet gets --ca-key-secret", c.name)
+		}
+		kms, secrets := s.taskRoleActions(t, testKmsKeyARN)
+		if want := sorted(CAKeyActions); !slices.Equal(kms, want) {
+			t.Errorf("%s: the task role's actions on the key %v, want %v", c.name, kms, want)
+		}
+		if len(secrets) != 0 {
+			t.Errorf("%s: the task role may %v: it reads no secret", c.name, secrets)
+		}
+		_, taskRole, _ := s.roles(t)
+		r := s.json["Resources"].(map[string]interface{})[taskRole].(map[string]interface{})
+		for _, st := range s.allowsOf(r, taskRole) {
+			res := jsonString(st["Resource"])
+			if strings.Contains(res, testKmsKeyARN) && res != `"`+testKmsKeyARN+`"` {
+				t.Errorf("%s: the key's statement is on %s, want the key's ARN alone", c.name, res)
+			}
+			for _, a := range asList(st["Action"]) {
+				if strings.HasPrefix(a.(string), "kms:") && res != `"`+testKmsKeyARN+`"` {
+					t.Errorf("%s: the task role may %s on %s, want KMS actions on the key only", c.name, a, res)
+				}
+			}
+		}
+		outs := s.json["Outputs"].(map[string]interface{})
+		if got := jsonString(digMap(outs, "CAKmsKey")["Value"]); got != `"`+testKmsKeyARN+`"` {
+			t.Errorf("%s: output CAKmsKey %s, want %s", c.name, got, testKmsKeyARN)
+		}
+		if _, ok := outs["CAKeySecret"]; ok {
+			t.Errorf("%s: output CAKeySecret", c.name)
+		}
+	}
+
+	// A multi-region key's ARN is a key's ARN too.
+	mrk := "arn:aws:kms:eu-west-1:123456789012:key/mrk-1234abcd12ab34cd56ef1234567890ab"
+	if c, err := configFrom(t, map[string]interface{}{"caKmsKey": mrk}); err != nil || c.CAKmsKey != mrk {
+		t.Errorf("caKmsKey %s: %+v, %v", mrk, c.CAKmsKey, err)
+	}
+	prd := func(kv ...string) map[string]interface{} {
+		ctx := map[string]interface{}{}
+		for k, v := range protectedStage("prd") {
+			ctx[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			ctx[kv[i]] = kv[i+1]
+		}
+		return ctx
+	}
+	for _, c := range []struct {
+		ctx  map[string]interface{}
+		want string
+	}{
+		{map[string]interface{}{"caKmsKey": testKmsKeyARN, "caKeySecret": testCAKeyARN}, "caKeySecret and caKmsKey"},
+		{map[string]interface{}{"caKmsKey": "arn:aws:kms:eu-west-1:123456789012:alias/compilefarm/dev/ca-2"}, "alias's ARN: give the key's own ARN"},
+		{map[string]interface{}{"caKmsKey": "alias/compilefarm/dev/ca-2"}, "want a KMS key's ARN"},
+		{map[string]interface{}{"caKmsKey": "1234abcd-12ab-34cd-56ef-1234567890ab"}, "want a KMS key's ARN"},
+		{map[string]interface{}{"caKmsKey": "arn:aws:kms:eu-west-1:1234:key/1234abcd-12ab-34cd-56ef-1234567890ab"}, "want a KMS key's ARN"},
+		{map[string]interface{}{"caKmsKey": testCAKeyARN}, "want a KMS key's ARN"},
+		{prd("caKmsKey", "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"), "a key of region us-east-1, but stage prd is in eu-west-1"},
+	} {
+		if _, err := configFrom(t, c.ctx); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("context %v: %v, want an error saying %q", c.ctx, err, c.want)
+		}
+	}
+}
+
+// testKmsKeyARN is a KMS key the site made (caKmsKey).
+const testKmsKeyARN = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
 // testCAKeyARN is an imported CA key's secret (caKeySecret).
 const testCAKeyARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:site/puppet-ca-key-AbCdEf"
 

@@ -123,6 +123,17 @@ type Config struct {
 	// the account's IAM policies allow its use (KMS's default key policy
 	// does).
 	CAKmsKey string
+	// caGeneration (default 1): the CA the fleet serves, counting
+	// rotations: its table is compilefarm-<stage>-ca for 1 and
+	// compilefarm-<stage>-ca-<N> for N > 1 (CATableName). Raising it
+	// takes the previous generation's table out of the stack (kept with
+	// retain, deleted without). caNextTable: the stack also makes
+	// generation caGeneration+1's table, empty, for `broker ca init` to
+	// fill before the deploy that raises caGeneration (the fleet's tasks
+	// do not start on an empty CA table). docs/operations.md, Rotating
+	// the CA key.
+	CAGeneration int
+	CANextTable  bool
 
 	AlarmEmail string // alarmEmail: optional; subscribes the address to an SNS topic the alarms notify
 
@@ -207,6 +218,7 @@ func Defaults() Config {
 		FleetMemoryMiB:        2048,
 		Retain:                true,
 		Protect:               true,
+		CAGeneration:          1,
 		ReportRetentionDays:   30,
 		SupersededCatalogDays: 7,
 		PuppetDB:              PuppetDBConfig{QueryRefresh: 5 * time.Minute, Storeconfigs: StoreconfigsFarm},
@@ -279,6 +291,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.validateNetwork(); err != nil {
 		return err
+	}
+	if c.CAGeneration < 1 {
+		return fmt.Errorf("caGeneration %d: want 1 (the first CA) or more (one more for each rotation)", c.CAGeneration)
 	}
 	if err := c.validateCAKey(); err != nil {
 		return err
@@ -643,6 +658,7 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	num("fleetMemoryMiB", &c.FleetMemoryMiB)
 	num("reportRetentionDays", &c.ReportRetentionDays)
 	num("supersededCatalogDays", &c.SupersededCatalogDays)
+	num("caGeneration", &c.CAGeneration)
 	if _, set := str("catalogRetentionDays"); set {
 		errs = append(errs, "context catalogRetentionDays is retired: it expired catalogs by age, those nodes still pointed at too; "+
 			"catalogs no node refers to are removed supersededCatalogDays (default 7) after they were superseded (docs/operations.md, Retention): remove the key")
@@ -668,6 +684,7 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	boolean("internal", &c.Internal)
 	boolean("retain", &c.Retain)
 	boolean("protect", &c.Protect)
+	boolean("caNextTable", &c.CANextTable)
 	c.AutoDeleteObjects = !c.Retain
 	boolean("autoDeleteObjects", &c.AutoDeleteObjects)
 	if s, ok := str("alarmEmail"); ok {

@@ -370,7 +370,7 @@ func TestCAKmsKey(t *testing.T) {
 		ctx  map[string]string
 	}{
 		{"dev", map[string]string{"caKmsKey": testKmsKeyARN}},
-		{"prd", func() map[string]string { ctx := protectedStage("prd"); ctx["caKmsKey"] = testKmsKeyARN; return ctx }()},
+		{"prd", withContext(protectedStage("prd"), "caKmsKey", testKmsKeyARN)},
 	} {
 		s := synth(t, c.ctx)
 		for _, typ := range []string{"AWS::KMS::Key", "AWS::KMS::Alias", "AWS::SecretsManager::Secret"} {
@@ -445,6 +445,131 @@ func TestCAKmsKey(t *testing.T) {
 			t.Errorf("context %v: %v, want an error saying %q", c.ctx, err, c.want)
 		}
 	}
+}
+
+// TestCAGeneration: the CA table is its generation's, compilefarm-<stage>-ca
+// for the first (the table, and its logical ID, every stack had before) and
+// compilefarm-<stage>-ca-<N> after; the fleet's --ca-table, its grants and
+// output CATable follow caGeneration. caNextTable adds the next
+// generation's table, empty, with no role's grant on it, under the logical
+// ID the deploy that raises caGeneration keeps (so that deploy moves the
+// fleet to the table `broker ca init` filled rather than replacing it).
+func TestCAGeneration(t *testing.T) {
+	caTables := func(s *synthed) map[string]string { // name → logical ID
+		out := map[string]string{}
+		for id, r := range s.resources("AWS::DynamoDB::Table") {
+			if name, _ := props(r)["TableName"].(string); strings.HasPrefix(name, "compilefarm-"+s.stack.Config.Stage+"-ca") {
+				out[name] = id
+			}
+		}
+		return out
+	}
+	output := func(s *synthed, name string) string {
+		return jsonString(digMap(s.json["Outputs"].(map[string]interface{}), name)["Value"])
+	}
+	first := dev(t)
+	firstTables := caTables(first)
+	if len(firstTables) != 1 || firstTables["compilefarm-dev-ca"] == "" || !strings.HasPrefix(firstTables["compilefarm-dev-ca"], "StorageTableca") {
+		t.Fatalf("dev: CA tables %v, want compilefarm-dev-ca under the logical ID StorageTableca...", firstTables)
+	}
+
+	caActions := "dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem dynamodb:Scan dynamodb:UpdateItem"
+	for _, c := range []struct {
+		name      string
+		ctx       map[string]string
+		tables    []string // the CA tables, the fleet's first
+		next      string   // output CANextTable's table, if any
+		retention string   // the tables' DeletionPolicy
+	}{
+		{"next", map[string]string{"caNextTable": "true"}, []string{"compilefarm-dev-ca", "compilefarm-dev-ca-2"}, "compilefarm-dev-ca-2", "Delete"},
+		{"second", map[string]string{"caGeneration": "2"}, []string{"compilefarm-dev-ca-2"}, "", "Delete"},
+		{"second, next", map[string]string{"caGeneration": "2", "caNextTable": "true"}, []string{"compilefarm-dev-ca-2", "compilefarm-dev-ca-3"}, "compilefarm-dev-ca-3", "Delete"},
+		{"prd third", withContext(protectedStage("prd"), "caGeneration", "3"), []string{"compilefarm-prd-ca-3"}, "", "Retain"},
+	} {
+		s := synth(t, c.ctx)
+		got := caTables(s)
+		if len(got) != len(c.tables) {
+			t.Errorf("%s: CA tables %v, want %v", c.name, got, c.tables)
+		}
+		for _, name := range c.tables {
+			id := got[name]
+			if id == "" {
+				t.Errorf("%s: no table %s (CA tables %v)", c.name, name, got)
+				continue
+			}
+			r := s.resources("AWS::DynamoDB::Table")[id]
+			if r["DeletionPolicy"] != c.retention || r["UpdateReplacePolicy"] != c.retention {
+				t.Errorf("%s: %s DeletionPolicy/UpdateReplacePolicy %v/%v, want %s", c.name, name, r["DeletionPolicy"], r["UpdateReplacePolicy"], c.retention)
+			}
+			if !reflect.DeepEqual(props(r)["KeySchema"], props(first.resources("AWS::DynamoDB::Table")[firstTables["compilefarm-dev-ca"]])["KeySchema"]) {
+				t.Errorf("%s: %s KeySchema %s, not the CA table's", c.name, name, jsonString(props(r)["KeySchema"]))
+			}
+		}
+		fleetTable := got[c.tables[0]]
+		if f := jsonString(s.flags(t)["ca-table"]); f != `{"Ref":"`+fleetTable+`"}` {
+			t.Errorf("%s: --ca-table %s, want %s's", c.name, f, c.tables[0])
+		}
+		if o := output(s, "CATable"); o != `{"Ref":"`+fleetTable+`"}` {
+			t.Errorf("%s: output CATable %s, want %s", c.name, o, c.tables[0])
+		}
+		if c.next == "" {
+			if _, ok := s.json["Outputs"].(map[string]interface{})["CANextTable"]; ok {
+				t.Errorf("%s: output CANextTable without caNextTable", c.name)
+			}
+		} else if o := output(s, "CANextTable"); o != `{"Ref":"`+got[c.next]+`"}` {
+			t.Errorf("%s: output CANextTable %s, want %s", c.name, o, c.next)
+		}
+		// The fleet's grants are on its generation's table alone; no role
+		// may touch the next one before it is the fleet's.
+		ca := strings.TrimPrefix(c.tables[0], "compilefarm-"+s.stack.Config.Stage+"-")
+		compileRole, taskRole, _ := s.roles(t)
+		fleet := s.resourceActions(t, taskRole)
+		if fleet["table "+ca] != caActions {
+			t.Errorf("%s: the fleet's task role on table %s: %q, want %q", c.name, ca, fleet["table "+ca], caActions)
+		}
+		for _, role := range []struct {
+			what string
+			got  map[string]string
+		}{{"fleet task", fleet}, {"compile function", s.resourceActions(t, compileRole)}} {
+			for res, actions := range role.got {
+				if strings.HasPrefix(res, "table ca") && (role.what != "fleet task" || res != "table "+ca) {
+					t.Errorf("%s: the %s role may %s on %s", c.name, role.what, actions, res)
+				}
+			}
+		}
+		// Logical IDs: the first generation's is the one the stack always
+		// had; a prepared table keeps its ID when it becomes the fleet's.
+		if id, ok := got["compilefarm-dev-ca"]; ok && id != firstTables["compilefarm-dev-ca"] {
+			t.Errorf("%s: compilefarm-dev-ca's logical ID %s, want %s (the table every stack has)", c.name, id, firstTables["compilefarm-dev-ca"])
+		}
+	}
+	next, second := caTables(synth(t, map[string]string{"caNextTable": "true"})), caTables(synth(t, map[string]string{"caGeneration": "2"}))
+	if next["compilefarm-dev-ca-2"] != second["compilefarm-dev-ca-2"] {
+		t.Errorf("compilefarm-dev-ca-2's logical ID is %s while prepared (caNextTable) and %s as the fleet's (caGeneration 2): "+
+			"raising caGeneration would replace the table ca init filled", next["compilefarm-dev-ca-2"], second["compilefarm-dev-ca-2"])
+	}
+
+	for _, bad := range []struct {
+		ctx  map[string]interface{}
+		want string
+	}{
+		{map[string]interface{}{"caGeneration": "0"}, "caGeneration 0: want 1"},
+		{map[string]interface{}{"caGeneration": "-2"}, "caGeneration -2"},
+		{map[string]interface{}{"caGeneration": "two"}, "caGeneration=\"two\" is not a whole number"},
+		{map[string]interface{}{"caNextTable": "yes please"}, "caNextTable"},
+	} {
+		if _, err := configFrom(t, bad.ctx); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("context %v: %v, want an error saying %q", bad.ctx, err, bad.want)
+		}
+	}
+}
+
+// withContext returns ctx with the keys and values kv added.
+func withContext(ctx map[string]string, kv ...string) map[string]string {
+	for i := 0; i+1 < len(kv); i += 2 {
+		ctx[kv[i]] = kv[i+1]
+	}
+	return ctx
 }
 
 // testKmsKeyARN is a KMS key the site made (caKmsKey).

@@ -93,10 +93,8 @@ func (s *synthed) roles(t *testing.T) (compile, task, execution string) {
 	return compile, task, execution
 }
 
-// caKey is what the fleet's task role does with the CA key, and on what:
-// read the Secrets Manager secret (st.CAKeySecret.GrantRead in fleet.go).
-// The KMS key replaces it with kms:DescribeKey, kms:GetPublicKey and
-// kms:Sign on the key (issue 23): change it here with that grant.
+// caKey is what the fleet's task role does with the CA's KMS key, and on
+// what (grantCAKey in fleet.go; caKeySecret's route is TestCAKey's).
 var caKey = struct {
 	resource string // as synthed.describe renders it
 	actions  []string

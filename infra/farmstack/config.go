@@ -114,6 +114,26 @@ type Config struct {
 	// (--ca-key-secret) instead of signing with the stack's KMS key, which
 	// is then not made. Weaker custody: a synth warning.
 	CAKeySecret string
+	// caKmsKey: the complete ARN of an existing asymmetric KMS key
+	// (SIGN_VERIFY) the fleet signs with instead of the stack's own, which
+	// is then not made: a Puppet Server CA key imported into KMS with
+	// ImportKeyMaterial, or a rotation's new key (docs/operations.md). A
+	// key's ARN, not an alias's: IAM grants kms:Sign on keys, and the fleet
+	// must not follow an alias someone re-points. Its key policy must let
+	// the account's IAM policies allow its use (KMS's default key policy
+	// does).
+	CAKmsKey string
+	// caGeneration (default 1): the CA the fleet serves, counting
+	// rotations: its table is compilefarm-<stage>-ca for 1 and
+	// compilefarm-<stage>-ca-<N> for N > 1 (CATableName). Raising it
+	// takes the previous generation's table out of the stack (kept with
+	// retain, deleted without). caNextTable: the stack also makes
+	// generation caGeneration+1's table, empty, for `broker ca init` to
+	// fill before the deploy that raises caGeneration (the fleet's tasks
+	// do not start on an empty CA table). docs/operations.md, Rotating
+	// the CA key.
+	CAGeneration int
+	CANextTable  bool
 
 	AlarmEmail string // alarmEmail: optional; subscribes the address to an SNS topic the alarms notify
 
@@ -198,6 +218,7 @@ func Defaults() Config {
 		FleetMemoryMiB:        2048,
 		Retain:                true,
 		Protect:               true,
+		CAGeneration:          1,
 		ReportRetentionDays:   30,
 		SupersededCatalogDays: 7,
 		PuppetDB:              PuppetDBConfig{QueryRefresh: 5 * time.Minute, Storeconfigs: StoreconfigsFarm},
@@ -271,13 +292,49 @@ func (c Config) Validate() error {
 	if err := c.validateNetwork(); err != nil {
 		return err
 	}
-	if c.CAKeySecret != "" && !secretARNRE.MatchString(c.CAKeySecret) {
-		return fmt.Errorf("caKeySecret %q: want a secret's complete ARN, arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME-XXXXXX (as `aws secretsmanager describe-secret` prints it)", c.CAKeySecret)
+	if c.CAGeneration < 1 {
+		return fmt.Errorf("caGeneration %d: want 1 (the first CA) or more (one more for each rotation)", c.CAGeneration)
+	}
+	if err := c.validateCAKey(); err != nil {
+		return err
 	}
 	if c.ReportRetentionDays < 0 || c.SupersededCatalogDays < 0 {
 		return fmt.Errorf("retention days must not be negative")
 	}
 	return c.validatePuppetDB()
+}
+
+var (
+	// kmsKeyARNRE is a KMS key's ARN (a single-region key's ID, or a
+	// multi-region key's mrk-...); kmsAliasARNRE an alias's.
+	kmsKeyARNRE   = regexp.MustCompile(`^arn:aws[a-z-]*:kms:([a-z0-9-]+):[0-9]{12}:key/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|mrk-[0-9a-f]{32})$`)
+	kmsAliasARNRE = regexp.MustCompile(`^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:alias/`)
+)
+
+// validateCAKey checks caKeySecret and caKmsKey: at most one, each a
+// complete ARN.
+func (c Config) validateCAKey() error {
+	if c.CAKeySecret != "" && c.CAKmsKey != "" {
+		return fmt.Errorf("caKeySecret and caKmsKey: the CA has one key; caKmsKey keeps it inside KMS, caKeySecret lets the tasks read it (docs/operations.md, The CA key in KMS)")
+	}
+	if c.CAKeySecret != "" && !secretARNRE.MatchString(c.CAKeySecret) {
+		return fmt.Errorf("caKeySecret %q: want a secret's complete ARN, arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME-XXXXXX (as `aws secretsmanager describe-secret` prints it)", c.CAKeySecret)
+	}
+	if c.CAKmsKey == "" {
+		return nil
+	}
+	if kmsAliasARNRE.MatchString(c.CAKmsKey) {
+		return fmt.Errorf("caKmsKey %q is an alias's ARN: give the key's own ARN (`aws kms describe-key --key-id ALIAS --query KeyMetadata.Arn`); "+
+			"IAM grants kms:Sign on a key's ARN, not an alias's, and the fleet must sign with the key the stack names, whatever the alias is pointed at later", c.CAKmsKey)
+	}
+	m := kmsKeyARNRE.FindStringSubmatch(c.CAKmsKey)
+	if m == nil {
+		return fmt.Errorf("caKmsKey %q: want a KMS key's ARN, arn:aws:kms:REGION:ACCOUNT:key/KEY_ID (as `aws kms describe-key` prints it)", c.CAKmsKey)
+	}
+	if c.Region != "" && m[1] != c.Region {
+		return fmt.Errorf("caKmsKey %q is a key of region %s, but stage %s is in %s: the fleet calls KMS in its own region", c.CAKmsKey, m[1], c.Stage, c.Region)
+	}
+	return nil
 }
 
 var (
@@ -601,6 +658,7 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	num("fleetMemoryMiB", &c.FleetMemoryMiB)
 	num("reportRetentionDays", &c.ReportRetentionDays)
 	num("supersededCatalogDays", &c.SupersededCatalogDays)
+	num("caGeneration", &c.CAGeneration)
 	if _, set := str("catalogRetentionDays"); set {
 		errs = append(errs, "context catalogRetentionDays is retired: it expired catalogs by age, those nodes still pointed at too; "+
 			"catalogs no node refers to are removed supersededCatalogDays (default 7) after they were superseded (docs/operations.md, Retention): remove the key")
@@ -626,6 +684,7 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	boolean("internal", &c.Internal)
 	boolean("retain", &c.Retain)
 	boolean("protect", &c.Protect)
+	boolean("caNextTable", &c.CANextTable)
 	c.AutoDeleteObjects = !c.Retain
 	boolean("autoDeleteObjects", &c.AutoDeleteObjects)
 	if s, ok := str("alarmEmail"); ok {
@@ -661,6 +720,7 @@ func ConfigFromContext(scope constructs.Construct) (Config, error) {
 	duration("puppetdbQueryRefresh", &p.QueryRefresh)
 	text("storeconfigs", &p.Storeconfigs)
 	text("caKeySecret", &c.CAKeySecret)
+	text("caKmsKey", &c.CAKmsKey)
 	text("account", &c.Account)
 	text("region", &c.Region)
 	keys := make([]string, 0, len(block))

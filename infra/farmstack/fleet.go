@@ -262,7 +262,8 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 
 	// What broker serve calls, on what it calls it (access.go: s3store,
 	// dynamostate's tables, sqsqueue's compile queues, PCP inboxes and
-	// PuppetDB outbox), and the CA key (cakey's GetSecretValue).
+	// PuppetDB outbox), and the CA key (kmskey's calls, or cakey's
+	// GetSecretValue).
 	role := task.TaskRole()
 	grantFleet(role, cfg, st, q, p.PuppetDB)
 	grantCAKey(role, st)
@@ -355,8 +356,9 @@ func NewFleet(scope constructs.Construct, id string, cfg Config, p FleetProps) *
 }
 
 // caKeyArgs are serve's CA key flags: --ca-key-kms with the KMS key's ARN
-// (its ARN, not the alias: re-pointing the alias cannot change which key
-// the fleet signs with), or --ca-key-secret with caKeySecret's ARN.
+// (the stack's key or caKmsKey; its ARN, not the alias: re-pointing the
+// alias cannot change which key the fleet signs with), or --ca-key-secret
+// with caKeySecret's ARN.
 func caKeyArgs(st *Storage) []*string {
 	if st.CAKey != nil {
 		return []*string{jsii.String("--ca-key-kms"), st.CAKey.KeyArn()}
@@ -372,10 +374,18 @@ var CAKeyActions = []string{"kms:Sign", "kms:GetPublicKey", "kms:DescribeKey"}
 // grantCAKey lets role use the CA's key: CAKeyActions on the KMS key only,
 // or GetSecretValue on caKeySecret's secret (its KMS key, if the site
 // encrypted it with its own, needs kms:Decrypt from the site: the stack
-// cannot know it).
+// cannot know it). The KMS key's statement is the role's, the same for the
+// stack's key and caKmsKey's: both key policies leave the key's use to
+// the account's IAM policies (the stack's is KMS's default; caKmsKey's
+// must be, docs/operations.md), and the stack cannot change a key policy
+// it does not own.
 func grantCAKey(role awsiam.IRole, st *Storage) {
 	if st.CAKey != nil {
-		st.CAKey.Grant(role, *jsii.Strings(CAKeyActions...)...)
+		role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:       jsii.String("CAKey"),
+			Actions:   jsii.Strings(CAKeyActions...),
+			Resources: &[]*string{st.CAKey.KeyArn()},
+		}))
 		return
 	}
 	role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{

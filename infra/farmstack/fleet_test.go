@@ -193,9 +193,7 @@ func TestFleetTask(t *testing.T) {
 // pendingBrokerFlags are flags the stack passes to broker serve before
 // broker defines them, each with who adds it; TestFleetTask fails once
 // broker does, so that the entry goes.
-var pendingBrokerFlags = map[string]string{
-	"ca-key-kms": "issue 23: the KMS CA key driver adds --ca-key-kms to broker serve and broker ca init",
-}
+var pendingBrokerFlags = map[string]string{}
 
 // TestNoFleet: fleet=false leaves out the VPC, ECS and the NLB.
 func TestNoFleet(t *testing.T) {

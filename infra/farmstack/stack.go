@@ -92,6 +92,9 @@ func (s *FarmStack) outputs() {
 	out("NodeIndexTable", "--node-index-table", st.Table(dynamostate.RoleNodeIndex).TableName())
 	out("EnvironmentsTable", "--environments-table", st.Table(dynamostate.RoleEnvironments).TableName())
 	out("CATable", "--ca-table", st.Table(dynamostate.RoleCA).TableName())
+	if st.NextCATable != nil {
+		out("CANextTable", "broker ca init --ca-table, before the deploy with caGeneration "+itoa(s.Config.CAGeneration+1), st.NextCATable.TableName())
+	}
 	if st.CAKey != nil {
 		out("CAKmsKey", "--ca-key-kms", st.CAKey.KeyArn())
 	} else {

@@ -24,18 +24,24 @@ var supersededTag = map[string]interface{}{"compilefarm-superseded": "true"}
 
 // Storage is the farm's state: the content store bucket (pkg/s3store), the
 // DynamoDB tables (pkg/dynamostate, one per role of dynamostate.Tables())
-// and the CA's private key: a KMS key, or with caKeySecret a Secrets
-// Manager secret the site made.
+// and the CA's private key: the stack's KMS key, or with caKmsKey the
+// site's, or with caKeySecret a Secrets Manager secret the site made.
 type Storage struct {
 	Construct constructs.Construct // the construct holding the resources
 	Bucket    awss3.Bucket
 	// Tables by dynamostate role (RoleNodes, RoleNodeIndex,
-	// RoleEnvironments, RoleCA, RolePresence, RoleJobs).
+	// RoleEnvironments, RoleCA, RolePresence, RoleJobs); RoleCA's is
+	// caGeneration's (CATableName).
 	Tables map[string]awsdynamodb.Table
+	// NextCATable is the CA table of generation caGeneration+1, empty,
+	// for `broker ca init` before the deploy that moves the fleet to it
+	// (caNextTable); nil without.
+	NextCATable awsdynamodb.Table
 	// CAKey is the CA's asymmetric KMS key (`broker ca init --ca-key-kms`
-	// makes the CA with it, `broker serve --ca-key-kms` signs with it);
-	// nil with caKeySecret.
-	CAKey awskms.Key
+	// makes the CA with it, `broker serve --ca-key-kms` signs with it): the
+	// stack's own, or caKmsKey's, referenced by its ARN; nil with
+	// caKeySecret.
+	CAKey awskms.IKey
 	// CAKeySecret is the imported CA key's secret (caKeySecret); nil
 	// without.
 	CAKeySecret awssecretsmanager.ISecret
@@ -117,52 +123,98 @@ func NewStorage(scope constructs.Construct, id string, cfg Config) *Storage {
 	// Tables: from dynamostate.Tables(), the one definition of their keys
 	// and indexes (dynamostate.EnsureTables creates the same ones for tests).
 	for _, spec := range dynamostate.Tables() {
-		var ttl *string // presence and ended jobs: expired items go by themselves
-		if spec.TTLAttribute != "" {
-			ttl = jsii.String(spec.TTLAttribute)
-		}
-		t := awsdynamodb.NewTable(s.Construct, jsii.String("Table-"+spec.Role), &awsdynamodb.TableProps{
-			TimeToLiveAttribute: ttl,
-			TableName:           jsii.String(cfg.Name(spec.Role)),
-			PartitionKey:        attribute(spec.PartitionKey),
-			SortKey:             optAttribute(spec.SortKey),
-			BillingMode:         awsdynamodb.BillingMode_PAY_PER_REQUEST,
-			PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
-				PointInTimeRecoveryEnabled: jsii.Bool(true),
-			},
-			DeletionProtection: jsii.Bool(cfg.Protect),
-			RemovalPolicy:      removal,
-		})
-		indexes := spec.Indexes
-		if spec.Role == dynamostate.RolePresence && cfg.PresenceOldIndex {
-			// Kept for one deploy of a stack made before the sharded
-			// index: CloudFormation adds or removes one index per update.
-			indexes = append([]dynamostate.IndexSpec{dynamostate.OldIndexByClientType()}, indexes...)
-		}
-		for _, ix := range indexes {
-			var include *[]*string
-			if len(ix.NonKeyAttributes) > 0 {
-				include = jsii.Strings(ix.NonKeyAttributes...)
+		if spec.Role == dynamostate.RoleCA {
+			// The CA's table is its generation's (CATableName): a new CA
+			// (a rotation) is a new, empty table, and the fleet moves to
+			// it only once `broker ca init` has filled it.
+			s.Tables[spec.Role] = s.newTable(cfg, spec, caTableID(cfg.CAGeneration), CATableName(cfg, cfg.CAGeneration), removal)
+			if cfg.CANextTable {
+				s.NextCATable = s.newTable(cfg, spec, caTableID(cfg.CAGeneration+1), CATableName(cfg, cfg.CAGeneration+1), removal)
 			}
-			t.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
-				IndexName:        jsii.String(ix.Name),
-				PartitionKey:     attribute(ix.PartitionKey),
-				SortKey:          optAttribute(ix.SortKey),
-				ProjectionType:   projection(ix.Projection),
-				NonKeyAttributes: include,
-			})
+			continue
 		}
-		s.Tables[spec.Role] = t
+		s.Tables[spec.Role] = s.newTable(cfg, spec, "Table-"+spec.Role, cfg.Name(spec.Role), removal)
 	}
 
 	s.newCAKey(cfg, removal)
 	return s
 }
 
+// newTable declares the table of spec, named name, as construct id.
+func (s *Storage) newTable(cfg Config, spec dynamostate.TableSpec, id, name string, removal awscdk.RemovalPolicy) awsdynamodb.Table {
+	var ttl *string // presence and ended jobs: expired items go by themselves
+	if spec.TTLAttribute != "" {
+		ttl = jsii.String(spec.TTLAttribute)
+	}
+	t := awsdynamodb.NewTable(s.Construct, jsii.String(id), &awsdynamodb.TableProps{
+		TimeToLiveAttribute: ttl,
+		TableName:           jsii.String(name),
+		PartitionKey:        attribute(spec.PartitionKey),
+		SortKey:             optAttribute(spec.SortKey),
+		BillingMode:         awsdynamodb.BillingMode_PAY_PER_REQUEST,
+		PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
+			PointInTimeRecoveryEnabled: jsii.Bool(true),
+		},
+		DeletionProtection: jsii.Bool(cfg.Protect),
+		RemovalPolicy:      removal,
+	})
+	indexes := spec.Indexes
+	if spec.Role == dynamostate.RolePresence && cfg.PresenceOldIndex {
+		// Kept for one deploy of a stack made before the sharded
+		// index: CloudFormation adds or removes one index per update.
+		indexes = append([]dynamostate.IndexSpec{dynamostate.OldIndexByClientType()}, indexes...)
+	}
+	for _, ix := range indexes {
+		var include *[]*string
+		if len(ix.NonKeyAttributes) > 0 {
+			include = jsii.Strings(ix.NonKeyAttributes...)
+		}
+		t.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
+			IndexName:        jsii.String(ix.Name),
+			PartitionKey:     attribute(ix.PartitionKey),
+			SortKey:          optAttribute(ix.SortKey),
+			ProjectionType:   projection(ix.Projection),
+			NonKeyAttributes: include,
+		})
+	}
+	return t
+}
+
+// CATableName is the name of the CA table of generation gen (caGeneration):
+// compilefarm-<stage>-ca for the first CA, compilefarm-<stage>-ca-<gen>
+// for each one a rotation makes after it.
+func CATableName(cfg Config, gen int) string {
+	if gen <= 1 {
+		return cfg.Name(dynamostate.RoleCA)
+	}
+	return cfg.Name(dynamostate.RoleCA + "-" + itoa(gen))
+}
+
+// caTableID is the construct ID of generation gen's CA table: the first
+// keeps the ID every table had before generations (so its logical ID, and
+// the table, stay), each later one its own, so that moving caGeneration
+// removes the old table from the template (kept or deleted as retain says)
+// and never asks CloudFormation to replace one table by another under the
+// same logical ID.
+func caTableID(gen int) string {
+	if gen <= 1 {
+		return "Table-" + dynamostate.RoleCA
+	}
+	return "Table-" + dynamostate.RoleCA + "-" + itoa(gen)
+}
+
 // newCAKey declares the CA's key: an asymmetric KMS key the fleet signs
 // with, whose private half never leaves KMS (AWS's HSMs), or with
-// caKeySecret a reference to the site's secret.
+// caKmsKey or caKeySecret a reference to the site's key or secret.
 func (s *Storage) newCAKey(cfg Config, removal awscdk.RemovalPolicy) {
+	if cfg.CAKmsKey != "" {
+		// A key the stack does not own: a Puppet Server CA key imported
+		// with ImportKeyMaterial, or a rotation's new key. The stack only
+		// lets the fleet use it (fleet.go); its key policy, alias and
+		// deletion are the site's.
+		s.CAKey = awskms.Key_FromKeyArn(s.Construct, jsii.String("CAKey"), jsii.String(cfg.CAKmsKey))
+		return
+	}
 	if cfg.CAKeySecret != "" {
 		// The import route: a Puppet Server CA key in Secrets Manager. The
 		// tasks read the private key itself; whoever controls a task holds

@@ -358,6 +358,223 @@ func TestCAKey(t *testing.T) {
 	})
 }
 
+// TestCAKmsKey: with caKmsKey (a Puppet Server key imported into KMS, a
+// rotation's new key) the stack makes no key and no alias; the fleet
+// signs with that key (--ca-key-kms, its ARN), and its task role may Sign,
+// GetPublicKey and DescribeKey on that ARN only, in a statement of its
+// own, and read no secret; output CAKmsKey is the ARN. Refused with
+// caKeySecret, as an alias's ARN, in another shape or another region.
+func TestCAKmsKey(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ctx  map[string]string
+	}{
+		{"dev", map[string]string{"caKmsKey": testKmsKeyARN}},
+		{"prd", withContext(protectedStage("prd"), "caKmsKey", testKmsKeyARN)},
+	} {
+		s := synth(t, c.ctx)
+		for _, typ := range []string{"AWS::KMS::Key", "AWS::KMS::Alias", "AWS::SecretsManager::Secret"} {
+			if n := len(s.resources(typ)); n != 0 {
+				t.Errorf("%s: %d %s: the key is the site's", c.name, n, typ)
+			}
+		}
+		flags := s.flags(t)
+		if got := jsonString(flags["ca-key-kms"]); got != `"`+testKmsKeyARN+`"` {
+			t.Errorf("%s: --ca-key-kms %s, want %s", c.name, got, testKmsKeyARN)
+		}
+		if _, ok := flags["ca-key-secret"]; ok {
+			t.Errorf("%s: the fleet gets --ca-key-secret", c.name)
+		}
+		kms, secrets := s.taskRoleActions(t, testKmsKeyARN)
+		if want := sorted(CAKeyActions); !slices.Equal(kms, want) {
+			t.Errorf("%s: the task role's actions on the key %v, want %v", c.name, kms, want)
+		}
+		if len(secrets) != 0 {
+			t.Errorf("%s: the task role may %v: it reads no secret", c.name, secrets)
+		}
+		_, taskRole, _ := s.roles(t)
+		r := s.json["Resources"].(map[string]interface{})[taskRole].(map[string]interface{})
+		for _, st := range s.allowsOf(r, taskRole) {
+			res := jsonString(st["Resource"])
+			if strings.Contains(res, testKmsKeyARN) && res != `"`+testKmsKeyARN+`"` {
+				t.Errorf("%s: the key's statement is on %s, want the key's ARN alone", c.name, res)
+			}
+			for _, a := range asList(st["Action"]) {
+				if strings.HasPrefix(a.(string), "kms:") && res != `"`+testKmsKeyARN+`"` {
+					t.Errorf("%s: the task role may %s on %s, want KMS actions on the key only", c.name, a, res)
+				}
+			}
+		}
+		outs := s.json["Outputs"].(map[string]interface{})
+		if got := jsonString(digMap(outs, "CAKmsKey")["Value"]); got != `"`+testKmsKeyARN+`"` {
+			t.Errorf("%s: output CAKmsKey %s, want %s", c.name, got, testKmsKeyARN)
+		}
+		if _, ok := outs["CAKeySecret"]; ok {
+			t.Errorf("%s: output CAKeySecret", c.name)
+		}
+	}
+
+	// A multi-region key's ARN is a key's ARN too.
+	mrk := "arn:aws:kms:eu-west-1:123456789012:key/mrk-1234abcd12ab34cd56ef1234567890ab"
+	if c, err := configFrom(t, map[string]interface{}{"caKmsKey": mrk}); err != nil || c.CAKmsKey != mrk {
+		t.Errorf("caKmsKey %s: %+v, %v", mrk, c.CAKmsKey, err)
+	}
+	prd := func(kv ...string) map[string]interface{} {
+		ctx := map[string]interface{}{}
+		for k, v := range protectedStage("prd") {
+			ctx[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			ctx[kv[i]] = kv[i+1]
+		}
+		return ctx
+	}
+	for _, c := range []struct {
+		ctx  map[string]interface{}
+		want string
+	}{
+		{map[string]interface{}{"caKmsKey": testKmsKeyARN, "caKeySecret": testCAKeyARN}, "caKeySecret and caKmsKey"},
+		{map[string]interface{}{"caKmsKey": "arn:aws:kms:eu-west-1:123456789012:alias/compilefarm/dev/ca-2"}, "alias's ARN: give the key's own ARN"},
+		{map[string]interface{}{"caKmsKey": "alias/compilefarm/dev/ca-2"}, "want a KMS key's ARN"},
+		{map[string]interface{}{"caKmsKey": "1234abcd-12ab-34cd-56ef-1234567890ab"}, "want a KMS key's ARN"},
+		{map[string]interface{}{"caKmsKey": "arn:aws:kms:eu-west-1:1234:key/1234abcd-12ab-34cd-56ef-1234567890ab"}, "want a KMS key's ARN"},
+		{map[string]interface{}{"caKmsKey": testCAKeyARN}, "want a KMS key's ARN"},
+		{prd("caKmsKey", "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"), "a key of region us-east-1, but stage prd is in eu-west-1"},
+	} {
+		if _, err := configFrom(t, c.ctx); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("context %v: %v, want an error saying %q", c.ctx, err, c.want)
+		}
+	}
+}
+
+// TestCAGeneration: the CA table is its generation's, compilefarm-<stage>-ca
+// for the first (the table, and its logical ID, every stack had before) and
+// compilefarm-<stage>-ca-<N> after; the fleet's --ca-table, its grants and
+// output CATable follow caGeneration. caNextTable adds the next
+// generation's table, empty, with no role's grant on it, under the logical
+// ID the deploy that raises caGeneration keeps (so that deploy moves the
+// fleet to the table `broker ca init` filled rather than replacing it).
+func TestCAGeneration(t *testing.T) {
+	caTables := func(s *synthed) map[string]string { // name → logical ID
+		out := map[string]string{}
+		for id, r := range s.resources("AWS::DynamoDB::Table") {
+			if name, _ := props(r)["TableName"].(string); strings.HasPrefix(name, "compilefarm-"+s.stack.Config.Stage+"-ca") {
+				out[name] = id
+			}
+		}
+		return out
+	}
+	output := func(s *synthed, name string) string {
+		return jsonString(digMap(s.json["Outputs"].(map[string]interface{}), name)["Value"])
+	}
+	first := dev(t)
+	firstTables := caTables(first)
+	if len(firstTables) != 1 || firstTables["compilefarm-dev-ca"] == "" || !strings.HasPrefix(firstTables["compilefarm-dev-ca"], "StorageTableca") {
+		t.Fatalf("dev: CA tables %v, want compilefarm-dev-ca under the logical ID StorageTableca...", firstTables)
+	}
+
+	caActions := "dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem dynamodb:Scan dynamodb:UpdateItem"
+	for _, c := range []struct {
+		name      string
+		ctx       map[string]string
+		tables    []string // the CA tables, the fleet's first
+		next      string   // output CANextTable's table, if any
+		retention string   // the tables' DeletionPolicy
+	}{
+		{"next", map[string]string{"caNextTable": "true"}, []string{"compilefarm-dev-ca", "compilefarm-dev-ca-2"}, "compilefarm-dev-ca-2", "Delete"},
+		{"second", map[string]string{"caGeneration": "2"}, []string{"compilefarm-dev-ca-2"}, "", "Delete"},
+		{"second, next", map[string]string{"caGeneration": "2", "caNextTable": "true"}, []string{"compilefarm-dev-ca-2", "compilefarm-dev-ca-3"}, "compilefarm-dev-ca-3", "Delete"},
+		{"prd third", withContext(protectedStage("prd"), "caGeneration", "3"), []string{"compilefarm-prd-ca-3"}, "", "Retain"},
+	} {
+		s := synth(t, c.ctx)
+		got := caTables(s)
+		if len(got) != len(c.tables) {
+			t.Errorf("%s: CA tables %v, want %v", c.name, got, c.tables)
+		}
+		for _, name := range c.tables {
+			id := got[name]
+			if id == "" {
+				t.Errorf("%s: no table %s (CA tables %v)", c.name, name, got)
+				continue
+			}
+			r := s.resources("AWS::DynamoDB::Table")[id]
+			if r["DeletionPolicy"] != c.retention || r["UpdateReplacePolicy"] != c.retention {
+				t.Errorf("%s: %s DeletionPolicy/UpdateReplacePolicy %v/%v, want %s", c.name, name, r["DeletionPolicy"], r["UpdateReplacePolicy"], c.retention)
+			}
+			if !reflect.DeepEqual(props(r)["KeySchema"], props(first.resources("AWS::DynamoDB::Table")[firstTables["compilefarm-dev-ca"]])["KeySchema"]) {
+				t.Errorf("%s: %s KeySchema %s, not the CA table's", c.name, name, jsonString(props(r)["KeySchema"]))
+			}
+		}
+		fleetTable := got[c.tables[0]]
+		if f := jsonString(s.flags(t)["ca-table"]); f != `{"Ref":"`+fleetTable+`"}` {
+			t.Errorf("%s: --ca-table %s, want %s's", c.name, f, c.tables[0])
+		}
+		if o := output(s, "CATable"); o != `{"Ref":"`+fleetTable+`"}` {
+			t.Errorf("%s: output CATable %s, want %s", c.name, o, c.tables[0])
+		}
+		if c.next == "" {
+			if _, ok := s.json["Outputs"].(map[string]interface{})["CANextTable"]; ok {
+				t.Errorf("%s: output CANextTable without caNextTable", c.name)
+			}
+		} else if o := output(s, "CANextTable"); o != `{"Ref":"`+got[c.next]+`"}` {
+			t.Errorf("%s: output CANextTable %s, want %s", c.name, o, c.next)
+		}
+		// The fleet's grants are on its generation's table alone; no role
+		// may touch the next one before it is the fleet's.
+		ca := strings.TrimPrefix(c.tables[0], "compilefarm-"+s.stack.Config.Stage+"-")
+		compileRole, taskRole, _ := s.roles(t)
+		fleet := s.resourceActions(t, taskRole)
+		if fleet["table "+ca] != caActions {
+			t.Errorf("%s: the fleet's task role on table %s: %q, want %q", c.name, ca, fleet["table "+ca], caActions)
+		}
+		for _, role := range []struct {
+			what string
+			got  map[string]string
+		}{{"fleet task", fleet}, {"compile function", s.resourceActions(t, compileRole)}} {
+			for res, actions := range role.got {
+				if strings.HasPrefix(res, "table ca") && (role.what != "fleet task" || res != "table "+ca) {
+					t.Errorf("%s: the %s role may %s on %s", c.name, role.what, actions, res)
+				}
+			}
+		}
+		// Logical IDs: the first generation's is the one the stack always
+		// had; a prepared table keeps its ID when it becomes the fleet's.
+		if id, ok := got["compilefarm-dev-ca"]; ok && id != firstTables["compilefarm-dev-ca"] {
+			t.Errorf("%s: compilefarm-dev-ca's logical ID %s, want %s (the table every stack has)", c.name, id, firstTables["compilefarm-dev-ca"])
+		}
+	}
+	next, second := caTables(synth(t, map[string]string{"caNextTable": "true"})), caTables(synth(t, map[string]string{"caGeneration": "2"}))
+	if next["compilefarm-dev-ca-2"] != second["compilefarm-dev-ca-2"] {
+		t.Errorf("compilefarm-dev-ca-2's logical ID is %s while prepared (caNextTable) and %s as the fleet's (caGeneration 2): "+
+			"raising caGeneration would replace the table ca init filled", next["compilefarm-dev-ca-2"], second["compilefarm-dev-ca-2"])
+	}
+
+	for _, bad := range []struct {
+		ctx  map[string]interface{}
+		want string
+	}{
+		{map[string]interface{}{"caGeneration": "0"}, "caGeneration 0: want 1"},
+		{map[string]interface{}{"caGeneration": "-2"}, "caGeneration -2"},
+		{map[string]interface{}{"caGeneration": "two"}, "caGeneration=\"two\" is not a whole number"},
+		{map[string]interface{}{"caNextTable": "yes please"}, "caNextTable"},
+	} {
+		if _, err := configFrom(t, bad.ctx); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("context %v: %v, want an error saying %q", bad.ctx, err, bad.want)
+		}
+	}
+}
+
+// withContext returns ctx with the keys and values kv added.
+func withContext(ctx map[string]string, kv ...string) map[string]string {
+	for i := 0; i+1 < len(kv); i += 2 {
+		ctx[kv[i]] = kv[i+1]
+	}
+	return ctx
+}
+
+// testKmsKeyARN is a KMS key the site made (caKmsKey).
+const testKmsKeyARN = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
 // testCAKeyARN is an imported CA key's secret (caKeySecret).
 const testCAKeyARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:site/puppet-ca-key-AbCdEf"
 

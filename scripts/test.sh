@@ -10,7 +10,12 @@
 #     the measurement commands' own end-to-end runs (a herd against a real
 #     broker, a PCP run, scalebench on the emulators) are part of
 #     `make bench`, which runs them before it measures;
-#  2. make fuzz, infra-test and synth.
+#  2. make fuzz.
+#
+# The CDK app's tests and a synth (make infra-test, make synth: node and
+# jsii, about one core) run in the background beside step 1, whose tail
+# leaves a core idle (their output in TEST_LOG.infra); the run waits for
+# them after step 1 and fails with their output when they failed.
 #
 # A real PuppetDB (scripts/puppetdb.sh) starts in the background before
 # step 1, in a temporary directory (COMPILEFARM_PUPPETDB_DIR; its output in
@@ -90,7 +95,14 @@ stop_puppetdb() {
 		echo "make test: scripts/puppetdb.sh stop $PDB_DIR failed; see $PDB_LOG" >&2
 	rm -rf "$PDB_DIR"
 }
-trap 'stop_puppetdb; table' EXIT
+# stop_infra ends the CDK app's background run when the run ends early.
+stop_infra() {
+	[ -n "${INFRA_PID:-}" ] || return 0
+	kill -- -"$INFRA_PID" 2>/dev/null
+	wait "$INFRA_PID" 2>/dev/null
+	INFRA_PID=
+}
+trap 'stop_infra; stop_puppetdb; table' EXIT
 
 # phase runs a phase and records its time; a failing phase ends the run.
 phase() {
@@ -121,9 +133,33 @@ gotest() {
 	} 2>&1 | tee -a "$LOG"
 }
 
+# The CDK app: in the background from the start (see the top).
+INFRA_LOG=$LOG.infra
+# In its own process group (setsid), so that stop_infra ends make, go and
+# node with it.
+setsid bash -c 'start=$(date +%s)
+make --no-print-directory infra-test && make --no-print-directory synth
+rc=$?
+echo $(($(date +%s) - start)) >"$0.seconds"
+exit $rc' "$INFRA_LOG" >"$INFRA_LOG" 2>&1 &
+INFRA_PID=$!
+
+# infra_done waits for the CDK app's tests and synth, and fails with their
+# output when they failed.
+infra_done() {
+	local rc=0
+	wait "$INFRA_PID" || rc=$?
+	INFRA_PID=
+	if [ $rc -ne 0 ]; then
+		echo "make test: make infra-test or make synth failed (exit $rc); their output ($INFRA_LOG):" >&2
+		tail -n 60 "$INFRA_LOG" >&2
+		return $rc
+	fi
+	echo "make infra-test and make synth took $(cat "$INFRA_LOG.seconds") s, beside go test"
+}
+
 phase "go test ./... (bench/ -short)" gotest
 phase "PuppetDB (scripts/puppetdb.sh start)" puppetdb_started
 stop_puppetdb # the phases below do not need it
+phase "make infra-test, make synth (started with go test)" infra_done
 phase "make fuzz" make --no-print-directory fuzz
-phase "make infra-test" make --no-print-directory infra-test
-phase "make synth" make --no-print-directory synth

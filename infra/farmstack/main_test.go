@@ -142,6 +142,14 @@ func newStack(t *testing.T, ctx map[string]string, prefix string) (stack *FarmSt
 	for k, v := range ctx {
 		given[k] = v
 	}
+	if len(ctx) > 0 {
+		// Only the default stack's synthesis stages the image assets'
+		// build contexts (copies of the repository in cdk.out, which
+		// TestDockerfiles and TestCompileFunction read); the other
+		// contexts' assets point at the repository itself. Staging is most
+		// of a synthesis's time and all of its disk writes.
+		given[cxapiDisableAssetStaging] = true
+	}
 	appCtx := withCDKContext(given)
 	synthesize(t, ctx, func() {
 		app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(out), Context: &appCtx})
@@ -153,6 +161,11 @@ func newStack(t *testing.T, ctx map[string]string, prefix string) (stack *FarmSt
 	})
 	return stack, out
 }
+
+// cxapiDisableAssetStaging is the CDK's context key that leaves asset
+// sources where they are (cxapi.DISABLE_ASSET_STAGING_CONTEXT, what the
+// SAM CLI sets).
+const cxapiDisableAssetStaging = "aws:cdk:disable-asset-staging"
 
 // synthesize runs f, which declares or synthesizes the stack with ctx,
 // turning a panic of the CDK (a validation error) into a test failure.

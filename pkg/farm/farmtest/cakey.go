@@ -188,18 +188,7 @@ func keyConcurrent(t *testing.T, open func() farm.CAKeySource) {
 	}
 	close(start)
 	wg.Wait()
-	winners := 0
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			winners++
-		case !errors.Is(err, farm.ErrConflict):
-			t.Fatalf("GenerateKey %d: %v, want success or ErrConflict", i, err)
-		}
-	}
-	if winners != 1 {
-		t.Fatalf("%d of %d racing GenerateKeys succeeded, want exactly 1", winners, n)
-	}
+	oneWinner(t, "GenerateKeys", errs)
 	for i := range pubs {
 		if !samePublic(pubs[i], pubs[0]) {
 			t.Fatalf("Signers after racing GenerateKeys hold different keys (%d and 0)", i)
@@ -381,18 +370,7 @@ func importConcurrent(t *testing.T, open func() farm.CAKeyImporter) {
 	}
 	close(start)
 	wg.Wait()
-	winners := 0
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			winners++
-		case !errors.Is(err, farm.ErrConflict):
-			t.Fatalf("racing call %d: %v, want success or ErrConflict", i, err)
-		}
-	}
-	if winners != 1 {
-		t.Fatalf("%d of %d racing ImportKeys and GenerateKeys succeeded, want exactly 1", winners, len(calls))
-	}
+	oneWinner(t, "ImportKeys and GenerateKeys", errs)
 	pub := signer(t, open(), "after the race").Public()
 	for i := range 3 {
 		if !samePublic(signer(t, open(), "after the race, again").Public(), pub) {
@@ -407,4 +385,22 @@ func importEndedContext(t *testing.T, open func() farm.CAKeyImporter) {
 	cancel()
 	wantErrIs(t, "ImportKey with an ended context", open().ImportKey(ended, keyPEM), context.Canceled)
 	wantNoKey(t, open(), "after an ImportKey with an ended context")
+}
+
+// oneWinner fails t unless exactly one of the racing calls' errs is nil
+// and every other is ErrConflict.
+func oneWinner(t *testing.T, what string, errs []error) {
+	t.Helper()
+	winners := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			winners++
+		case !errors.Is(err, farm.ErrConflict):
+			t.Fatalf("racing call %d of %s: %v, want success or ErrConflict", i, what, err)
+		}
+	}
+	if winners != 1 {
+		t.Fatalf("%d of %d racing %s succeeded, want exactly 1", winners, len(errs), what)
+	}
 }

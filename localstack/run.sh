@@ -327,13 +327,12 @@ cmd_e2e() {
 	local broker="$build/broker"
 
 	# The CA's key: the stack's KMS key (output CAKmsKey; LocalStack's KMS
-	# signs) once broker has --ca-key-kms, else a Secrets Manager secret,
-	# which ca init creates (2048 bits: quicker to make). E2E_CA_KEY=secret
-	# takes the secret anyway (runsh_test.go's loopback emulators have no
-	# KMS).
-	local ca_key=() init_args=() init_help
-	init_help=$("$broker" ca init -h 2>&1 || true)
-	if [[ ${E2E_CA_KEY:-} != secret && -n ${CF_CA_KMS_KEY:-} && $init_help == *-ca-key-kms* ]]; then
+	# signs). E2E_CA_KEY=secret, or a stack without the output (made with
+	# caKeySecret), takes a Secrets Manager secret instead, which ca init
+	# creates (2048 bits: quicker to make); runsh_test.go's loopback run uses
+	# it.
+	local ca_key=() init_args=()
+	if [[ ${E2E_CA_KEY:-} != secret && -n ${CF_CA_KMS_KEY:-} ]]; then
 		ca_key=(--ca-key-kms "$CF_CA_KMS_KEY")
 	else
 		ca_key=(--ca-key-secret "${CF_CA_KEY_SECRET:-compilefarm/$stage/ca-key}")
